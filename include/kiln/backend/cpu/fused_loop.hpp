@@ -1,0 +1,244 @@
+#pragma once
+// One fused loop over a fusion group: every root of the group is computed in a single pass over memory.
+// Operands are broadcast by strides; dimensions that are contiguous in every operand are merged first, so most
+// loops are one flat range. The inner dimension runs on xsimd batches when the graph has one floating element
+// type and the inner strides allow it (1, or 0 for a broadcast operand); otherwise element by element.
+// Large loops are split over the thread pool.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <tuple>
+
+#include "../../graph/shape_inference.hpp"
+#include "simd.hpp"
+#include "thread_pool.hpp"
+
+namespace kiln::detail {
+
+template <class List, class... Roots>
+struct fused_loop {
+    using leaves = leaves_t<List>;
+    static constexpr std::size_t NL = leaves::size;
+    static constexpr std::size_t NR = sizeof...(Roots);
+    static constexpr std::size_t NO = NL + NR;
+
+    template <class L>
+    struct first_leaf_type {
+        using type = double;
+    };
+    template <class L0, class... Ls>
+    struct first_leaf_type<types<L0, Ls...>> {
+        using type = typename L0::value_type;
+    };
+    using T = typename first_leaf_type<leaves>::type;
+
+    template <class L>
+    struct leaves_are;
+    template <class... Ls>
+    struct leaves_are<types<Ls...>> {
+        static constexpr bool value = (std::is_same_v<typename Ls::value_type, T> && ...);
+    };
+
+    // Batches need one floating type everywhere: leaves, inner nodes and roots.
+    static constexpr bool vectorized = (std::is_same_v<T, float> || std::is_same_v<T, double>) && NL > 0 &&
+                                       leaves_are<leaves>::value && (uniform_type<Roots, T>::value && ...) &&
+                                       (std::is_same_v<root_type_t<Roots>, T> && ...);
+    static constexpr std::ptrdiff_t W = vectorized ? static_cast<std::ptrdiff_t>(xsimd::batch<T>::size) : 1;
+
+    using roots_t = std::tuple<Roots...>;
+    using outs_t = std::tuple<strided<root_type_t<Roots>>...>;
+    template <class Bound>
+    struct leaf_ptrs;
+    template <class... S>
+    struct leaf_ptrs<std::tuple<S...>> {
+        using type = std::tuple<decltype(S::data)...>;
+    };
+    template <class Bound>
+    using leaf_ptrs_t = typename leaf_ptrs<Bound>::type;
+
+    // Strides of the merged iteration space, one row per operand (leaves first, then outputs).
+    struct layout {
+        int rank = 0;
+        std::array<std::ptrdiff_t, max_rank> extent{};
+        std::array<std::array<std::ptrdiff_t, max_rank>, NO> stride{};
+    };
+
+    static layout make_layout(const dims& shape, const std::array<dims, NO>& strides) {
+        layout l;
+        // Walk from the innermost dimension, dropping extent-1 dimensions and merging contiguous ones.
+        for (int d = shape.rank - 1; d >= 0; --d) {
+            if (shape[d] == 1) continue;
+            if (l.rank > 0) {
+                const int cur = l.rank - 1;
+                bool merge = true;
+                for (std::size_t k = 0; k < NO && merge; ++k)
+                    merge = strides[k][d] == l.stride[k][cur] * l.extent[cur];
+                if (merge) {
+                    l.extent[cur] *= shape[d];
+                    continue;
+                }
+            }
+            l.extent[l.rank] = shape[d];
+            for (std::size_t k = 0; k < NO; ++k) l.stride[k][l.rank] = strides[k][d];
+            ++l.rank;
+        }
+        if (l.rank == 0) {
+            l.rank = 1;
+            l.extent[0] = 1;
+        }
+        std::reverse(l.extent.begin(), l.extent.begin() + l.rank);
+        for (auto& s : l.stride) std::reverse(s.begin(), s.begin() + l.rank);
+        return l;
+    }
+
+    // Strides of an operand of shape `s` broadcast to `shape`: 0 along repeated dimensions.
+    static dims broadcast_strides(const dims& s, const dims& st, const dims& shape) {
+        dims out;
+        out.rank = shape.rank;
+        for (int d = 0; d < shape.rank; ++d) {
+            const int ds = d - (shape.rank - s.rank);
+            out[d] = (ds >= 0 && s[ds] != 1) ? st[ds] : 0;
+        }
+        return out;
+    }
+
+    template <class Bound>
+    static void run(const roots_t& roots, const Bound& bound, const outs_t& outs, const dims& shape) {
+        const std::ptrdiff_t n = shape.size();
+        if (n == 0) return;
+        std::array<dims, NO> strides;
+        [&]<std::size_t... K>(std::index_sequence<K...>) {
+            ((strides[K] = broadcast_strides(std::get<K>(bound).shape, std::get<K>(bound).strides, shape)), ...);
+        }(std::make_index_sequence<NL>{});
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            ((strides[NL + J] = std::get<J>(outs).strides), ...);
+        }(std::make_index_sequence<NR>{});
+        const layout l = make_layout(shape, strides);
+
+        const std::ptrdiff_t inner = l.extent[l.rank - 1];
+        std::ptrdiff_t outer = 1;
+        for (int d = 0; d + 1 < l.rank; ++d) outer *= l.extent[d];
+
+        auto rows = [&](std::ptrdiff_t ob, std::ptrdiff_t oe, std::ptrdiff_t ib, std::ptrdiff_t ie) {
+            process(roots, bound, outs, l, ob, oe, ib, ie);
+        };
+        const int threads = num_threads();
+        if (n < parallel_threshold() || threads <= 1) {
+            rows(0, outer, 0, inner);
+            return;
+        }
+        if (outer == 1) {
+            // Split the flat range into one aligned chunk per thread.
+            const std::ptrdiff_t chunk = ((inner + threads - 1) / threads + 63) / 64 * 64;
+            const int tasks = static_cast<int>((inner + chunk - 1) / chunk);
+            thread_pool::instance().parallel_for(tasks, [&](int t) {
+                rows(0, 1, t * chunk, std::min(inner, (t + 1) * chunk));
+            });
+        } else {
+            const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(outer, threads));
+            thread_pool::instance().parallel_for(tasks, [&](int t) {
+                rows(outer * t / tasks, outer * (t + 1) / tasks, 0, inner);
+            });
+        }
+    }
+
+    template <class Bound>
+    static void process(const roots_t& roots, const Bound& bound, const outs_t& outs, const layout& l,
+                        std::ptrdiff_t ob, std::ptrdiff_t oe, std::ptrdiff_t ib, std::ptrdiff_t ie) {
+        const int inner_dim = l.rank - 1;
+        std::array<std::ptrdiff_t, NO> inner_stride;
+        for (std::size_t k = 0; k < NO; ++k) inner_stride[k] = l.stride[k][inner_dim];
+
+        bool unit = true, simd_ok = vectorized;
+        for (std::size_t k = 0; k < NO; ++k) {
+            unit = unit && inner_stride[k] == 1;
+            simd_ok = simd_ok && (k < NL ? inner_stride[k] <= 1 && inner_stride[k] >= 0 : inner_stride[k] == 1);
+        }
+
+        for (std::ptrdiff_t o = ob; o < oe; ++o) {
+            // Offsets of this row in every operand.
+            std::array<std::ptrdiff_t, NO> offset{};
+            std::ptrdiff_t rest = o;
+            for (int d = inner_dim - 1; d >= 0; --d) {
+                const std::ptrdiff_t idx = rest % l.extent[d];
+                rest /= l.extent[d];
+                for (std::size_t k = 0; k < NO; ++k) offset[k] += idx * l.stride[k][d];
+            }
+            auto lp = [&]<std::size_t... K>(std::index_sequence<K...>) {
+                return leaf_ptrs_t<Bound>{(std::get<K>(bound).data + offset[K])...};
+            }(std::make_index_sequence<NL>{});
+            auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
+                return std::tuple<root_type_t<Roots>*...>{(std::get<J>(outs).data + offset[NL + J])...};
+            }(std::make_index_sequence<NR>{});
+
+            if constexpr (vectorized) {
+                if (simd_ok) {
+                    simd_row(roots, lp, op, inner_stride, unit, ib, ie);
+                    continue;
+                }
+            }
+            if (unit) scalar_row<true>(roots, lp, op, inner_stride, ib, ie);
+            else scalar_row<false>(roots, lp, op, inner_stride, ib, ie);
+        }
+    }
+
+    template <class Frame, class Out>
+    KILN_INLINE static void store_roots(const roots_t& roots, const Frame& f, const Out& op, std::ptrdiff_t i) {
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            (f.template evaluate<T>(std::get<J>(roots)).store_unaligned(std::get<J>(op) + i), ...);
+        }(std::make_index_sequence<NR>{});
+    }
+
+    template <class LeafPtrs, class Out>
+    static void simd_row(const roots_t& roots, const LeafPtrs& lp_tuple, const Out& op,
+                         const std::array<std::ptrdiff_t, NO>& inner_stride, bool unit, std::ptrdiff_t ib,
+                         std::ptrdiff_t ie) {
+        using mode = simd_mode<T>;
+        using frame_t = frame<mode, List>;
+        std::array<const T*, NL> lp;
+        std::array<std::ptrdiff_t, NL> ls;
+        [&]<std::size_t... K>(std::index_sequence<K...>) {
+            ((lp[K] = std::get<K>(lp_tuple), ls[K] = inner_stride[K]), ...);
+        }(std::make_index_sequence<NL>{});
+
+        std::ptrdiff_t i = ib;
+        if (unit) {
+            for (; i + W <= ie; i += W) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+        } else {
+            for (; i + W <= ie; i += W) store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, i}), op, i);
+        }
+        if (i == ie) return;
+        // The tail runs as one padded batch, so every element gets the same arithmetic whatever the size.
+        const std::ptrdiff_t rem = ie - i;
+        alignas(64) T in[NL > 0 ? NL : 1][W];
+        alignas(64) T out[NR][W];
+        std::array<const T*, NL> bp;
+        for (std::size_t k = 0; k < NL; ++k) {
+            for (std::ptrdiff_t e = 0; e < W; ++e) in[k][e] = ls[k] ? lp[k][i + std::min(e, rem - 1)] : *lp[k];
+            bp[k] = in[k];
+        }
+        const frame_t f(contiguous_loader<T, NL>{bp, 0});
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            (f.template evaluate<T>(std::get<J>(roots)).store_aligned(out[J]), ...);
+            ((std::memcpy(std::get<J>(op) + i, out[J], static_cast<std::size_t>(rem) * sizeof(T))), ...);
+        }(std::make_index_sequence<NR>{});
+    }
+
+    template <bool Unit, class LeafPtrs, class Out>
+    static void scalar_row(const roots_t& roots, const LeafPtrs& lp, const Out& op,
+                           const std::array<std::ptrdiff_t, NO>& inner_stride, std::ptrdiff_t ib, std::ptrdiff_t ie) {
+        using frame_t = frame<scalar_mode, List>;
+        std::array<std::ptrdiff_t, NL> ls;
+        for (std::size_t k = 0; k < NL; ++k) ls[k] = inner_stride[k];
+        for (std::ptrdiff_t i = ib; i < ie; ++i) {
+            const frame_t f(strided_loader<LeafPtrs, NL, Unit>{lp, ls, i});
+            [&]<std::size_t... J>(std::index_sequence<J...>) {
+                ((std::get<J>(op)[Unit ? i : i * inner_stride[NL + J]] =
+                      f.template evaluate<root_type_t<Roots>>(std::get<J>(roots))),
+                 ...);
+            }(std::make_index_sequence<NR>{});
+        }
+    }
+};
+
+}  // namespace kiln::detail

@@ -1,0 +1,123 @@
+#pragma once
+// kiln::run, kiln::run_into and kiln::fetch on the CPU.
+#include <tuple>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "fused_loop.hpp"
+
+namespace kiln {
+
+// Several roots computed in one pass: kiln::run(kiln::fetch(loss, y), feeds...).
+template <class... Roots>
+struct fetch_t {
+    std::tuple<Roots...> roots;
+};
+
+template <class... Roots>
+constexpr fetch_t<Roots...> fetch(const Roots&... roots) {
+    static_assert(sizeof...(Roots) > 0, "kiln::fetch: name at least one expression to compute.");
+    static_assert((is_graph_v<Roots> && ...), "kiln::fetch: every argument must be a graph-mode expression.");
+    return {std::tuple<Roots...>(roots...)};
+}
+
+namespace detail {
+
+template <class S>
+struct static_rank {
+    static constexpr std::size_t value = 0;
+};
+template <std::ptrdiff_t... D>
+struct static_rank<shape<D...>> {
+    static constexpr std::size_t value = sizeof...(D);
+};
+
+// xt::xtensor<T, N> when the rank is known at compile time, xt::xarray<T> otherwise.
+template <class Root>
+using result_container_t =
+    std::conditional_t<std::is_same_v<shape_of_t<Root>, dynamic>, xt::xarray<root_type_t<Root>>,
+                       xt::xtensor<root_type_t<Root>, static_rank<shape_of_t<Root>>::value>>;
+
+template <class C>
+C allocate_result(const dims& shape) {
+    if constexpr (requires { std::tuple_size<typename C::shape_type>::value; }) {  // xt::xtensor: a std::array shape
+        typename C::shape_type s{};
+        for (int i = 0; i < shape.rank; ++i) s[i] = static_cast<std::size_t>(shape[i]);
+        return C::from_shape(s);
+    } else {
+        std::vector<std::size_t> s(shape.d.begin(), shape.d.begin() + shape.rank);
+        return C::from_shape(s);
+    }
+}
+
+template <class... Roots, class... Feeds>
+auto run_roots(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+    using list = unique_nodes_t<Roots...>;
+    using leaves = leaves_t<list>;
+    const auto bound = bound_leaves<leaves>::bind(feeds...);
+    std::array<dims, sizeof...(Roots)> shapes;
+    bool same = true;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+        ((shapes[J] = output_shape<leaves>(bound, std::get<J>(roots)), same = same && shapes[J] == shapes[0]), ...);
+    }(std::index_sequence_for<Roots...>{});
+
+    std::tuple<result_container_t<Roots>...> results;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+        ((std::get<J>(results) = allocate_result<result_container_t<Roots>>(shapes[J])), ...);
+        if (same) {
+            using loop = fused_loop<list, Roots...>;
+            typename loop::outs_t outs{as_strided<root_type_t<Roots>>(std::get<J>(results))...};
+            loop::run(roots, bound, outs, shapes[0]);
+        } else {
+            // Roots of different shapes: one loop each.
+            (run_one(std::get<J>(roots), std::get<J>(results), shapes[J], feeds...), ...);
+        }
+    }(std::index_sequence_for<Roots...>{});
+    return results;
+}
+
+template <class Root, class Out, class... Feeds>
+void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feeds) {
+    using list = unique_nodes_t<Root>;
+    using loop = fused_loop<list, Root>;
+    const auto bound = bound_leaves<leaves_t<list>>::bind_checked(feeds...);
+    typename loop::outs_t outs{as_strided<root_type_t<Root>>(out)};
+    loop::run(std::tuple<Root>(root), bound, outs, shape);
+}
+
+}  // namespace detail
+
+// Runs an expression: one fused pass over memory; the result is an xtensor container.
+template <class E, class... Feeds>
+auto run(const E& expr, const Feeds&... feeds) {
+    if constexpr (requires { expr.roots; }) {
+        return detail::run_roots(expr.roots, feeds...);
+    } else {
+        static_assert(is_graph_v<E>, "kiln::run: the first argument must be a graph-mode expression or kiln::fetch.");
+        return std::get<0>(detail::run_roots(std::tuple<E>(expr), feeds...));
+    }
+}
+
+// Runs an expression into existing storage (an xtensor container, std::vector, std::span or kiln::view) of the
+// expression's shape and element type, without allocating.
+template <class Out, class E, class... Feeds>
+void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
+    static_assert(is_graph_v<E>, "kiln::run_into: the second argument must be a graph-mode expression.");
+    using R = detail::root_type_t<E>;
+    using list = detail::unique_nodes_t<E>;
+    using leaves = detail::leaves_t<list>;
+    using out_element = std::remove_const_t<detail::container_element_t<std::remove_reference_t<Out>>>;
+    static_assert(std::is_same_v<out_element, R>,
+                  "kiln::run_into: the output's element type differs from the expression's; see R and Out above.");
+    auto o = detail::as_strided<R>(out);
+    const auto bound = detail::bound_leaves<leaves>::bind(feeds...);
+    const dims shape = detail::output_shape<leaves>(bound, expr);
+    if (!(o.shape == shape))
+        throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
+                          " but the expression gives shape " + to_string(shape));
+    using loop = detail::fused_loop<list, E>;
+    loop::run(std::tuple<E>(expr), bound, typename loop::outs_t{o}, shape);
+}
+
+}  // namespace kiln

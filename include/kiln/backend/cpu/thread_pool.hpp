@@ -1,0 +1,125 @@
+#pragma once
+// A small persistent thread pool: fused loops split their range over it above a size threshold.
+// Workers stay alive between runs, so a parallel loop costs a wake-up, not a thread creation.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "../../core/error.hpp"
+
+namespace kiln {
+namespace detail {
+
+class thread_pool {
+public:
+    static thread_pool& instance() {
+        static thread_pool pool;
+        return pool;
+    }
+
+    int threads() const noexcept { return threads_; }
+
+    void set_threads(int n) {
+        if (n < 1) throw value_error("kiln::set_num_threads: the number of threads must be at least 1, got " +
+                                     std::to_string(n));
+        std::lock_guard lock(api_);
+        stop_workers();
+        threads_ = n;
+    }
+
+    // Calls task(i) for i in [0, n) with up to threads() threads; the caller runs a share itself.
+    void parallel_for(int n, const std::function<void(int)>& task) {
+        if (n <= 1 || threads_ <= 1) {
+            for (int i = 0; i < n; ++i) task(i);
+            return;
+        }
+        std::lock_guard lock(api_);  // one parallel loop at a time; nested calls run serially above
+        start_workers();
+        {
+            std::lock_guard l(m_);
+            task_ = &task;
+            count_ = n;
+            next_.store(0);
+            done_.store(0);
+            ++generation_;
+        }
+        cv_.notify_all();
+        work();
+        while (done_.load(std::memory_order_acquire) < count_) std::this_thread::yield();
+        std::lock_guard l(m_);
+        task_ = nullptr;
+    }
+
+    ~thread_pool() { stop_workers(); }
+
+private:
+    thread_pool() : threads_(std::max(1u, std::thread::hardware_concurrency())) {}
+
+    void work() {
+        for (;;) {
+            const int i = next_.fetch_add(1);
+            if (i >= count_) return;
+            (*task_.load())(i);
+            done_.fetch_add(1, std::memory_order_release);
+        }
+    }
+
+    void start_workers() {
+        if (!workers_.empty()) return;
+        stopping_ = false;
+        for (int t = 1; t < threads_; ++t)
+            workers_.emplace_back([this] {
+                std::size_t seen = 0;
+                for (;;) {
+                    std::unique_lock l(m_);
+                    cv_.wait(l, [&] { return stopping_ || generation_ != seen; });
+                    if (stopping_) return;
+                    seen = generation_;
+                    l.unlock();
+                    work();
+                }
+            });
+    }
+
+    void stop_workers() {
+        {
+            std::lock_guard l(m_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        for (auto& w : workers_) w.join();
+        workers_.clear();
+    }
+
+    int threads_;
+    std::mutex api_, m_;
+    std::condition_variable cv_;
+    std::vector<std::thread> workers_;
+    std::atomic<const std::function<void(int)>*> task_{nullptr};
+    std::atomic<int> count_{0};
+    std::atomic<int> next_{0}, done_{0};
+    std::size_t generation_ = 0;
+    bool stopping_ = false;
+};
+
+inline std::atomic<std::ptrdiff_t>& parallel_threshold_ref() {
+    static std::atomic<std::ptrdiff_t> t{1 << 16};
+    return t;
+}
+
+}  // namespace detail
+
+// Threads used by fused loops (default: the hardware's).
+inline void set_num_threads(int n) { detail::thread_pool::instance().set_threads(n); }
+inline int num_threads() { return detail::thread_pool::instance().threads(); }
+
+// Loops over fewer elements than this run on the calling thread.
+inline void set_parallel_threshold(std::ptrdiff_t elements) { detail::parallel_threshold_ref() = elements; }
+inline std::ptrdiff_t parallel_threshold() { return detail::parallel_threshold_ref(); }
+
+}  // namespace kiln

@@ -1,0 +1,22 @@
+#pragma once
+// Configuration macros: the only macros kiln defines besides include guards.
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+// KILN_HD marks code that must run on the host and inside CUDA kernels.
+#if defined(__CUDACC__)
+#define KILN_HD __host__ __device__
+#else
+#define KILN_HD
+#endif
+
+// KILN_INLINE forces inlining of the tiny per-element functions of a fused loop.
+#if defined(__CUDACC__)
+#define KILN_INLINE __forceinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#define KILN_INLINE inline __attribute__((always_inline))
+#else
+#define KILN_INLINE inline
+#endif

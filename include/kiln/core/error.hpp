@@ -1,0 +1,37 @@
+#pragma once
+// The run-time error hierarchy. Every message names the operation and the values involved.
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+class error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Shapes that cannot be combined (broadcasting, static shapes fed with other dimensions, outputs).
+class shape_error : public error {
+public:
+    using error::error;
+};
+
+// An element type that an operation cannot take.
+class dtype_error : public error {
+public:
+    using error::error;
+};
+
+// A device that is missing or that cannot hold the data.
+class device_error : public error {
+public:
+    using error::error;
+};
+
+// A value outside what an operation accepts (a rank too large, a bad argument).
+class value_error : public error {
+public:
+    using error::error;
+};
+
+}  // namespace kiln

@@ -1,0 +1,165 @@
+#pragma once
+// Shapes: run-time shapes of bounded rank with NumPy broadcasting, and static shapes for graph mode.
+#include <array>
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "config.hpp"
+#include "error.hpp"
+
+namespace kiln {
+
+// The largest rank kiln handles; fixed so that shapes live on the stack and running a graph never allocates.
+inline constexpr int max_rank = 8;
+
+// A dimension whose extent is known only at run time.
+inline constexpr std::ptrdiff_t dyn = -1;
+
+// A static shape: each dimension is an extent or kiln::dyn.
+template <std::ptrdiff_t... Dims>
+struct shape {
+    static constexpr int rank = sizeof...(Dims);
+    static constexpr std::array<std::ptrdiff_t, sizeof...(Dims)> dims{Dims...};
+};
+
+// A shape whose rank is known only at run time.
+struct dynamic {};
+
+// A run-time shape (and, with the same layout, strides).
+struct dims {
+    int rank = 0;
+    std::array<std::ptrdiff_t, max_rank> d{};
+
+    constexpr dims() = default;
+    dims(std::initializer_list<std::ptrdiff_t> extents) { assign(extents.begin(), extents.size()); }
+
+    template <class It>
+    void assign(It first, std::size_t n) {
+        if (n > static_cast<std::size_t>(max_rank))
+            throw value_error("kiln: rank " + std::to_string(n) + " exceeds kiln::max_rank (" +
+                              std::to_string(max_rank) + ")");
+        rank = static_cast<int>(n);
+        for (int i = 0; i < rank; ++i, ++first) d[i] = static_cast<std::ptrdiff_t>(*first);
+    }
+
+    constexpr std::ptrdiff_t operator[](int i) const noexcept { return d[i]; }
+    constexpr std::ptrdiff_t& operator[](int i) noexcept { return d[i]; }
+
+    constexpr std::ptrdiff_t size() const noexcept {
+        std::ptrdiff_t n = 1;
+        for (int i = 0; i < rank; ++i) n *= d[i];
+        return n;
+    }
+
+    friend constexpr bool operator==(const dims& a, const dims& b) noexcept {
+        if (a.rank != b.rank) return false;
+        for (int i = 0; i < a.rank; ++i)
+            if (a.d[i] != b.d[i]) return false;
+        return true;
+    }
+};
+
+// "(3, 4)" like NumPy; "()" for a scalar.
+inline std::string to_string(const dims& s) {
+    std::string out = "(";
+    for (int i = 0; i < s.rank; ++i) {
+        if (i) out += ", ";
+        out += std::to_string(s.d[i]);
+    }
+    if (s.rank == 1) out += ",";
+    return out + ")";
+}
+
+namespace detail {
+
+// NumPy broadcasting; returns false when the shapes are incompatible.
+constexpr bool broadcast_into(const dims& a, const dims& b, dims& out) noexcept {
+    const int r = a.rank > b.rank ? a.rank : b.rank;
+    dims res;
+    res.rank = r;
+    for (int i = 0; i < r; ++i) {
+        const int ia = i - (r - a.rank), ib = i - (r - b.rank);
+        const std::ptrdiff_t da = ia >= 0 ? a.d[ia] : 1, db = ib >= 0 ? b.d[ib] : 1;
+        if (da == db || db == 1) res.d[i] = da;
+        else if (da == 1) res.d[i] = db;
+        else return false;
+    }
+    out = res;
+    return true;
+}
+
+}  // namespace detail
+
+// Broadcasts two shapes, naming the operation in the error.
+inline dims broadcast_shapes(const dims& a, const dims& b, std::string_view op) {
+    dims out;
+    if (!detail::broadcast_into(a, b, out))
+        throw shape_error("kiln: shape_error in '" + std::string(op) + "': cannot broadcast shapes " + to_string(a) +
+                          " and " + to_string(b));
+    return out;
+}
+
+namespace detail {
+
+template <class S>
+struct static_shape_text;
+
+template <std::ptrdiff_t... D>
+struct static_shape_text<shape<D...>> {
+    static std::string get() {
+        std::string out = "(";
+        int i = 0;
+        ((out += (i++ ? ", " : "") + (D == dyn ? std::string("?") : std::to_string(D))), ...);
+        if (sizeof...(D) == 1) out += ",";
+        return out + ")";
+    }
+};
+
+template <>
+struct static_shape_text<dynamic> {
+    static std::string get() { return "(...)"; }
+};
+
+// Static broadcasting: dyn meets n gives n (checked at run time), 1 meets n gives n.
+template <class A, class B>
+struct static_broadcast {
+    using type = dynamic;
+    static constexpr bool ok = true;
+};
+
+constexpr std::ptrdiff_t static_broadcast_dim(std::ptrdiff_t a, std::ptrdiff_t b) {
+    if (a == b) return a;
+    if (a == 1) return b;
+    if (b == 1) return a;
+    if (a == dyn) return b;
+    if (b == dyn) return a;
+    return -2;  // incompatible
+}
+
+template <std::ptrdiff_t... A, std::ptrdiff_t... B>
+struct static_broadcast<shape<A...>, shape<B...>> {
+    static constexpr int ra = sizeof...(A), rb = sizeof...(B), r = ra > rb ? ra : rb;
+    static constexpr std::array<std::ptrdiff_t, (r > 0 ? r : 1)> result = [] {
+        std::array<std::ptrdiff_t, (r > 0 ? r : 1)> out{};
+        constexpr std::array<std::ptrdiff_t, (ra > 0 ? ra : 1)> a{A...};
+        constexpr std::array<std::ptrdiff_t, (rb > 0 ? rb : 1)> b{B...};
+        for (int i = 0; i < r; ++i) {
+            const int ia = i - (r - ra), ib = i - (r - rb);
+            out[i] = static_broadcast_dim(ia >= 0 ? a[ia] : 1, ib >= 0 ? b[ib] : 1);
+        }
+        return out;
+    }();
+    static constexpr bool ok = [] {
+        for (int i = 0; i < r; ++i)
+            if (result[i] == -2) return false;
+        return true;
+    }();
+    template <std::size_t... I>
+    static auto make(std::index_sequence<I...>) -> shape<result[I]...>;
+    using type = decltype(make(std::make_index_sequence<r>{}));
+};
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,210 @@
+#pragma once
+// Feeds: binding data to an expression's leaves by name, checked at compile time, and the strided views that the
+// loops read. A feed holds a pointer to the caller's data for the duration of one run.
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "unique_nodes.hpp"
+
+namespace kiln {
+
+template <class Leaf, class Container>
+struct feed {
+    using leaf_type = Leaf;
+    using container_type = Container;
+    const Container* data;
+};
+
+// A strided view of external memory: kiln::view(ptr, {rows, cols}) or with explicit strides (in elements).
+template <class T>
+struct view_t {
+    T* data = nullptr;
+    dims shape;
+    dims strides;
+};
+
+template <class T>
+view_t<T> view(T* data, dims shape) {
+    view_t<T> v{data, shape, {}};
+    v.strides.rank = shape.rank;
+    std::ptrdiff_t s = 1;
+    for (int i = shape.rank - 1; i >= 0; --i) {
+        v.strides[i] = s;
+        s *= shape[i];
+    }
+    return v;
+}
+
+template <class T>
+view_t<T> view(T* data, dims shape, dims strides) {
+    if (strides.rank != shape.rank)
+        throw shape_error("kiln::view: shape " + to_string(shape) + " and strides " + to_string(strides) +
+                          " have different ranks");
+    return view_t<T>{data, shape, strides};
+}
+
+namespace detail {
+
+// What a loop needs of one operand: where it starts and how to step through it.
+template <class T>
+struct strided {
+    T* data = nullptr;
+    dims shape;
+    dims strides;
+};
+
+template <class C>
+struct container_element {
+    using type = std::remove_cvref_t<decltype(*std::declval<C&>().data())>;
+};
+
+template <class C>
+using container_element_t = typename container_element<C>::type;
+
+// Any container kiln accepts, as a strided view. P is `const T` for feeds and `T` for outputs.
+template <class P, class C>
+strided<P> as_strided(C& c) {
+    strided<P> s;
+    if constexpr (requires { c.strides; c.shape; c.data; } && !requires { c.size(); }) {  // kiln::view_t
+        s.data = c.data;
+        s.shape = c.shape;
+        s.strides = c.strides;
+    } else if constexpr (requires { c.shape(); c.strides(); c.data(); }) {  // xtensor containers and adaptors
+        const auto& shp = c.shape();
+        const auto& str = c.strides();
+        s.shape.assign(shp.begin(), shp.size());
+        s.strides.assign(str.begin(), str.size());
+        if constexpr (requires { c.data_offset(); }) s.data = c.data() + c.data_offset();
+        else s.data = c.data();
+    } else if constexpr (requires { c.data(); c.size(); }) {  // std::vector, std::span, std::array
+        s.data = c.data();
+        s.shape.rank = s.strides.rank = 1;
+        s.shape[0] = static_cast<std::ptrdiff_t>(c.size());
+        s.strides[0] = 1;
+    } else {
+        static_assert(sizeof(C) == 0,
+                      "kiln: feeds and outputs are xtensor containers, std::vector, std::span or kiln::view(ptr, "
+                      "shape); evaluate other expressions into a container first.");
+    }
+    return s;
+}
+
+template <fixed_string Name>
+struct no_feed_for_input {
+    static_assert(Name.size() == 0 && Name.size() != 0,
+                  "kiln::run: an input of the expression has no feed; its name is the argument of "
+                  "'no_feed_for_input' above. Pass \"name\"_in = data.");
+    static constexpr bool value = false;
+};
+template <fixed_string Name>
+struct feed_names_no_input_of_the_expression {
+    static_assert(Name.size() == 0 && Name.size() != 0,
+                  "kiln::run: a feed names no input of the expression; its name is the argument of "
+                  "'feed_names_no_input_of_the_expression' above.");
+    static constexpr bool value = false;
+};
+template <fixed_string Name>
+struct input_fed_twice {
+    static_assert(Name.size() == 0 && Name.size() != 0,
+                  "kiln::run: an input is fed twice; its name is the argument of 'input_fed_twice' above.");
+    static constexpr bool value = false;
+};
+template <fixed_string Name, class Declared, class Fed>
+struct feed_has_wrong_element_type {
+    static_assert(sizeof(Declared) == 0,
+                  "kiln::run: the feed for an input has another element type than the input declares; see the "
+                  "input's name, its declared type and the fed type in 'feed_has_wrong_element_type' above.");
+    static constexpr bool value = false;
+};
+template <fixed_string Name>
+struct two_leaves_share_a_name {
+    static_assert(Name.size() == 0 && Name.size() != 0,
+                  "kiln: two leaves of different types share a name (the argument of 'two_leaves_share_a_name' "
+                  "above); a name means one input.");
+    static constexpr bool value = false;
+};
+
+template <class Leaf, class Feed>
+inline constexpr bool names_match = (Leaf::name == Feed::leaf_type::name);
+
+template <class Leaf, class... Feeds>
+constexpr std::size_t feed_index() {
+    constexpr bool match[] = {names_match<Leaf, Feeds>..., false};
+    std::size_t i = 0;
+    while (i < sizeof...(Feeds) && !match[i]) ++i;
+    return i;
+}
+
+template <class Leaf, class... Feeds>
+constexpr bool check_leaf_feed() {
+    constexpr std::size_t count = (std::size_t{names_match<Leaf, Feeds>} + ... + 0);
+    if constexpr (count == 0) {
+        return no_feed_for_input<Leaf::name>::value;
+    } else if constexpr (count > 1) {
+        return input_fed_twice<Leaf::name>::value;
+    } else {
+        using F = std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>;
+        using fed = container_element_t<const typename F::container_type>;
+        using declared = typename Leaf::value_type;
+        if constexpr (!std::is_same_v<std::remove_const_t<fed>, declared>)
+            return feed_has_wrong_element_type<Leaf::name, declared, std::remove_const_t<fed>>::value;
+        else return true;
+    }
+}
+
+template <class Feed, class... Leaves>
+constexpr bool check_feed_used() {
+    if constexpr (!(names_match<Leaves, Feed> || ...))
+        return feed_names_no_input_of_the_expression<Feed::leaf_type::name>::value;
+    else return true;
+}
+
+template <class Leaf, class... Leaves>
+constexpr bool check_name_unique() {
+    constexpr std::size_t same_name = (std::size_t{Leaves::name == Leaf::name} + ... + 0);
+    if constexpr (same_name > 1) return two_leaves_share_a_name<Leaf::name>::value;
+    else return true;
+}
+
+template <class Leaf>
+void check_static_shape(const dims& fed) {
+    using S = typename Leaf::shape_type;
+    if constexpr (!std::is_same_v<S, dynamic>) {
+        bool ok = fed.rank == S::rank;
+        for (int i = 0; ok && i < S::rank; ++i) ok = S::dims[i] == dyn || S::dims[i] == fed[i];
+        if (!ok)
+            throw shape_error("kiln::run: input '" + std::string(Leaf::name.view()) + "' is declared with shape " +
+                              static_shape_text<S>::get() + " but was fed shape " + to_string(fed));
+    }
+}
+
+// The leaves' views, in the order of the plan's leaves.
+template <class LeafList>
+struct bound_leaves;
+template <class... Leaves>
+struct bound_leaves<types<Leaves...>> {
+    using type = std::tuple<strided<const typename Leaves::value_type>...>;
+
+    template <class... Feeds>
+    static type bind(const Feeds&... feeds) {
+        constexpr bool ok = (check_name_unique<Leaves, Leaves...>() && ...) &&
+                            (check_leaf_feed<Leaves, Feeds...>() && ...) && (check_feed_used<Feeds, Leaves...>() && ...);
+        if constexpr (ok) return bind_checked(feeds...);
+        else return type{};
+    }
+
+    template <class... Feeds>
+    static type bind_checked(const Feeds&... feeds) {
+        const auto all = std::forward_as_tuple(feeds...);
+        type out{as_strided<const typename Leaves::value_type>(*std::get<feed_index<Leaves, Feeds...>()>(all).data)...};
+        [&]<std::size_t... K>(std::index_sequence<K...>) {
+            (check_static_shape<Leaves>(std::get<K>(out).shape), ...);
+        }(std::index_sequence_for<Leaves...>{});
+        return out;
+    }
+};
+
+}  // namespace detail
+}  // namespace kiln

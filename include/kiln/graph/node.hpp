@@ -1,0 +1,288 @@
+#pragma once
+// Graph-mode expression nodes: leaves (inputs, params), run-time scalars and op nodes.
+// Nodes hold their children by value and leaves hold nothing, so an expression never dangles and is trivially
+// copyable into a GPU kernel.
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "../core/config.hpp"
+#include "../core/constant.hpp"
+#include "../core/dtype.hpp"
+#include "../core/fixed_string.hpp"
+#include "../core/shape.hpp"
+#include "../ops/cast.hpp"
+
+namespace kiln {
+
+template <class Leaf, class Container>
+struct feed;
+
+namespace detail {
+struct input_kind {};
+struct param_kind {};
+
+template <fixed_string Name, class T, class Shape, class Kind>
+struct leaf {
+    static_assert(is_dtype_v<T>, "kiln: a leaf's element type must be bool, int32_t, int64_t, float or double.");
+    using value_type = T;
+    using shape_type = Shape;
+    using kind = Kind;
+    static constexpr fixed_string name = Name;
+
+    // "x"_in = data: binds data to this leaf for one run.
+    template <class Container>
+    constexpr feed<leaf, Container> operator=(const Container& c) const noexcept {
+        return feed<leaf, Container>{&c};
+    }
+};
+}  // namespace detail
+
+// An input, fed at each run: kiln::input<"x", float, kiln::shape<kiln::dyn, 10>>.
+template <fixed_string Name, class T = float, class Shape = dynamic>
+using input = detail::leaf<Name, T, Shape, detail::input_kind>;
+
+// A parameter: state, fed or owned by a session.
+template <fixed_string Name, class T = float, class Shape = dynamic>
+using param = detail::leaf<Name, T, Shape, detail::param_kind>;
+
+// A run-time scalar (0.5f * x). It takes the element type of the tensor it meets, as in PyTorch.
+template <class T>
+struct scalar {
+    T value;
+};
+
+namespace detail {
+
+// Storage for a node's children, by value.
+template <std::size_t I, class T>
+struct arg_slot {
+    T value;
+};
+
+template <class Seq, class... Args>
+struct arg_pack;
+
+template <std::size_t... I, class... Args>
+struct arg_pack<std::index_sequence<I...>, Args...> : arg_slot<I, Args>... {};
+
+template <std::size_t I, class T>
+KILN_HD constexpr const T& get_arg(const arg_slot<I, T>& s) noexcept {
+    return s.value;
+}
+
+}  // namespace detail
+
+// An op applied to its operands.
+template <class Op, class... Args>
+struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
+    using op = Op;
+    static constexpr std::size_t arity = sizeof...(Args);
+
+    template <std::size_t I>
+    KILN_HD constexpr const auto& arg() const noexcept {
+        return detail::get_arg<I>(*this);
+    }
+};
+
+template <class Op, class... Args>
+constexpr node<Op, Args...> make_node(const Args&... args) {
+    node<Op, Args...> n{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        ((static_cast<detail::arg_slot<I, Args>&>(n).value = args), ...);
+    }(std::index_sequence_for<Args...>{});
+    return n;
+}
+
+// Traits.
+template <class T>
+struct is_leaf : std::false_type {};
+template <fixed_string N, class T, class S, class K>
+struct is_leaf<detail::leaf<N, T, S, K>> : std::true_type {};
+template <class T>
+inline constexpr bool is_leaf_v = is_leaf<T>::value;
+
+template <class T>
+struct is_scalar_node : std::false_type {};
+template <class T>
+struct is_scalar_node<scalar<T>> : std::true_type {};
+
+template <class T>
+struct is_node : std::false_type {};
+template <class Op, class... A>
+struct is_node<node<Op, A...>> : std::true_type {};
+template <class T>
+inline constexpr bool is_node_v = is_node<T>::value;
+
+template <class T>
+inline constexpr bool is_graph_v = is_leaf_v<T> || is_node_v<T> || is_scalar_node<T>::value || is_constant_v<T>;
+
+namespace detail {
+
+template <fixed_string N, class T, class S, class K>
+struct mode_of<leaf<N, T, S, K>> {
+    static constexpr operand_mode value = operand_mode::graph;
+};
+template <class T>
+struct mode_of<scalar<T>> {
+    static constexpr operand_mode value = operand_mode::graph;
+};
+template <class Op, class... A>
+struct mode_of<node<Op, A...>> {
+    static constexpr operand_mode value = operand_mode::graph;
+};
+
+// A pure node holds no run-time value (no scalar below it): its type alone says what it computes.
+template <class E>
+struct is_pure : std::bool_constant<!is_scalar_node<E>::value> {};
+template <class Op, class... A>
+struct is_pure<node<Op, A...>> : std::bool_constant<(is_pure<A>::value && ...)> {};
+
+// Element types. Constants and run-time scalars are weak: they take the type of what they meet.
+struct weak {};
+
+template <class E>
+struct value_type_of {
+    using type = weak;
+};
+template <fixed_string N, class T, class S, class K>
+struct value_type_of<leaf<N, T, S, K>> {
+    using type = T;
+};
+
+template <class Op>
+constexpr int condition_position() {
+    if constexpr (requires { Op::condition_arg; }) return Op::condition_arg;
+    else return -1;
+}
+
+template <class Op, class T1, class T2>
+struct incompatible_element_types {
+    static_assert(sizeof(Op) == 0,
+                  "kiln: the operands of this op have different element types (see Op, T1 and T2 in "
+                  "'incompatible_element_types<Op, T1, T2>' above); convert one with kiln::cast<T>(x).");
+    using type = T1;
+};
+
+// Combines operand types: weak meets T gives T; T meets T gives T; anything else is an error.
+template <class Op, class A, class B>
+struct join_types {
+    using type = typename incompatible_element_types<Op, A, B>::type;
+};
+template <class Op, class A>
+struct join_types<Op, A, A> {
+    using type = A;
+};
+template <class Op, class A>
+struct join_types<Op, A, weak> {
+    using type = A;
+};
+template <class Op, class B>
+struct join_types<Op, weak, B> {
+    using type = B;
+};
+template <class Op>
+struct join_types<Op, weak, weak> {
+    using type = weak;
+};
+
+template <class Op, class Acc, class... Ts>
+struct join_all {
+    using type = Acc;
+};
+template <class Op, class Acc, class T, class... Ts>
+struct join_all<Op, Acc, T, Ts...> {
+    using type = typename join_all<Op, typename join_types<Op, Acc, T>::type, Ts...>::type;
+};
+
+// The type in which a node's operands are evaluated (its condition operand excluded).
+template <class Op, class Seq, class... A>
+struct operand_type_impl;
+template <class Op, std::size_t... I, class... A>
+struct operand_type_impl<Op, std::index_sequence<I...>, A...> {
+    using type = typename join_all<
+        Op, weak,
+        std::conditional_t<static_cast<int>(I) == condition_position<Op>(), weak, typename value_type_of<A>::type>...>::
+        type;
+};
+template <class N>
+struct operand_type;
+template <class Op, class... A>
+struct operand_type<node<Op, A...>> {
+    using type = typename operand_type_impl<Op, std::index_sequence_for<A...>, A...>::type;
+};
+template <class N>
+using operand_type_t = typename operand_type<N>::type;
+
+template <class Op, class D, class... A>
+struct result_type {
+    template <class X>
+    using operand_t = std::conditional_t<std::is_same_v<typename value_type_of<X>::type, weak>, D,
+                                         typename value_type_of<X>::type>;
+    using type = std::remove_cvref_t<decltype(Op::apply(std::declval<operand_t<A>>()...))>;
+};
+template <class Op, class... A>
+struct result_type<Op, weak, A...> {
+    using type = weak;
+};
+
+template <class Op, class... A>
+struct value_type_of<node<Op, A...>> {
+    using type = typename result_type<Op, operand_type_t<node<Op, A...>>, A...>::type;
+};
+
+template <class E>
+using value_type_t = typename value_type_of<E>::type;
+
+// Static shapes: leaves declare one, scalars and constants are rank 0, nodes broadcast their operands.
+template <class E>
+struct shape_of {
+    using type = shape<>;
+};
+template <fixed_string N, class T, class S, class K>
+struct shape_of<leaf<N, T, S, K>> {
+    using type = S;
+};
+
+template <class Op, class A, class B>
+struct incompatible_static_shapes {
+    static_assert(sizeof(Op) == 0,
+                  "kiln: static shapes cannot be broadcast together (see the op and the two shapes A and B in "
+                  "'incompatible_static_shapes<Op, A, B>' above).");
+    using type = dynamic;
+};
+
+template <class Op, class A, class B>
+struct broadcast_static {
+    using bc = static_broadcast<A, B>;
+    using type = typename std::conditional_t<bc::ok, bc, incompatible_static_shapes<Op, A, B>>::type;
+};
+
+template <class Op, class Acc, class... S>
+struct broadcast_all {
+    using type = Acc;
+};
+template <class Op, class Acc, class S, class... Rest>
+struct broadcast_all<Op, Acc, S, Rest...> {
+    using type = typename broadcast_all<Op, typename broadcast_static<Op, Acc, S>::type, Rest...>::type;
+};
+
+template <class Op, class... A>
+struct shape_of<node<Op, A...>> {
+    using type = typename broadcast_all<Op, shape<>, typename shape_of<A>::type...>::type;
+};
+template <class E>
+using shape_of_t = typename shape_of<E>::type;
+
+}  // namespace detail
+
+template <fixed_string N, class T, class S, class K>
+struct element_type<detail::leaf<N, T, S, K>> {
+    using type = T;
+};
+template <class Op, class... A>
+struct element_type<node<Op, A...>> {
+    using type = detail::value_type_t<node<Op, A...>>;
+};
+
+}  // namespace kiln

@@ -1,0 +1,122 @@
+#pragma once
+// Type-level planning: the unique pure nodes of one or more expressions in topological order, and their leaves.
+// Two pure nodes of the same type compute the same value, so each is listed once (common subexpression
+// elimination by type identity). Nodes that hold a run-time scalar are not pure and are never merged: 0.5f * x and
+// 0.7f * x have one type but two values.
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+
+#include "node.hpp"
+
+namespace kiln::detail {
+
+template <class... Ts>
+struct types {
+    static constexpr std::size_t size = sizeof...(Ts);
+};
+
+template <class T, class List>
+struct contains;
+template <class T, class... Ts>
+struct contains<T, types<Ts...>> : std::bool_constant<(std::is_same_v<T, Ts> || ...)> {};
+
+template <class List, class T>
+struct append;
+template <class... Ts, class T>
+struct append<types<Ts...>, T> {
+    using type = types<Ts..., T>;
+};
+
+// Position of T in List (List must contain T).
+template <class T, class List>
+struct index_of;
+template <class T, class... Ts>
+struct index_of<T, types<Ts...>> {
+    static constexpr std::size_t value = [] {
+        constexpr bool same[] = {std::is_same_v<T, Ts>..., false};
+        std::size_t i = 0;
+        while (!same[i]) ++i;
+        return i;
+    }();
+};
+
+template <std::size_t I, class List>
+struct at;
+template <std::size_t I, class... Ts>
+struct at<I, types<Ts...>> {
+    using type = std::tuple_element_t<I, std::tuple<Ts...>>;
+};
+
+// A node is listed when it is pure and has an element type of its own (weak all-constant subtrees are evaluated in
+// place, in the type of whatever uses them).
+template <class E>
+inline constexpr bool is_listed_v =
+    is_leaf_v<E> || (is_node_v<E> && is_pure<E>::value && !std::is_same_v<value_type_t<E>, weak>);
+
+// Post-order walk; a listed node already present is not walked again, so shared subtrees cost nothing.
+template <class E, class List>
+struct collect {
+    using type = List;
+};
+
+template <class Acc, class... A>
+struct collect_args {
+    using type = Acc;
+};
+template <class Acc, class A, class... Rest>
+struct collect_args<Acc, A, Rest...> {
+    using type = typename collect_args<typename collect<A, Acc>::type, Rest...>::type;
+};
+
+template <fixed_string N, class T, class S, class K, class List>
+struct collect<leaf<N, T, S, K>, List> {
+    using E = leaf<N, T, S, K>;
+    using type = std::conditional_t<contains<E, List>::value, List, typename append<List, E>::type>;
+};
+
+template <class Op, class... A, class List>
+struct collect<node<Op, A...>, List> {
+    using E = node<Op, A...>;
+    template <class L>
+    using with_self = std::conditional_t<is_listed_v<E>, typename append<L, E>::type, L>;
+    using type = typename std::conditional_t<contains<E, List>::value, std::type_identity<List>,
+                                             std::type_identity<with_self<typename collect_args<List, A...>::type>>>::type;
+};
+
+template <class... Roots>
+using unique_nodes_t = typename collect_args<types<>, Roots...>::type;
+
+// The leaves among the unique nodes, in first-use order.
+template <class List>
+struct leaves_of;
+template <class... Ts>
+struct leaves_of<types<Ts...>> {
+    template <class Acc, class T>
+    using step = std::conditional_t<is_leaf_v<T>, typename append<Acc, T>::type, Acc>;
+    template <class Acc, class... Rest>
+    struct fold {
+        using type = Acc;
+    };
+    template <class Acc, class T, class... Rest>
+    struct fold<Acc, T, Rest...> {
+        using type = typename fold<step<Acc, T>, Rest...>::type;
+    };
+    using type = typename fold<types<>, Ts...>::type;
+};
+template <class List>
+using leaves_t = typename leaves_of<List>::type;
+
+// Every node (listed or not) has element type T or bool: then the whole graph can run on batches of T.
+template <class E, class T>
+struct uniform_type : std::true_type {};
+template <fixed_string N, class U, class S, class K, class T>
+struct uniform_type<leaf<N, U, S, K>, T> : std::is_same<U, T> {};
+template <class Op, class... A, class T>
+struct uniform_type<node<Op, A...>, T>
+    : std::bool_constant<(std::is_same_v<value_type_t<node<Op, A...>>, T> ||
+                          std::is_same_v<value_type_t<node<Op, A...>>, bool> ||
+                          std::is_same_v<value_type_t<node<Op, A...>>, weak>) &&
+                         (uniform_type<A, T>::value && ...)> {};
+
+}  // namespace kiln::detail

@@ -1,0 +1,8 @@
+#pragma once
+// kiln: everything. (CUDA translation units include kiln/graph/graph.hpp and kiln/backend/thrust/transform.hpp.)
+#include "backend/cpu/run.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/shape.hpp"
+#include "graph/graph.hpp"
+#include "ops/ops.hpp"

@@ -1,0 +1,235 @@
+#pragma once
+// Unary functions and the binary pow, maximum and minimum.
+#include "arithmetic.hpp"
+
+namespace kiln {
+namespace detail::kernels {
+
+// One of the operand's type: a scalar or an xsimd batch filled with 1.
+template <class V>
+KILN_HD KILN_INLINE constexpr V one_like(const V&) { return V(1); }
+template <class V>
+KILN_HD KILN_INLINE constexpr V zero_like(const V&) { return V(0); }
+
+}  // namespace detail::kernels
+
+namespace ops {
+
+// Defines a unary op whose kernel calls a function found in std:: for scalars and by ADL for batches.
+#define KILN_STD_UNARY_KERNEL(fn)                                   \
+    template <class A>                                              \
+    KILN_HD KILN_INLINE static auto apply(const A& a) {             \
+        using std::fn;                                              \
+        return fn(a);                                               \
+    }
+
+struct abs {
+    static constexpr std::string_view name = "abs";
+    static constexpr int arity = 1;
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        using detail::kernels::abs;
+        return abs(a);
+    }
+    static constexpr detail::rational fold(detail::rational a) { return {a.num < 0 ? -a.num : a.num, a.den, a.ok}; }
+    // abs(abs(x)) -> abs(x)
+    template <class A>
+    static constexpr auto simplify(const A& a) {
+        if constexpr (requires { typename A::op; }) {
+            if constexpr (std::is_same_v<typename A::op, abs>) return a;
+            else return detail::keep{};
+        } else {
+            return detail::keep{};
+        }
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(kiln::where(a > c<0>, g, kiln::where(a < c<0>, kiln::neg(g), c<0>)));
+    }
+};
+
+struct exp {
+    static constexpr std::string_view name = "exp";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(exp)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g * y); }
+};
+
+struct log {
+    static constexpr std::string_view name = "log";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(log)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g / a); }
+};
+
+struct sqrt {
+    static constexpr std::string_view name = "sqrt";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(sqrt)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g / (c<2> * y)); }
+};
+
+struct rsqrt {
+    static constexpr std::string_view name = "rsqrt";
+    static constexpr int arity = 1;
+    // 1 / sqrt(x), correctly rounded in both steps (xsimd's rsqrt is an approximation).
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::sqrt;
+        return detail::kernels::one_like(a) / sqrt(a);
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y& y, const G& g) {
+        return detail::grads(kiln::neg(c<1, 2> * g * y / a));
+    }
+};
+
+struct square {
+    static constexpr std::string_view name = "square";
+    static constexpr int arity = 1;
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) { return a * a; }
+    static constexpr detail::rational fold(detail::rational a) {
+        return detail::make_rational(static_cast<__int128>(a.num) * a.num, static_cast<__int128>(a.den) * a.den);
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(c<2> * a * g); }
+};
+
+struct sin {
+    static constexpr std::string_view name = "sin";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(sin)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g * kiln::cos(a)); }
+};
+
+struct cos {
+    static constexpr std::string_view name = "cos";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(cos)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(kiln::neg(g * kiln::sin(a)));
+    }
+};
+
+struct tanh {
+    static constexpr std::string_view name = "tanh";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(tanh)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y& y, const G& g) {
+        return detail::grads(g * (c<1> - kiln::square(y)));
+    }
+};
+
+#undef KILN_STD_UNARY_KERNEL
+
+struct sigmoid {
+    static constexpr std::string_view name = "sigmoid";
+    static constexpr int arity = 1;
+    // 1 / (1 + exp(-x)): exp overflows to infinity for very negative x and the result is then exactly 0.
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::exp;
+        const A one = detail::kernels::one_like(a);
+        return one / (one + exp(-a));
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g * y * (c<1> - y)); }
+};
+
+struct relu {
+    static constexpr std::string_view name = "relu";
+    static constexpr int arity = 1;
+    // NaN propagates: relu(NaN) is NaN, as in NumPy's maximum(x, 0).
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        using detail::kernels::select;
+        const A zero = detail::kernels::zero_like(a);
+        return select(a < zero, zero, a);
+    }
+    static constexpr detail::rational fold(detail::rational a) { return a.num < 0 ? detail::rational{0, 1, a.ok} : a; }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(kiln::where(a > c<0>, g, c<0>));
+    }
+};
+
+struct pow {
+    static constexpr std::string_view name = "pow";
+    static constexpr int arity = 2;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
+        using std::pow;
+        return pow(a, b);
+    }
+    // pow(x, 1) -> x
+    template <class A, class B>
+    static constexpr auto simplify(const A& a, const B&) {
+        if constexpr (std::is_same_v<B, constant<1>>) return a;
+        else return detail::keep{};
+    }
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A& a, const B& b, const Y& y, const G& g) {
+        return detail::grads(g * b * kiln::pow(a, b - c<1>), g * y * kiln::log(a));
+    }
+};
+
+// maximum and minimum propagate NaN from either operand, like NumPy.
+struct maximum {
+    static constexpr std::string_view name = "maximum";
+    static constexpr int arity = 2;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
+        using detail::kernels::select;
+        return select((a > b) || (a != a), a, b);
+    }
+    static constexpr detail::rational fold(detail::rational a, detail::rational b) {
+        return static_cast<__int128>(a.num) * b.den >= static_cast<__int128>(b.num) * a.den ? a : b;
+    }
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A& a, const B& b, const Y&, const G& g) {
+        return detail::grads(kiln::where(a >= b, g, c<0>), kiln::where(a >= b, c<0>, g));
+    }
+};
+
+struct minimum {
+    static constexpr std::string_view name = "minimum";
+    static constexpr int arity = 2;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
+        using detail::kernels::select;
+        return select((a < b) || (a != a), a, b);
+    }
+    static constexpr detail::rational fold(detail::rational a, detail::rational b) {
+        return static_cast<__int128>(a.num) * b.den <= static_cast<__int128>(b.num) * a.den ? a : b;
+    }
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A& a, const B& b, const Y&, const G& g) {
+        return detail::grads(kiln::where(a <= b, g, c<0>), kiln::where(a <= b, c<0>, g));
+    }
+};
+
+}  // namespace ops
+
+template <class A> constexpr auto abs(const A& a) { return detail::make<ops::abs>(a); }
+template <class A> constexpr auto exp(const A& a) { return detail::make<ops::exp>(a); }
+template <class A> constexpr auto log(const A& a) { return detail::make<ops::log>(a); }
+template <class A> constexpr auto sqrt(const A& a) { return detail::make<ops::sqrt>(a); }
+template <class A> constexpr auto rsqrt(const A& a) { return detail::make<ops::rsqrt>(a); }
+template <class A> constexpr auto square(const A& a) { return detail::make<ops::square>(a); }
+template <class A> constexpr auto sin(const A& a) { return detail::make<ops::sin>(a); }
+template <class A> constexpr auto cos(const A& a) { return detail::make<ops::cos>(a); }
+template <class A> constexpr auto tanh(const A& a) { return detail::make<ops::tanh>(a); }
+template <class A> constexpr auto sigmoid(const A& a) { return detail::make<ops::sigmoid>(a); }
+template <class A> constexpr auto relu(const A& a) { return detail::make<ops::relu>(a); }
+template <class A, class B> constexpr auto pow(const A& a, const B& b) { return detail::make<ops::pow>(a, b); }
+template <class A, class B> constexpr auto maximum(const A& a, const B& b) { return detail::make<ops::maximum>(a, b); }
+template <class A, class B> constexpr auto minimum(const A& a, const B& b) { return detail::make<ops::minimum>(a, b); }
+
+}  // namespace kiln

@@ -1,0 +1,127 @@
+#pragma once
+// What every operation of the vocabulary shares: the dispatch from a free function to the mode of its operands,
+// the scalar helpers that kernels call, and the markers used by gradient rules.
+//
+// An op is a struct with: `name`, `arity`, a scalar kernel `apply` (KILN_HD, works on float, double, integers and
+// xsimd batches), a `gradient(args..., y, g)` rule written with the vocabulary's own free functions, and
+// optionally `fold` (exact rational folding of constants) and `simplify` (exact identities).
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+
+#include "../core/config.hpp"
+#include "../core/constant.hpp"
+
+namespace kiln {
+
+// The vocabulary's free functions, declared before the ops so that gradient rules can call them.
+template <class A> constexpr auto neg(const A& a);
+template <class A> constexpr auto abs(const A& a);
+template <class A> constexpr auto exp(const A& a);
+template <class A> constexpr auto log(const A& a);
+template <class A> constexpr auto sqrt(const A& a);
+template <class A> constexpr auto rsqrt(const A& a);
+template <class A> constexpr auto square(const A& a);
+template <class A> constexpr auto sin(const A& a);
+template <class A> constexpr auto cos(const A& a);
+template <class A> constexpr auto tanh(const A& a);
+template <class A> constexpr auto sigmoid(const A& a);
+template <class A> constexpr auto relu(const A& a);
+template <class A, class B> constexpr auto pow(const A& a, const B& b);
+template <class C, class A, class B> constexpr auto where(const C& c, const A& a, const B& b);
+
+namespace detail {
+
+// Returned by an op's `simplify` when no identity applies.
+struct keep {};
+
+// The mode an operand belongs to; an op is built in the highest mode among its operands.
+enum class operand_mode : int { none = -1, constant = 0, number = 1, graph = 2, eager = 3 };
+
+template <class T, class = void>
+struct mode_of {
+    static constexpr operand_mode value =
+        std::is_arithmetic_v<T> ? operand_mode::number : operand_mode::none;
+};
+template <std::int64_t N, std::int64_t D>
+struct mode_of<constant<N, D>> {
+    static constexpr operand_mode value = operand_mode::constant;
+};
+
+template <class... Args>
+constexpr operand_mode combined_mode() {
+    operand_mode m = operand_mode::constant;
+    ((m = (mode_of<std::remove_cvref_t<Args>>::value == operand_mode::none ||
+           m == operand_mode::none)
+              ? operand_mode::none
+              : (static_cast<int>(mode_of<std::remove_cvref_t<Args>>::value) > static_cast<int>(m)
+                     ? mode_of<std::remove_cvref_t<Args>>::value
+                     : m)),
+     ...);
+    return m;
+}
+
+// True when at least one operand is a kiln type (so kiln's operators apply) and none is foreign.
+template <class... Args>
+inline constexpr bool kiln_operands_v =
+    combined_mode<Args...>() != operand_mode::none &&
+    ((mode_of<std::remove_cvref_t<Args>>::value != operand_mode::number) || ...);
+
+// Builds `Op(args...)` in one mode. Specialized by graph mode (constant and graph) and eager mode.
+template <operand_mode M>
+struct op_builder;
+
+template <class Op, class... Args>
+constexpr auto make(const Args&... args) {
+    constexpr operand_mode m = combined_mode<Args...>();
+    static_assert(m != operand_mode::none,
+                  "kiln: an operand is neither a number nor a kiln expression, constant or tensor.");
+    return op_builder<m>::template build<Op>(args...);
+}
+
+// Marks an operand that has no gradient (a condition, a comparison's operands).
+struct no_grad {};
+
+template <class... G>
+constexpr auto grads(const G&... g) {
+    return std::tuple<G...>(g...);
+}
+
+// Number mode: all operands are numbers or constants; the op runs now. Constants take the numbers' type.
+template <class... Args>
+using number_type_t = std::common_type_t<std::conditional_t<is_constant_v<Args>, bool, std::remove_cvref_t<Args>>...>;
+
+template <class T, class A>
+KILN_HD constexpr auto as_number(const A& a) {
+    if constexpr (is_constant_v<A>) return A::template value<T>();
+    else return a;
+}
+
+template <>
+struct op_builder<operand_mode::number> {
+    template <class Op, class... Args>
+    static constexpr auto build(const Args&... args) {
+        using T = number_type_t<Args...>;
+        return Op::apply(as_number<T>(args)...);
+    }
+};
+
+// Scalar helpers for kernels. Kernels call these unqualified, so a batch type finds xsimd's overloads by ADL.
+namespace kernels {
+
+template <class T>
+KILN_HD KILN_INLINE constexpr T select(bool c, const T& a, const T& b) {
+    return c ? a : b;
+}
+
+template <class T>
+KILN_HD KILN_INLINE constexpr T abs(const T& a) {
+    if constexpr (std::is_unsigned_v<T>) return a;
+    else return a < T(0) ? T(-a) : (a == T(0) ? T(0) : a);  // abs(-0.0) == +0.0, abs(NaN) stays NaN
+}
+
+}  // namespace kernels
+}  // namespace detail
+}  // namespace kiln

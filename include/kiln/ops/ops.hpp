@@ -1,0 +1,6 @@
+#pragma once
+// The whole elementwise vocabulary.
+#include "arithmetic.hpp"
+#include "cast.hpp"
+#include "compare.hpp"
+#include "math.hpp"
