@@ -11,13 +11,13 @@
 namespace kiln::detail {
 
 // The type of E's value in Mode; weak nodes take the context type D.
-template <class E, class D, class Mode>
+template <class E, class D, class Mode, class = void>
 struct eval_type {
     using type = typename Mode::template value_t<D>;  // constants and scalars
 };
-template <fixed_string N, class T, class S, class K, class D, class Mode>
-struct eval_type<leaf<N, T, S, K>, D, Mode> {
-    using type = typename Mode::template value_t<T>;
+template <class L, class D, class Mode>
+struct eval_type<L, D, Mode, std::enable_if_t<is_leaf_v<L>>> {
+    using type = typename Mode::template value_t<typename L::value_type>;
 };
 template <class Op, class... A, class D, class Mode>
 struct eval_type<node<Op, A...>, D, Mode> {

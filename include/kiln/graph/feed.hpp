@@ -20,6 +20,7 @@ struct feed {
 // A strided view of external memory: kiln::view(ptr, {rows, cols}) or with explicit strides (in elements).
 template <class T>
 struct view_t {
+    using value_type = std::remove_const_t<T>;
     T* data = nullptr;
     dims shape;
     dims strides;
@@ -58,6 +59,11 @@ struct strided {
 template <class C>
 struct container_element {
     using type = std::remove_cvref_t<decltype(*std::declval<C&>().data())>;
+};
+template <class C>
+    requires requires { typename C::value_type; }
+struct container_element<C> {
+    using type = typename C::value_type;
 };
 
 template <class C>
@@ -197,7 +203,7 @@ struct bound_leaves<types<Leaves...>> {
 
     template <class... Feeds>
     static type bind_checked(const Feeds&... feeds) {
-        const auto all = std::forward_as_tuple(feeds...);
+        [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
         type out{as_strided<const typename Leaves::value_type>(*std::get<feed_index<Leaves, Feeds...>()>(all).data)...};
         [&]<std::size_t... K>(std::index_sequence<K...>) {
             (check_static_shape<Leaves>(std::get<K>(out).shape), ...);

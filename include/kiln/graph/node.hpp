@@ -22,8 +22,12 @@ namespace detail {
 struct input_kind {};
 struct param_kind {};
 
+// Leaves are recognised by this base rather than by matching leaf<Name, ...>: nvcc cannot deduce a class-type
+// template argument in a partial specialization.
+struct leaf_base {};
+
 template <fixed_string Name, class T, class Shape, class Kind>
-struct leaf {
+struct leaf : leaf_base {
     static_assert(is_dtype_v<T>, "kiln: a leaf's element type must be bool, int32_t, int64_t, float or double.");
     using value_type = T;
     using shape_type = Shape;
@@ -96,9 +100,7 @@ constexpr node<Op, Args...> make_node(const Args&... args) {
 
 // Traits.
 template <class T>
-struct is_leaf : std::false_type {};
-template <fixed_string N, class T, class S, class K>
-struct is_leaf<detail::leaf<N, T, S, K>> : std::true_type {};
+struct is_leaf : std::is_base_of<detail::leaf_base, T> {};
 template <class T>
 inline constexpr bool is_leaf_v = is_leaf<T>::value;
 
@@ -119,8 +121,8 @@ inline constexpr bool is_graph_v = is_leaf_v<T> || is_node_v<T> || is_scalar_nod
 
 namespace detail {
 
-template <fixed_string N, class T, class S, class K>
-struct mode_of<leaf<N, T, S, K>> {
+template <class L>
+struct mode_of<L, std::enable_if_t<is_leaf_v<L>>> {
     static constexpr operand_mode value = operand_mode::graph;
 };
 template <class T>
@@ -141,13 +143,13 @@ struct is_pure<node<Op, A...>> : std::bool_constant<(is_pure<A>::value && ...)> 
 // Element types. Constants and run-time scalars are weak: they take the type of what they meet.
 struct weak {};
 
-template <class E>
+template <class E, class = void>
 struct value_type_of {
     using type = weak;
 };
-template <fixed_string N, class T, class S, class K>
-struct value_type_of<leaf<N, T, S, K>> {
-    using type = T;
+template <class L>
+struct value_type_of<L, std::enable_if_t<is_leaf_v<L>>> {
+    using type = typename L::value_type;
 };
 
 template <class Op>
@@ -235,13 +237,13 @@ template <class E>
 using value_type_t = typename value_type_of<E>::type;
 
 // Static shapes: leaves declare one, scalars and constants are rank 0, nodes broadcast their operands.
-template <class E>
+template <class E, class = void>
 struct shape_of {
     using type = shape<>;
 };
-template <fixed_string N, class T, class S, class K>
-struct shape_of<leaf<N, T, S, K>> {
-    using type = S;
+template <class L>
+struct shape_of<L, std::enable_if_t<is_leaf_v<L>>> {
+    using type = typename L::shape_type;
 };
 
 template <class Op, class A, class B>
@@ -276,9 +278,9 @@ using shape_of_t = typename shape_of<E>::type;
 
 }  // namespace detail
 
-template <fixed_string N, class T, class S, class K>
-struct element_type<detail::leaf<N, T, S, K>> {
-    using type = T;
+template <class L>
+struct element_type<L, std::enable_if_t<is_leaf_v<L>>> {
+    using type = typename L::value_type;
 };
 template <class Op, class... A>
 struct element_type<node<Op, A...>> {

@@ -55,9 +55,10 @@ inline constexpr bool is_listed_v =
     is_leaf_v<E> || (is_node_v<E> && is_pure<E>::value && !std::is_same_v<value_type_t<E>, weak>);
 
 // Post-order walk; a listed node already present is not walked again, so shared subtrees cost nothing.
+// (Leaves are appended once; constants and scalars are not listed.)
 template <class E, class List>
 struct collect {
-    using type = List;
+    using type = std::conditional_t<is_leaf_v<E> && !contains<E, List>::value, typename append<List, E>::type, List>;
 };
 
 template <class Acc, class... A>
@@ -67,12 +68,6 @@ struct collect_args {
 template <class Acc, class A, class... Rest>
 struct collect_args<Acc, A, Rest...> {
     using type = typename collect_args<typename collect<A, Acc>::type, Rest...>::type;
-};
-
-template <fixed_string N, class T, class S, class K, class List>
-struct collect<leaf<N, T, S, K>, List> {
-    using E = leaf<N, T, S, K>;
-    using type = std::conditional_t<contains<E, List>::value, List, typename append<List, E>::type>;
 };
 
 template <class Op, class... A, class List>
@@ -108,10 +103,10 @@ template <class List>
 using leaves_t = typename leaves_of<List>::type;
 
 // Every node (listed or not) has element type T or bool: then the whole graph can run on batches of T.
-template <class E, class T>
+template <class E, class T, class = void>
 struct uniform_type : std::true_type {};
-template <fixed_string N, class U, class S, class K, class T>
-struct uniform_type<leaf<N, U, S, K>, T> : std::is_same<U, T> {};
+template <class L, class T>
+struct uniform_type<L, T, std::enable_if_t<is_leaf_v<L>>> : std::is_same<typename L::value_type, T> {};
 template <class Op, class... A, class T>
 struct uniform_type<node<Op, A...>, T>
     : std::bool_constant<(std::is_same_v<value_type_t<node<Op, A...>>, T> ||

@@ -28,6 +28,7 @@ KILN_COMPARISON(not_equal, "!=", a != b)
 
 struct where {
     static constexpr std::string_view name = "where";
+    static constexpr int condition_arg = 0;  // excluded from the operands' common element type
     static constexpr int arity = 3;
     template <class C, class A, class B>
     KILN_HD KILN_INLINE static constexpr auto apply(const C& cond, const A& a, const B& b) {

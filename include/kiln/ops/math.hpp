@@ -163,10 +163,21 @@ struct relu {
 struct pow {
     static constexpr std::string_view name = "pow";
     static constexpr int arity = 2;
+    // Batches are computed lane by lane with std::pow: a vector pow (exp(y log x)) gets the IEEE special cases
+    // wrong (pow(0, 0), pow(-8, 2), pow(NaN, 0)), and pow is rarely what bounds a loop.
     template <class A, class B>
     KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
-        using std::pow;
-        return pow(a, b);
+        if constexpr (requires { A::size; }) {
+            using T = typename A::value_type;
+            T x[A::size], y[A::size];
+            a.store_unaligned(x);
+            b.store_unaligned(y);
+            for (std::size_t i = 0; i < A::size; ++i) x[i] = std::pow(x[i], y[i]);
+            return A::load_unaligned(x);
+        } else {
+            using std::pow;
+            return pow(a, b);
+        }
     }
     // pow(x, 1) -> x
     template <class A, class B>

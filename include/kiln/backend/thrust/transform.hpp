@@ -1,0 +1,116 @@
+#pragma once
+// Lowering an elementwise graph to Thrust: one thrust::transform over a zip of the leaves' pointers, with the fused
+// expression as the functor. Compiles with nvcc for GPUs and with a host compiler on Thrust's OpenMP or CPP device
+// systems. Leaves and output must have one size (no broadcasting on this path yet).
+#include <string>
+
+#include <thrust/device_vector.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/transform.h>
+#include <thrust/tuple.h>
+
+#include "../../graph/graph.hpp"
+
+namespace kiln {
+namespace detail {
+
+template <class Tuple>
+struct thrust_tuple_loader {
+    const Tuple& t;
+    template <std::size_t K>
+    KILN_HD KILN_INLINE auto get() const {
+        return ::thrust::get<K>(t);
+    }
+};
+
+// The kernel: evaluates the unique nodes of one position, then the root. Trivially copyable, like the expression.
+template <class List, class Root>
+struct fused_functor {
+    Root root;
+    template <class Tuple>
+    KILN_HD root_type_t<Root> operator()(const Tuple& t) const {
+        const frame<scalar_mode, List> f(thrust_tuple_loader<Tuple>{t});
+        return f.template evaluate<root_type_t<Root>>(root);
+    }
+};
+
+// A leaf known by its position instead of its name. nvcc's host-code generator cannot spell a string template
+// argument in a kernel's name, so the expression is renamed before it becomes a functor.
+template <std::size_t K, class T>
+struct indexed_leaf : leaf_base {
+    using value_type = T;
+    using shape_type = dynamic;
+    using kind = input_kind;
+};
+
+template <class Leaves, class E>
+constexpr auto anonymize(const E& e) {
+    if constexpr (is_leaf_v<E>) {
+        return indexed_leaf<index_of<E, Leaves>::value, typename E::value_type>{};
+    } else if constexpr (is_node_v<E>) {
+        return [&]<std::size_t... J>(std::index_sequence<J...>) {
+            return make_node<typename E::op>(anonymize<Leaves>(e.template arg<J>())...);
+        }(std::make_index_sequence<E::arity>{});
+    } else {
+        return e;
+    }
+}
+
+template <class Feed>
+auto thrust_data(const Feed& f) {
+    return f.data->data();
+}
+
+}  // namespace detail
+
+namespace thrust_backend {
+
+// Runs `expr` into `out` (a thrust::device_vector or anything with data() giving a device pointer and size()).
+template <class Out, class E, class... Feeds>
+void run_into(Out& out, const E& expr, const Feeds&... feeds) {
+    static_assert(is_graph_v<E>, "kiln::thrust_backend::run_into: the second argument must be a graph expression.");
+    static_assert(std::is_trivially_copyable_v<E>, "kiln: graph expressions must be trivially copyable.");
+    using list = detail::unique_nodes_t<E>;
+    using leaves = detail::leaves_t<list>;
+    static_assert(leaves::size > 0, "kiln::thrust_backend::run_into: the expression has no input to iterate over.");
+    using R = detail::root_type_t<E>;
+    static_assert(std::is_same_v<typename Out::value_type, R>,
+                  "kiln::thrust_backend::run_into: the output's element type differs from the expression's.");
+    const auto n = static_cast<std::ptrdiff_t>(out.size());
+    [&]<class... Leaves>(detail::types<Leaves...>) {
+        constexpr bool ok = (detail::check_name_unique<Leaves, Leaves...>() && ...) &&
+                            (detail::check_leaf_feed<Leaves, Feeds...>() && ...) &&
+                            (detail::check_feed_used<Feeds, Leaves...>() && ...);
+        if constexpr (ok) {
+            const auto all = std::forward_as_tuple(feeds...);
+            auto check = [&](const auto& f, std::string_view name) {
+                const auto m = static_cast<std::ptrdiff_t>(f.data->size());
+                if (m != n)
+                    throw shape_error("kiln::thrust_backend::run_into: input '" + std::string(name) + "' has " +
+                                      std::to_string(m) + " elements but the output has " + std::to_string(n) +
+                                      " (this path does not broadcast)");
+            };
+            (check(std::get<detail::feed_index<Leaves, Feeds...>()>(all), Leaves::name.view()), ...);
+            auto first = ::thrust::make_zip_iterator(
+                ::thrust::make_tuple(detail::thrust_data(std::get<detail::feed_index<Leaves, Feeds...>()>(all))...));
+            const auto anonymous = detail::anonymize<leaves>(expr);
+            using A = std::remove_const_t<decltype(anonymous)>;
+            ::thrust::transform(first, first + n, out.begin(),
+                                detail::fused_functor<detail::unique_nodes_t<A>, A>{anonymous});
+        }
+    }(leaves{});
+}
+
+// Runs `expr` into a new thrust::device_vector sized like the inputs.
+template <class E, class... Feeds>
+auto run(const E& expr, const Feeds&... feeds) {
+    using R = detail::root_type_t<E>;
+    std::size_t n = 0;
+    ((n = feeds.data->size()), ...);
+    ::thrust::device_vector<R> out(n);
+    run_into(out, expr, feeds...);
+    return out;
+}
+
+}  // namespace thrust_backend
+}  // namespace kiln

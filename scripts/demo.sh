@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds the examples and runs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=ON >/dev/null
+cmake --build build-demo -j"$(nproc)"
+cd build-demo/examples
+for example in ./01_graph_basics; do
+  echo "== $example"
+  "$example"
+done

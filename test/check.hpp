@@ -1,0 +1,28 @@
+#pragma once
+// Value checks shared by the tests: NaN equals NaN, infinities must match exactly, finite values within rtol.
+#include <cmath>
+#include <string>
+
+#include <doctest/doctest.h>
+
+namespace kiln_test {
+
+inline bool close(double actual, double expected, double rtol, double atol = 0.0) {
+    if (std::isnan(expected)) return std::isnan(actual);
+    if (std::isinf(expected)) return actual == expected;
+    return std::abs(actual - expected) <= atol + rtol * std::abs(expected);
+}
+
+template <class A, class E>
+void check_all_close(const A& actual, const E& expected, double rtol, double atol = 0.0) {
+    REQUIRE(actual.size() == expected.size());
+    std::size_t i = 0;
+    for (auto it = expected.begin(); it != expected.end(); ++it, ++i) {
+        const double a = static_cast<double>(*(actual.begin() + static_cast<std::ptrdiff_t>(i)));
+        const double e = static_cast<double>(*it);
+        INFO("element " << i << ": got " << a << ", expected " << e);
+        CHECK(close(a, e, rtol, atol));
+    }
+}
+
+}  // namespace kiln_test

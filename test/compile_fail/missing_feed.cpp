@@ -1,0 +1,8 @@
+// expect: no_feed_for_input<kiln::fixed_string<2>.?"y"
+#include <kiln/kiln.hpp>
+#include <vector>
+using namespace kiln::literals;
+int main() {
+    std::vector<float> a(4);
+    (void)kiln::run("x"_in * "y"_in, "x"_in = a);
+}

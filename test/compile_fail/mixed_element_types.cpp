@@ -1,0 +1,8 @@
+// expect: incompatible_element_types<kiln::ops::mul, float, double>
+#include <kiln/kiln.hpp>
+int main() {
+    const auto a = kiln::input<"a", float>{};
+    const auto b = kiln::input<"b", double>{};
+    auto e = a * b;
+    (void)e;
+}

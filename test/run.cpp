@@ -1,0 +1,214 @@
+// kiln::run, run_into and fetch on the CPU: sizes around the SIMD width, threads, broadcasting by strides, every
+// kind of feed and output, and the run-time errors.
+#include <kiln/kiln.hpp>
+
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include <xtensor/xadapt.hpp>
+
+#include "check.hpp"
+
+using namespace kiln::literals;
+using kiln_test::check_all_close;
+
+namespace {
+
+const auto x = "x"_in;
+const auto y = "y"_in;
+
+auto chain = [](auto a, auto b) { return kiln::relu(a * b + 0.5_c * a - b) * 2_c + b; };
+
+// The chain written out by hand in double precision.
+double chain_ref(double a, double b) {
+    const double t = a * b + 0.5 * a - b;
+    return (t > 0 ? t : 0) * 2 + b;
+}
+
+template <class T>
+std::vector<T> ramp(std::size_t n, double scale, double offset) {
+    std::vector<T> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(std::sin(scale * static_cast<double>(i)) * 3 + offset);
+    return v;
+}
+
+struct threads_guard {
+    int threads = kiln::num_threads();
+    std::ptrdiff_t threshold = kiln::parallel_threshold();
+    ~threads_guard() {
+        kiln::set_num_threads(threads);
+        kiln::set_parallel_threshold(threshold);
+    }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("the chain at every size class, with one and two threads", T, float, double) {
+    threads_guard guard;
+    const auto xt_ = kiln::input<"x", T>{};
+    const auto yt_ = kiln::input<"y", T>{};
+    const std::size_t w = xsimd::batch<T>::size;
+    for (int threads : {1, 2}) {
+        kiln::set_num_threads(threads);
+        kiln::set_parallel_threshold(1000);  // makes the larger sizes below split over threads
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, w - 1, w, w + 1, 3 * w + 2, std::size_t{1000},
+                              std::size_t{4099}, std::size_t{(1 << 17) + 3}}) {
+            CAPTURE(n);
+            CAPTURE(threads);
+            const auto a = ramp<T>(n, 0.37, 0.1), b = ramp<T>(n, 0.11, -0.2);
+            std::vector<double> expected(n);
+            for (std::size_t i = 0; i < n; ++i) expected[i] = chain_ref(a[i], b[i]);
+            const auto r = kiln::run(chain(xt_, yt_), xt_ = a, yt_ = b);
+            REQUIRE(r.dimension() == 1);
+            check_all_close(r, expected, 8 * std::numeric_limits<T>::epsilon(), 1e-6);
+            std::vector<T> out(n, T(-99));
+            kiln::run_into(out, chain(xt_, yt_), xt_ = a, yt_ = b);
+            check_all_close(out, expected, 8 * std::numeric_limits<T>::epsilon(), 1e-6);
+        }
+    }
+}
+
+TEST_CASE("broadcasting by strides: size-1 and missing leading dimensions") {
+    threads_guard guard;
+    const xt::xarray<float> m = {{1, 2, 3}, {4, 5, 6}};
+    const xt::xarray<float> row = {10, 20, 30};
+    xt::xarray<float> col = xt::zeros<float>({2, 1});
+    col(0, 0) = 100;
+    col(1, 0) = 200;
+    xt::xarray<float> one = xt::zeros<float>({1});
+    one(0) = 7.f;
+
+    auto r = kiln::run(x + y, x = m, y = row);
+    REQUIRE(r.shape().size() == 2);
+    CHECK(r.shape()[0] == 2);
+    CHECK(r.shape()[1] == 3);
+    check_all_close(r, std::vector<double>{11, 22, 33, 14, 25, 36}, 0);
+    check_all_close(kiln::run(x * y, x = m, y = col), std::vector<double>{100, 200, 300, 800, 1000, 1200}, 0);
+    check_all_close(kiln::run(x - y, x = row, y = col), std::vector<double>{-90, -80, -70, -190, -180, -170}, 0);
+    check_all_close(kiln::run(x * y, x = m, y = one), std::vector<double>{7, 14, 21, 28, 35, 42}, 0);
+
+    // A rank-0 feed broadcasts everywhere.
+    const xt::xarray<float> s = 3.f;
+    check_all_close(kiln::run(x - y, x = m, y = s), std::vector<double>{-2, -1, 0, 1, 2, 3}, 0);
+
+    // Rank 3 against rank 1 and a middle size-1 dimension, larger than the SIMD width, on two threads.
+    kiln::set_num_threads(2);
+    kiln::set_parallel_threshold(16);
+    xt::xarray<double> big = xt::zeros<double>({4, 1, 19});
+    xt::xarray<double> mid = xt::zeros<double>({5, 1});
+    for (std::size_t i = 0; i < big.size(); ++i) big.data()[i] = static_cast<double>(i);
+    for (std::size_t i = 0; i < mid.size(); ++i) mid.data()[i] = 1000.0 * static_cast<double>(i);
+    const auto X = kiln::input<"x", double>{};
+    const auto Y = kiln::input<"y", double>{};
+    const auto b3 = kiln::run(X + Y, X = big, Y = mid);
+    REQUIRE(b3.dimension() == 3);
+    CHECK(b3.shape()[0] == 4);
+    CHECK(b3.shape()[1] == 5);
+    CHECK(b3.shape()[2] == 19);
+    for (std::size_t i = 0; i < 4; ++i)
+        for (std::size_t j = 0; j < 5; ++j)
+            for (std::size_t k = 0; k < 19; ++k) CHECK(b3(i, j, k) == static_cast<double>(i * 19 + k) + 1000.0 * j);
+}
+
+TEST_CASE("feeds: xtensor containers, std::vector, std::span, strided kiln::view") {
+    const std::vector<float> v{1, 2, 3, 4, 5, 6};
+    const std::span<const float> sp(v.data() + 1, 3);
+    check_all_close(kiln::run(x * 2_c, x = sp), std::vector<double>{4, 6, 8}, 0);
+    xt::xtensor<float, 2> t = {{1, 2}, {3, 4}};
+    check_all_close(kiln::run(x + 1_c, x = t), std::vector<double>{2, 3, 4, 5}, 0);
+    // A column of a row-major 2x3 matrix, as a strided view, and a transposed view.
+    const auto col = kiln::view(v.data() + 1, {2}, {3});
+    check_all_close(kiln::run(x + 0.5_c, x = col), std::vector<double>{2.5, 5.5}, 0);
+    const auto tr = kiln::view(v.data(), {3, 2}, {1, 3});
+    check_all_close(kiln::run(x * 1_c + y, x = tr, y = std::vector<float>{0, 10}),
+                    std::vector<double>{1, 14, 2, 15, 3, 16}, 0);
+    // A column-major xarray.
+    xt::xarray<float, xt::layout_type::column_major> cm = {{1, 2, 3}, {4, 5, 6}};
+    const auto r = kiln::run(x + 0_c * x, x = cm);
+    CHECK(r(1, 0) == 4.f);
+    CHECK(r(0, 2) == 3.f);
+    // An xtensor adaptor over external memory.
+    std::vector<double> raw{1, 2, 3, 4};
+    auto adapted = xt::adapt(raw, std::vector<std::size_t>{2, 2});
+    const auto X = kiln::input<"x", double>{};
+    CHECK(kiln::run(X * X, X = adapted)(1, 1) == 16.0);
+}
+
+TEST_CASE("results have a static rank when the inputs declare static shapes") {
+    const auto a = kiln::input<"a", float, kiln::shape<kiln::dyn, 3>>{};
+    const auto b = kiln::input<"b", float, kiln::shape<3>>{};
+    const xt::xtensor<float, 2> ma = {{1, 2, 3}, {4, 5, 6}};
+    const std::vector<float> vb{1, 1, 2};
+    auto r = kiln::run(a * b, a = ma, b = vb);
+    static_assert(std::is_same_v<decltype(r), xt::xtensor<float, 2>>);
+    check_all_close(r, std::vector<double>{1, 2, 6, 4, 5, 12}, 0);
+    auto d = kiln::run(x * 2_c, x = vb);
+    static_assert(std::is_same_v<decltype(d), xt::xarray<float>>);
+}
+
+TEST_CASE("fetch computes several roots in one pass") {
+    const std::vector<float> a{1, -2, 3}, b{2, 2, 2};
+    auto [s, p, c] = kiln::run(kiln::fetch(x + y, x * y, x > y), x = a, y = b);
+    check_all_close(s, std::vector<double>{3, 0, 5}, 0);
+    check_all_close(p, std::vector<double>{2, -4, 6}, 0);
+    check_all_close(c, std::vector<double>{0, 0, 1}, 0);
+    // Roots of different shapes run as separate loops.
+    const xt::xarray<float> m = {{1, 2, 3}, {4, 5, 6}};
+    auto [full, own] = kiln::run(kiln::fetch(x + y, y * 2_c), x = m, y = b);
+    CHECK(full.dimension() == 2);
+    check_all_close(full, std::vector<double>{3, 4, 5, 6, 7, 8}, 0);
+    check_all_close(own, std::vector<double>{4, 4, 4}, 0);
+}
+
+TEST_CASE("run_into writes in place and does not reallocate") {
+    std::vector<float> out(4, 0.f);
+    const float* before = out.data();
+    kiln::run_into(out, x * x, x = std::vector<float>{1, 2, 3, 4});
+    CHECK(out.data() == before);
+    check_all_close(out, std::vector<double>{1, 4, 9, 16}, 0);
+    // Into a strided view: every other element.
+    std::vector<float> wide(8, -1.f);
+    kiln::run_into(kiln::view(wide.data(), {4}, {2}), x + 1_c, x = std::vector<float>{1, 2, 3, 4});
+    check_all_close(wide, std::vector<double>{2, -1, 3, -1, 4, -1, 5, -1}, 0);
+    // In place: the output is also the input.
+    std::vector<float> v{1, 2, 3};
+    kiln::run_into(v, x * 10_c, x = v);
+    check_all_close(v, std::vector<double>{10, 20, 30}, 0);
+}
+
+TEST_CASE("run-time shape errors name the op and both shapes") {
+    const std::vector<float> a(3), b(4);
+    try {
+        (void)kiln::run(kiln::relu(x * y) + x, x = a, y = b);
+        FAIL("expected a shape_error");
+    } catch (const kiln::shape_error& e) {
+        CHECK(std::string(e.what()) == "kiln: shape_error in 'mul': cannot broadcast shapes (3,) and (4,)");
+    }
+    const xt::xarray<float> m = xt::zeros<float>({2, 3}), n = xt::zeros<float>({3, 2});
+    CHECK_THROWS_WITH_AS((void)kiln::run(x + 1_c - y, x = m, y = n),
+                         "kiln: shape_error in 'sub': cannot broadcast shapes (2, 3) and (3, 2)", kiln::shape_error);
+    std::vector<float> out(5);
+    CHECK_THROWS_WITH_AS(kiln::run_into(out, x * 2_c, x = a),
+                         "kiln::run_into: the output has shape (5,) but the expression gives shape (3,)",
+                         kiln::shape_error);
+    const auto s = kiln::input<"s", float, kiln::shape<kiln::dyn, 3>>{};
+    CHECK_THROWS_WITH_AS((void)kiln::run(s * 2_c, s = n),
+                         "kiln::run: input 's' is declared with shape (?, 3) but was fed shape (3, 2)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS((void)kiln::view(a.data(), {3}, {1, 1}), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::set_num_threads(0), kiln::value_error);
+    // Errors are kiln::error, and nothing was written on failure.
+    std::vector<float> untouched(4, 7.f);
+    CHECK_THROWS_AS(kiln::run_into(untouched, x + y, x = a, y = b), kiln::error);
+    CHECK(untouched[0] == 7.f);
+}
+
+TEST_CASE("zero-size inputs give empty results of the broadcast shape") {
+    const xt::xarray<float> empty = xt::zeros<float>({0, 3});
+    const std::vector<float> row{1, 2, 3};
+    const auto r = kiln::run(x + y, x = empty, y = row);
+    CHECK(r.size() == 0);
+    CHECK(r.shape()[0] == 0);
+    CHECK(r.shape()[1] == 3);
+}
