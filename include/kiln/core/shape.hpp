@@ -30,7 +30,7 @@ struct dynamic {};
 // A run-time shape (and, with the same layout, strides).
 struct dims {
     int rank = 0;
-    std::array<std::ptrdiff_t, max_rank> d{};
+    std::array<std::ptrdiff_t, max_rank> d;  // only the first `rank` entries are meaningful; not zeroed (hot path)
 
     constexpr dims() = default;
     dims(std::initializer_list<std::ptrdiff_t> extents) { assign(extents.begin(), extents.size()); }

@@ -51,6 +51,10 @@ namespace detail {
 // What a loop needs of one operand: where it starts and how to step through it.
 template <class T>
 struct strided {
+    // User-provided, so that value-initialization (as in std::tuple's default constructor) does not zero the
+    // whole view first: that memset, and the store-forwarding stall after it, cost more than a small loop.
+    strided() noexcept {}
+    strided(T* d, const dims& s, const dims& st) noexcept : data(d), shape(s), strides(st) {}
     T* data = nullptr;
     dims shape;
     dims strides;
@@ -71,8 +75,7 @@ using container_element_t = typename container_element<C>::type;
 
 // Any container kiln accepts, as a strided view. P is `const T` for feeds and `T` for outputs.
 template <class P, class C>
-strided<P> as_strided(C& c) {
-    strided<P> s;
+void fill_strided(strided<P>& s, C& c) {
     if constexpr (requires { c.strides; c.shape; c.data; } && !requires { c.size(); }) {  // kiln::view_t
         s.data = c.data;
         s.shape = c.shape;
@@ -94,6 +97,12 @@ strided<P> as_strided(C& c) {
                       "kiln: feeds and outputs are xtensor containers, std::vector, std::span or kiln::view(ptr, "
                       "shape); evaluate other expressions into a container first.");
     }
+}
+
+template <class P, class C>
+strided<P> as_strided(C& c) {
+    strided<P> s;
+    fill_strided(s, c);
     return s;
 }
 
@@ -204,8 +213,9 @@ struct bound_leaves<types<Leaves...>> {
     template <class... Feeds>
     static type bind_checked(const Feeds&... feeds) {
         [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
-        type out{as_strided<const typename Leaves::value_type>(*std::get<feed_index<Leaves, Feeds...>()>(all).data)...};
+        type out;  // filled in place: the views are large enough that copying them shows at small sizes
         [&]<std::size_t... K>(std::index_sequence<K...>) {
+            (fill_strided(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data), ...);
             (check_static_shape<Leaves>(std::get<K>(out).shape), ...);
         }(std::index_sequence_for<Leaves...>{});
         return out;

@@ -147,11 +147,17 @@ struct relu {
     static constexpr std::string_view name = "relu";
     static constexpr int arity = 1;
     // NaN propagates: relu(NaN) is NaN, as in NumPy's maximum(x, 0).
+    // On batches, max(0, a) is one instruction (maxps returns its second operand, a, when either is NaN, and a
+    // for a == -0, exactly like the scalar select).
     template <class A>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
-        using detail::kernels::select;
         const A zero = detail::kernels::zero_like(a);
-        return select(a < zero, zero, a);
+        if constexpr (requires { A::size; }) {
+            return max(zero, a);
+        } else {
+            using detail::kernels::select;
+            return select(a < zero, zero, a);
+        }
     }
     static constexpr detail::rational fold(detail::rational a) { return a.num < 0 ? detail::rational{0, 1, a.ok} : a; }
     template <class A, class Y, class G>

@@ -6,6 +6,7 @@
 // Large loops are split over the thread pool.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <tuple>
 
@@ -102,10 +103,54 @@ struct fused_loop {
         return out;
     }
 
+    // True when the operand has exactly `shape` and is laid out row-major without gaps.
+    template <class S>
+    static bool dense(const S& s, const dims& shape) noexcept {
+        if (!(s.shape == shape)) return false;
+        std::ptrdiff_t expect = 1;
+        for (int d = shape.rank - 1; d >= 0; --d) {
+            if (shape[d] != 1 && s.strides[d] != expect) return false;
+            expect *= shape[d];
+        }
+        return true;
+    }
+
     template <class Bound>
     static void run(const roots_t& roots, const Bound& bound, const outs_t& outs, const dims& shape) {
         const std::ptrdiff_t n = shape.size();
         if (n == 0) return;
+        // The common case, every operand dense and of one shape, is one flat range: no layout to compute.
+        const bool flat = [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
+            return (dense(std::get<K>(bound), shape) && ...) && (dense(std::get<J>(outs), shape) && ...);
+        }(std::make_index_sequence<NL>{}, std::make_index_sequence<NR>{});
+        if (flat) return run_flat(roots, bound, outs, n);
+        run_strided(roots, bound, outs, shape, n);
+    }
+
+    template <class Bound>
+    static void run_flat(const roots_t& roots, const Bound& bound, const outs_t& outs, std::ptrdiff_t n) {
+        const auto lp = [&]<std::size_t... K>(std::index_sequence<K...>) {
+            return leaf_ptrs_t<Bound>{std::get<K>(bound).data...};
+        }(std::make_index_sequence<NL>{});
+        const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
+            return std::tuple<root_type_t<Roots>*...>{std::get<J>(outs).data...};
+        }(std::make_index_sequence<NR>{});
+        std::array<std::ptrdiff_t, NO> unit;
+        unit.fill(1);
+        auto range = [&](std::ptrdiff_t b, std::ptrdiff_t e) {
+            if constexpr (vectorized) simd_row(roots, lp, op, unit, true, b, e);
+            else scalar_row<true>(roots, lp, op, unit, b, e);
+        };
+        const int threads = num_threads();
+        if (n < parallel_threshold() || threads <= 1) return range(0, n);
+        const std::ptrdiff_t chunk = ((n + threads - 1) / threads + 63) / 64 * 64;
+        const int tasks = static_cast<int>((n + chunk - 1) / chunk);
+        thread_pool::instance().parallel_for(tasks, [&](int t) { range(t * chunk, std::min(n, (t + 1) * chunk)); });
+    }
+
+    template <class Bound>
+    static void run_strided(const roots_t& roots, const Bound& bound, const outs_t& outs, const dims& shape,
+                            std::ptrdiff_t n) {
         std::array<dims, NO> strides;
         [&]<std::size_t... K>(std::index_sequence<K...>) {
             ((strides[K] = broadcast_strides(std::get<K>(bound).shape, std::get<K>(bound).strides, shape)), ...);
@@ -182,45 +227,79 @@ struct fused_loop {
         }
     }
 
-    template <class Frame, class Out>
-    KILN_INLINE static void store_roots(const roots_t& roots, const Frame& f, const Out& op, std::ptrdiff_t i) {
+    template <class Frame>
+    KILN_INLINE static void store_roots(const roots_t& roots, const Frame& f, const std::array<T*, NR>& op,
+                                        std::ptrdiff_t i) {
         [&]<std::size_t... J>(std::index_sequence<J...>) {
-            (f.template evaluate<T>(std::get<J>(roots)).store_unaligned(std::get<J>(op) + i), ...);
+            (f.template evaluate<T>(std::get<J>(roots)).store_unaligned(op[J] + i), ...);
         }(std::make_index_sequence<NR>{});
     }
 
     template <class LeafPtrs, class Out>
-    static void simd_row(const roots_t& roots, const LeafPtrs& lp_tuple, const Out& op,
+    static void simd_row(const roots_t& roots, const LeafPtrs& lp_tuple, const Out& op_tuple,
                          const std::array<std::ptrdiff_t, NO>& inner_stride, bool unit, std::ptrdiff_t ib,
                          std::ptrdiff_t ie) {
-        using mode = simd_mode<T>;
-        using frame_t = frame<mode, List>;
+        using frame_t = frame<simd_mode<T>, List>;
+        // Plain local arrays: the compiler keeps these pointers in registers across the stores of the loop.
         std::array<const T*, NL> lp;
         std::array<std::ptrdiff_t, NL> ls;
+        std::array<T*, NR> op;
         [&]<std::size_t... K>(std::index_sequence<K...>) {
             ((lp[K] = std::get<K>(lp_tuple), ls[K] = inner_stride[K]), ...);
         }(std::make_index_sequence<NL>{});
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            ((op[J] = std::get<J>(op_tuple)), ...);
+        }(std::make_index_sequence<NR>{});
 
         std::ptrdiff_t i = ib;
         if (unit) {
+            // Peel up to the first output's vector alignment, so that its stores never split a cache line (the
+            // inputs usually share the output's offset and become aligned too).
+            constexpr std::size_t align = W * sizeof(T);
+            const auto misalign = reinterpret_cast<std::uintptr_t>(op[0] + i) % align;
+            if (misalign != 0 && misalign % sizeof(T) == 0 && ie - i >= 4 * W) {
+                const std::ptrdiff_t head =
+                    std::min<std::ptrdiff_t>(ie - i, static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)));
+                partial_batch(roots, lp, ls, op, i, head);
+                i += head;
+            }
+            // Two independent batches per step give the out-of-order core more to overlap.
+            for (; i + 2 * W <= ie; i += 2 * W) {
+                const frame_t f0(contiguous_loader<T, NL>{lp, i});
+                const frame_t f1(contiguous_loader<T, NL>{lp, i + W});
+                store_roots(roots, f0, op, i);
+                store_roots(roots, f1, op, i + W);
+            }
             for (; i + W <= ie; i += W) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
         } else {
             for (; i + W <= ie; i += W) store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, i}), op, i);
         }
-        if (i == ie) return;
-        // The tail runs as one padded batch, so every element gets the same arithmetic whatever the size.
-        const std::ptrdiff_t rem = ie - i;
+        if (i < ie) partial_batch(roots, lp, ls, op, i, ie - i);
+    }
+
+    // Fewer than W elements run as one padded batch, so every element gets the same arithmetic whatever the size
+    // and alignment.
+    static void partial_batch(const roots_t& roots, const std::array<const T*, NL>& lp,
+                              const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op,
+                              std::ptrdiff_t i, std::ptrdiff_t count) {
+        using frame_t = frame<simd_mode<T>, List>;
         alignas(64) T in[NL > 0 ? NL : 1][W];
         alignas(64) T out[NR][W];
         std::array<const T*, NL> bp;
         for (std::size_t k = 0; k < NL; ++k) {
-            for (std::ptrdiff_t e = 0; e < W; ++e) in[k][e] = ls[k] ? lp[k][i + std::min(e, rem - 1)] : *lp[k];
+            // Padding repeats a real element, so no lane computes on garbage (no spurious NaN or trap).
+            if (ls[k]) {
+                std::memcpy(in[k], lp[k] + i, static_cast<std::size_t>(count) * sizeof(T));
+                for (std::ptrdiff_t e = count; e < W; ++e) in[k][e] = lp[k][i];
+            } else {
+                for (std::ptrdiff_t e = 0; e < W; ++e) in[k][e] = *lp[k];
+            }
             bp[k] = in[k];
         }
         const frame_t f(contiguous_loader<T, NL>{bp, 0});
         [&]<std::size_t... J>(std::index_sequence<J...>) {
             (f.template evaluate<T>(std::get<J>(roots)).store_aligned(out[J]), ...);
-            ((std::memcpy(std::get<J>(op) + i, out[J], static_cast<std::size_t>(rem) * sizeof(T))), ...);
+            ((std::memcpy(op[J] + i, out[J], static_cast<std::size_t>(count) * sizeof(T))), ...);
         }(std::make_index_sequence<NR>{});
     }
 

@@ -110,14 +110,22 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
     using out_element = std::remove_const_t<detail::container_element_t<std::remove_reference_t<Out>>>;
     static_assert(std::is_same_v<out_element, R>,
                   "kiln::run_into: the output's element type differs from the expression's; see R and Out above.");
-    auto o = detail::as_strided<R>(out);
-    const auto bound = detail::bound_leaves<leaves>::bind(feeds...);
-    const dims shape = detail::output_shape<leaves>(bound, expr);
-    if (!(o.shape == shape))
-        throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
-                          " but the expression gives shape " + to_string(shape));
     using loop = detail::fused_loop<list, E>;
-    loop::run(std::tuple<E>(expr), bound, typename loop::outs_t{o}, shape);
+    typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
+    auto& o = std::get<0>(outs);
+    detail::fill_strided(o, out);
+    const auto bound = detail::bound_leaves<leaves>::bind(feeds...);
+    // Leaves shaped like the output need no shape inference (an elementwise graph keeps their shape).
+    const bool same = [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return sizeof...(K) > 0 && ((std::get<K>(bound).shape == o.shape) && ...);
+    }(std::make_index_sequence<leaves::size>{});
+    if (!same) {
+        const dims shape = detail::output_shape<leaves>(bound, expr);
+        if (!(o.shape == shape))
+            throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
+                              " but the expression gives shape " + to_string(shape));
+    }
+    loop::run(std::tuple<E>(expr), bound, outs, o.shape);
 }
 
 }  // namespace kiln

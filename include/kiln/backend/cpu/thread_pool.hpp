@@ -108,7 +108,7 @@ private:
 };
 
 inline std::atomic<std::ptrdiff_t>& parallel_threshold_ref() {
-    static std::atomic<std::ptrdiff_t> t{1 << 16};
+    static std::atomic<std::ptrdiff_t> t{1 << 18};
     return t;
 }
 

@@ -1,0 +1,200 @@
+// The chain relu(x*y + 0.5*x - y)*2 + y over float32: kiln against a hand-written fused loop, xtensor, Eigen, an
+// unfused one-pass-per-op loop, and a STREAM triad (the bandwidth ceiling). Every benchmark moves the same bytes
+// per element as the triad (two reads, one write), so bytes_per_second compares directly.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <kiln/kiln.hpp>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xnoalias.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+using namespace kiln::literals;
+
+namespace {
+
+struct data {
+    std::vector<float> x, y, out, t1, t2;
+    explicit data(std::size_t n) : x(n), y(n), out(n), t1(n), t2(n) {
+        for (std::size_t i = 0; i < n; ++i) {
+            x[i] = std::sin(0.001f * static_cast<float>(i)) * 2;
+            y[i] = std::cos(0.003f * static_cast<float>(i));
+        }
+    }
+};
+
+data& get(std::size_t n) {
+    static std::vector<std::unique_ptr<data>> cache;
+    for (auto& d : cache)
+        if (d->x.size() == n) return *d;
+    cache.push_back(std::make_unique<data>(n));
+    return *cache.back();
+}
+
+// Splits [0, n) over `threads` with the same pool kiln uses, so every contender pays the same wake-up.
+template <class F>
+void split(std::size_t n, int threads, F&& f) {
+    if (threads == 1) return f(std::size_t{0}, n);
+    const std::size_t chunk = ((n + threads - 1) / threads + 63) / 64 * 64;
+    kiln::detail::thread_pool::instance().parallel_for(threads, [&](int t) {
+        const std::size_t b = std::min(n, t * chunk), e = std::min(n, (t + 1) * chunk);
+        f(b, e);
+    });
+}
+
+void setup(benchmark::State& state) {
+    kiln::set_num_threads(static_cast<int>(state.range(1)));
+}
+
+void finish(benchmark::State& state, std::size_t n) {
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 3 * static_cast<std::int64_t>(n) *
+                            static_cast<std::int64_t>(sizeof(float)));
+}
+
+void kiln_run_into(benchmark::State& state) {
+    setup(state);
+    const auto n = static_cast<std::size_t>(state.range(0));
+    auto& d = get(n);
+    const auto x = "x"_in;
+    const auto y = "y"_in;
+    const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
+    for (auto _ : state) {
+        kiln::run_into(d.out, graph, x = d.x, y = d.y);
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
+void kiln_run(benchmark::State& state) {
+    setup(state);
+    const auto n = static_cast<std::size_t>(state.range(0));
+    auto& d = get(n);
+    const auto x = "x"_in;
+    const auto y = "y"_in;
+    const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
+    for (auto _ : state) {
+        auto r = kiln::run(graph, x = d.x, y = d.y);
+        benchmark::DoNotOptimize(r.data());
+    }
+    finish(state, n);
+}
+
+void hand_loop(benchmark::State& state) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    for (auto _ : state) {
+        split(n, threads, [&](std::size_t b, std::size_t e) {
+            const float* __restrict x = d.x.data();
+            const float* __restrict y = d.y.data();
+            float* __restrict o = d.out.data();
+            for (std::size_t i = b; i < e; ++i) {
+                const float t = x[i] * y[i] + 0.5f * x[i] - y[i];
+                o[i] = (t > 0.f ? t : 0.f) * 2.f + y[i];
+            }
+        });
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
+void unfused(benchmark::State& state) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    for (auto _ : state) {
+        // One pass per op, through temporaries, as an op-by-op runtime would.
+        split(n, threads, [&](std::size_t b, std::size_t e) {
+            float* __restrict t1 = d.t1.data();
+            float* __restrict t2 = d.t2.data();
+            float* __restrict o = d.out.data();
+            const float* __restrict x = d.x.data();
+            const float* __restrict y = d.y.data();
+            for (std::size_t i = b; i < e; ++i) t1[i] = x[i] * y[i];
+            for (std::size_t i = b; i < e; ++i) t2[i] = 0.5f * x[i];
+            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] + t2[i];
+            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] - y[i];
+            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] > 0.f ? t1[i] : 0.f;
+            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] * 2.f;
+            for (std::size_t i = b; i < e; ++i) o[i] = t1[i] + y[i];
+        });
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
+void xtensor_noalias(benchmark::State& state) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    for (auto _ : state) {
+        split(n, threads, [&](std::size_t b, std::size_t e) {
+            const std::array<std::size_t, 1> shape{e - b};
+            auto x = xt::adapt(d.x.data() + b, e - b, xt::no_ownership(), shape);
+            auto y = xt::adapt(d.y.data() + b, e - b, xt::no_ownership(), shape);
+            auto o = xt::adapt(d.out.data() + b, e - b, xt::no_ownership(), shape);
+            xt::noalias(o) = xt::maximum(x * y + 0.5f * x - y, 0.f) * 2.f + y;
+        });
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
+void eigen_array(benchmark::State& state) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    for (auto _ : state) {
+        split(n, threads, [&](std::size_t b, std::size_t e) {
+            const auto m = static_cast<Eigen::Index>(e - b);
+            Eigen::Map<const Eigen::ArrayXf> x(d.x.data() + b, m), y(d.y.data() + b, m);
+            Eigen::Map<Eigen::ArrayXf> o(d.out.data() + b, m);
+            o = (x * y + 0.5f * x - y).max(0.f) * 2.f + y;
+        });
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
+void stream_triad(benchmark::State& state) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    for (auto _ : state) {
+        split(n, threads, [&](std::size_t b, std::size_t e) {
+            const float* __restrict x = d.x.data();
+            const float* __restrict y = d.y.data();
+            float* __restrict o = d.out.data();
+            for (std::size_t i = b; i < e; ++i) o[i] = x[i] + 3.f * y[i];
+        });
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+    for (int threads : {1, 2})
+        for (int p : {10, 16, 20, 25}) b->Args({std::int64_t{1} << p, threads});
+    b->ArgNames({"n", "threads"})->UseRealTime();
+}
+
+}  // namespace
+
+BENCHMARK(stream_triad)->Apply(sizes);
+BENCHMARK(hand_loop)->Apply(sizes);
+BENCHMARK(kiln_run_into)->Apply(sizes);
+BENCHMARK(kiln_run)->Apply(sizes);
+BENCHMARK(xtensor_noalias)->Apply(sizes);
+BENCHMARK(eigen_array)->Apply(sizes);
+BENCHMARK(unfused)->Apply(sizes);
+
+BENCHMARK_MAIN();
