@@ -212,3 +212,41 @@ TEST_CASE("zero-size inputs give empty results of the broadcast shape") {
     CHECK(r.shape()[0] == 0);
     CHECK(r.shape()[1] == 3);
 }
+
+TEST_CASE("the thread pool runs every task exactly once, across resizes") {
+    threads_guard guard;
+    kiln::set_num_threads(2);
+    std::vector<std::atomic<int>> hits(8);
+    long expected = 0;
+    for (int it = 0; it < 20000; ++it) {
+        if (it % 1000 == 999) kiln::set_num_threads(1 + (it / 1000) % 3);
+        const int n = 2 + it % 7;
+        kiln::detail::thread_pool::instance().parallel_for(n, [&](int t) {
+            volatile double sink = 0;
+            for (int k = 0; k < 50 * (t + 1); ++k) sink = sink + k;  // uneven work, so both threads take tasks
+            hits[static_cast<std::size_t>(t)].fetch_add(1);
+        });
+        expected += n;
+    }
+    long total = 0;
+    for (auto& h : hits) total += h.load();
+    CHECK(total == expected);
+    CHECK(hits[0].load() == 20000);
+    CHECK(hits[7].load() == 20000 * 1 / 7 + (20000 % 7 > 6 ? 1 : 0));
+}
+
+TEST_CASE("streaming stores give the same results") {
+    threads_guard guard;
+    const std::ptrdiff_t before = kiln::streaming_threshold();
+    kiln::set_streaming_threshold(0);
+    for (std::size_t n : {std::size_t{5}, std::size_t{64}, std::size_t{1001}, std::size_t{(1 << 18) + 5}}) {
+        const auto a = ramp<float>(n, 0.37, 0.1), b = ramp<float>(n, 0.11, -0.2);
+        std::vector<float> out(n + 1);
+        // Start one element in, so the output is misaligned and the peel runs before the streaming loop.
+        auto view = kiln::view(out.data() + 1, {static_cast<std::ptrdiff_t>(n)});
+        kiln::run_into(view, chain(x, y), x = a, y = b);
+        for (std::size_t i = 0; i < n; ++i) REQUIRE(kiln_test::close(out[i + 1], chain_ref(a[i], b[i]), 1e-6, 1e-6));
+    }
+    kiln::set_streaming_threshold(before);
+    CHECK(kiln::streaming_threshold() == before);
+}

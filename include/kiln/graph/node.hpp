@@ -59,9 +59,11 @@ struct scalar {
 namespace detail {
 
 // Storage for a node's children, by value.
+// Empty children (leaves, constants, nodes made only of them) take no space, so an expression's size is that of
+// the run-time scalars it holds, not of its tree.
 template <std::size_t I, class T>
 struct arg_slot {
-    T value;
+    [[no_unique_address]] T value;
 };
 
 template <class Seq, class... Args>

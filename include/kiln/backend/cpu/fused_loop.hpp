@@ -137,8 +137,9 @@ struct fused_loop {
         }(std::make_index_sequence<NR>{});
         std::array<std::ptrdiff_t, NO> unit;
         unit.fill(1);
+        const bool stream = n * static_cast<std::ptrdiff_t>(NR * sizeof(T)) >= streaming_threshold();
         auto range = [&](std::ptrdiff_t b, std::ptrdiff_t e) {
-            if constexpr (vectorized) simd_row(roots, lp, op, unit, true, b, e);
+            if constexpr (vectorized) simd_row(roots, lp, op, unit, true, b, e, stream);
             else scalar_row<true>(roots, lp, op, unit, b, e);
         };
         const int threads = num_threads();
@@ -238,7 +239,7 @@ struct fused_loop {
     template <class LeafPtrs, class Out>
     static void simd_row(const roots_t& roots, const LeafPtrs& lp_tuple, const Out& op_tuple,
                          const std::array<std::ptrdiff_t, NO>& inner_stride, bool unit, std::ptrdiff_t ib,
-                         std::ptrdiff_t ie) {
+                         std::ptrdiff_t ie, bool stream = false) {
         using frame_t = frame<simd_mode<T>, List>;
         // Plain local arrays: the compiler keeps these pointers in registers across the stores of the loop.
         std::array<const T*, NL> lp;
@@ -262,6 +263,17 @@ struct fused_loop {
                     std::min<std::ptrdiff_t>(ie - i, static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)));
                 partial_batch(roots, lp, ls, op, i, head);
                 i += head;
+            }
+            bool aligned = true;
+            for (std::size_t j = 0; j < NR; ++j) aligned = aligned && reinterpret_cast<std::uintptr_t>(op[j] + i) % align == 0;
+            if (stream && aligned) {
+                for (; i + W <= ie; i += W) {
+                    const frame_t f(contiguous_loader<T, NL>{lp, i});
+                    [&]<std::size_t... J>(std::index_sequence<J...>) {
+                        (stream_store(op[J] + i, f.template evaluate<T>(std::get<J>(roots))), ...);
+                    }(std::make_index_sequence<NR>{});
+                }
+                stream_fence();
             }
             // Two independent batches per step give the out-of-order core more to overlap.
             for (; i + 2 * W <= ie; i += 2 * W) {

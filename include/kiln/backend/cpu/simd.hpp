@@ -5,6 +5,9 @@
 #include <tuple>
 
 #include <xsimd/xsimd.hpp>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "../../graph/evaluate.hpp"
 
@@ -55,10 +58,25 @@ struct strided_loader {
     }
 };
 
-// Stores a batch of root values, converting a mask to bool when a root is a comparison.
-template <class T, class V>
-KILN_INLINE void store_batch(T* out, const V& v) {
-    v.store_unaligned(out);
+// A non-temporal (streaming) store of an aligned batch: for outputs much larger than the caches it skips reading
+// the destination lines before writing them, a third of the traffic of a two-input loop.
+template <class T>
+KILN_INLINE void stream_store(T* out, const xsimd::batch<T>& v) {
+#if defined(__AVX__)
+    if constexpr (sizeof(v) == 32 && std::is_same_v<T, float>) return _mm256_stream_ps(out, v);
+    else if constexpr (sizeof(v) == 32 && std::is_same_v<T, double>) return _mm256_stream_pd(out, v);
+#endif
+#if defined(__SSE2__)
+    if constexpr (sizeof(v) == 16 && std::is_same_v<T, float>) return _mm_stream_ps(out, v);
+    else if constexpr (sizeof(v) == 16 && std::is_same_v<T, double>) return _mm_stream_pd(out, v);
+#endif
+    v.store_aligned(out);
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
 }
 
 }  // namespace kiln::detail

@@ -38,34 +38,43 @@ public:
             for (int i = 0; i < n; ++i) task(i);
             return;
         }
-        std::lock_guard lock(api_);  // one parallel loop at a time; nested calls run serially above
+        std::lock_guard lock(api_);  // one parallel loop at a time
         start_workers();
+        job j{&task, n};
         {
             std::lock_guard l(m_);
-            task_ = &task;
-            count_ = n;
-            next_.store(0);
-            done_.store(0);
+            current_ = &j;
             ++generation_;
         }
         cv_.notify_all();
-        work();
-        while (done_.load(std::memory_order_acquire) < count_) std::this_thread::yield();
-        std::lock_guard l(m_);
-        task_ = nullptr;
+        run(j);
+        while (j.done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+        // Retire the job: no worker can pick it up after this, and the ones that did must leave it before it dies.
+        {
+            std::lock_guard l(m_);
+            current_ = nullptr;
+        }
+        while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     }
 
     ~thread_pool() { stop_workers(); }
 
 private:
+    // One parallel loop. It lives on the caller's stack; workers reach it through current_.
+    struct job {
+        const std::function<void(int)>* task;
+        int count;
+        std::atomic<int> next{0}, done{0};
+    };
+
     thread_pool() : threads_(std::max(1u, std::thread::hardware_concurrency())) {}
 
-    void work() {
+    static void run(job& j) {
         for (;;) {
-            const int i = next_.fetch_add(1);
-            if (i >= count_) return;
-            (*task_.load())(i);
-            done_.fetch_add(1, std::memory_order_release);
+            const int i = j.next.fetch_add(1, std::memory_order_relaxed);
+            if (i >= j.count) return;
+            (*j.task)(i);
+            j.done.fetch_add(1, std::memory_order_release);
         }
     }
 
@@ -73,15 +82,18 @@ private:
         if (!workers_.empty()) return;
         stopping_ = false;
         for (int t = 1; t < threads_; ++t)
-            workers_.emplace_back([this] {
-                std::size_t seen = 0;
+            workers_.emplace_back([this, seen = generation_]() mutable {
                 for (;;) {
                     std::unique_lock l(m_);
                     cv_.wait(l, [&] { return stopping_ || generation_ != seen; });
                     if (stopping_) return;
                     seen = generation_;
+                    job* j = current_;
+                    if (!j) continue;
+                    active_.fetch_add(1, std::memory_order_relaxed);
                     l.unlock();
-                    work();
+                    run(*j);
+                    active_.fetch_sub(1, std::memory_order_release);
                 }
             });
     }
@@ -100,9 +112,8 @@ private:
     std::mutex api_, m_;
     std::condition_variable cv_;
     std::vector<std::thread> workers_;
-    std::atomic<const std::function<void(int)>*> task_{nullptr};
-    std::atomic<int> count_{0};
-    std::atomic<int> next_{0}, done_{0};
+    job* current_ = nullptr;  // guarded by m_
+    std::atomic<int> active_{0};
     std::size_t generation_ = 0;
     bool stopping_ = false;
 };
@@ -112,7 +123,17 @@ inline std::atomic<std::ptrdiff_t>& parallel_threshold_ref() {
     return t;
 }
 
+inline std::atomic<std::ptrdiff_t>& streaming_threshold_ref() {
+    static std::atomic<std::ptrdiff_t> t{std::ptrdiff_t{16} << 20};
+    return t;
+}
+
 }  // namespace detail
+
+// Loops whose outputs exceed this many bytes write them with streaming (non-temporal) stores: such outputs do not
+// fit in the caches anyway, and skipping the read of the destination saves bandwidth.
+inline void set_streaming_threshold(std::ptrdiff_t bytes) { detail::streaming_threshold_ref() = bytes; }
+inline std::ptrdiff_t streaming_threshold() { return detail::streaming_threshold_ref(); }
 
 // Threads used by fused loops (default: the hardware's).
 inline void set_num_threads(int n) { detail::thread_pool::instance().set_threads(n); }

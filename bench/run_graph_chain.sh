@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds and runs the graph-chain benchmark (-O3 -march=native) and prints the ratio table for RESULTS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCHMARKS=ON -DKILN_BUILD_TESTS=OFF \
+      -DKILN_BUILD_EXAMPLES=OFF -DKILN_NATIVE=ON >/dev/null
+cmake --build build-bench --target bench_graph_chain -j"$(nproc)"
+build-bench/bench/bench_graph_chain --benchmark_min_time=0.2 --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true --benchmark_out=build-bench/bench_graph_chain.json \
+  --benchmark_out_format=json >/dev/null
+python3 bench/report.py build-bench/bench_graph_chain.json
