@@ -13,16 +13,22 @@ inline bool close(double actual, double expected, double rtol, double atol = 0.0
     return std::abs(actual - expected) <= atol + rtol * std::abs(expected);
 }
 
+// One CHECK per comparison (not per element), naming the first mismatch: tests stay fast at large sizes.
 template <class A, class E>
 void check_all_close(const A& actual, const E& expected, double rtol, double atol = 0.0) {
     REQUIRE(actual.size() == expected.size());
-    std::size_t i = 0;
+    std::size_t i = 0, bad = 0, first = 0;
+    double first_a = 0, first_e = 0;
     for (auto it = expected.begin(); it != expected.end(); ++it, ++i) {
         const double a = static_cast<double>(*(actual.begin() + static_cast<std::ptrdiff_t>(i)));
         const double e = static_cast<double>(*it);
-        INFO("element " << i << ": got " << a << ", expected " << e);
-        CHECK(close(a, e, rtol, atol));
+        if (!close(a, e, rtol, atol)) {
+            if (bad++ == 0) first = i, first_a = a, first_e = e;
+        }
     }
+    INFO(bad << " of " << i << " elements differ; the first is element " << first << ": got " << first_a
+              << ", expected " << first_e);
+    CHECK(bad == 0);
 }
 
 }  // namespace kiln_test

@@ -22,37 +22,56 @@ std::vector<T> vec(std::initializer_list<double> v) {
     return out;
 }
 
-// Runs f over one input and compares with the expected values. The input is repeated to 37 elements, so the
-// SIMD body, the padded tail and the scalar path all see each case.
+// The sizes every case runs at: empty, one element, fewer than a batch, a size that is no multiple of any SIMD
+// width, and one large enough to be split over two threads (the threshold is lowered for the test).
+constexpr std::size_t case_sizes[] = {0, 1, 3, 37, 5003};
+
+struct threaded_sizes {
+    int threads = kiln::num_threads();
+    std::ptrdiff_t threshold = kiln::parallel_threshold();
+    threaded_sizes() {
+        kiln::set_num_threads(2);
+        kiln::set_parallel_threshold(4096);
+    }
+    ~threaded_sizes() {
+        kiln::set_num_threads(threads);
+        kiln::set_parallel_threshold(threshold);
+    }
+};
+
+template <class T>
+std::vector<T> cycle(const std::vector<T>& v, std::size_t n) {
+    std::vector<T> out(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = v[i % v.size()];
+    return out;
+}
+
+// Runs f over the cases repeated to each size, so the SIMD body, the padded tail, the threaded split and the
+// scalar path all see every case, and compares with the hand-computed values.
 template <class T, class F>
 void unary_case(F f, std::initializer_list<double> in, std::initializer_list<double> expected, double rtol) {
+    const threaded_sizes threads;
     const auto x = kiln::input<"x", T>{};
-    auto xs = vec<T>(in);
-    auto es = vec<double>(expected);
-    std::vector<T> big;
-    std::vector<double> big_expected;
-    for (std::size_t i = 0; i < 37; ++i) {
-        big.push_back(xs[i % xs.size()]);
-        big_expected.push_back(es[i % es.size()]);
+    const auto xs = vec<T>(in);
+    const auto es = vec<double>(expected);
+    for (std::size_t n : case_sizes) {
+        CAPTURE(n);
+        check_all_close(kiln::run(f(x), x = cycle(xs, n)), cycle(es, n), rtol);
     }
-    check_all_close(kiln::run(f(x), x = big), big_expected, rtol);
 }
 
 template <class T, class F>
 void binary_case(F f, std::initializer_list<double> a, std::initializer_list<double> b,
                  std::initializer_list<double> expected, double rtol) {
+    const threaded_sizes threads;
     const auto x = kiln::input<"x", T>{};
     const auto y = kiln::input<"y", T>{};
-    auto as = vec<T>(a), bs = vec<T>(b);
-    auto es = vec<double>(expected);
-    std::vector<T> ba, bb;
-    std::vector<double> be;
-    for (std::size_t i = 0; i < 37; ++i) {
-        ba.push_back(as[i % as.size()]);
-        bb.push_back(bs[i % bs.size()]);
-        be.push_back(es[i % es.size()]);
+    const auto as = vec<T>(a), bs = vec<T>(b);
+    const auto es = vec<double>(expected);
+    for (std::size_t n : case_sizes) {
+        CAPTURE(n);
+        check_all_close(kiln::run(f(x, y), x = cycle(as, n), y = cycle(bs, n)), cycle(es, n), rtol);
     }
-    check_all_close(kiln::run(f(x, y), x = ba, y = bb), be, rtol);
 }
 
 }  // namespace
