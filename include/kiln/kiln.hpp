@@ -4,5 +4,6 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/shape.hpp"
+#include "eager/eager.hpp"
 #include "graph/graph.hpp"
 #include "ops/ops.hpp"

@@ -69,6 +69,13 @@ template <class C>
 struct container_element<C> {
     using type = typename C::value_type;
 };
+// A container whose element type is known only at run time (kiln::tensor): checked when it is bound.
+struct runtime_element {};
+template <class C>
+    requires requires(const C& c) { c.dtype(); c.raw_data(); }
+struct container_element<C> {
+    using type = runtime_element;
+};
 
 template <class C>
 using container_element_t = typename container_element<C>::type;
@@ -76,7 +83,11 @@ using container_element_t = typename container_element<C>::type;
 // Any container kiln accepts, as a strided view. P is `const T` for feeds and `T` for outputs.
 template <class P, class C>
 void fill_strided(strided<P>& s, C& c) {
-    if constexpr (requires { c.strides; c.shape; c.data; } && !requires { c.size(); }) {  // kiln::view_t
+    if constexpr (requires { c.dtype(); c.raw_data(); }) {  // kiln::tensor: its dtype is checked here
+        s.data = c.template data<P>();
+        s.shape = c.shape();
+        s.strides = c.strides();
+    } else if constexpr (requires { c.strides; c.shape; c.data; } && !requires { c.size(); }) {  // kiln::view_t
         s.data = c.data;
         s.shape = c.shape;
         s.strides = c.strides;
@@ -163,7 +174,8 @@ constexpr bool check_leaf_feed() {
         using F = std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>;
         using fed = container_element_t<const typename F::container_type>;
         using declared = typename Leaf::value_type;
-        if constexpr (!std::is_same_v<std::remove_const_t<fed>, declared>)
+        if constexpr (!std::is_same_v<std::remove_const_t<fed>, declared> &&
+                      !std::is_same_v<std::remove_const_t<fed>, runtime_element>)
             return feed_has_wrong_element_type<Leaf::name, declared, std::remove_const_t<fed>>::value;
         else return true;
     }

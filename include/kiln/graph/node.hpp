@@ -50,6 +50,16 @@ using input = detail::leaf<Name, T, Shape, detail::input_kind>;
 template <fixed_string Name, class T = float, class Shape = dynamic>
 using param = detail::leaf<Name, T, Shape, detail::param_kind>;
 
+namespace detail {
+// A leaf known by its position instead of its name: what eager mode and the Thrust lowering run.
+template <std::size_t K, class T>
+struct indexed_leaf : leaf_base {
+    using value_type = T;
+    using shape_type = dynamic;
+    using kind = input_kind;
+};
+}  // namespace detail
+
 // A run-time scalar (0.5f * x). It takes the element type of the tensor it meets, as in PyTorch.
 template <class T>
 struct scalar {

@@ -34,15 +34,8 @@ struct fused_functor {
     }
 };
 
-// A leaf known by its position instead of its name. nvcc's host-code generator cannot spell a string template
-// argument in a kernel's name, so the expression is renamed before it becomes a functor.
-template <std::size_t K, class T>
-struct indexed_leaf : leaf_base {
-    using value_type = T;
-    using shape_type = dynamic;
-    using kind = input_kind;
-};
-
+// nvcc's host-code generator cannot spell a string template argument in a kernel's name, so the expression is
+// renamed (indexed_leaf instead of named leaves) before it becomes a functor.
 template <class Leaves, class E>
 constexpr auto anonymize(const E& e) {
     if constexpr (is_leaf_v<E>) {

@@ -1,0 +1,7 @@
+#pragma once
+// Eager mode: kiln::tensor, its factories, elementwise ops, reductions and printing.
+#include "elementwise.hpp"
+#include "factories.hpp"
+#include "print.hpp"
+#include "reduce.hpp"
+#include "tensor.hpp"

@@ -1,0 +1,309 @@
+#pragma once
+// Eager elementwise ops: a run-time dtype dispatch onto the op's own kernel, run by graph mode's fused loop.
+// `a + b` on tensors plans the one-node graph add(leaf0, leaf1) for the promoted element type and runs it over the
+// tensors' strided views, so broadcasting, SIMD and threads are graph mode's.
+#include <string>
+
+#include "../backend/cpu/fused_loop.hpp"
+#include "../ops/ops.hpp"
+#include "tensor.hpp"
+
+namespace kiln {
+namespace detail {
+
+template <>
+struct mode_of<tensor> {
+    static constexpr operand_mode value = operand_mode::eager;
+};
+
+constexpr int promotion_rank(dtype d) {
+    switch (d) {
+        case dtype::boolean: return 0;
+        case dtype::int32: return 1;
+        case dtype::int64: return 2;
+        case dtype::float32: return 3;
+        case dtype::float64: return 4;
+    }
+    return 0;
+}
+constexpr bool is_floating(dtype d) { return d == dtype::float32 || d == dtype::float64; }
+
+// PyTorch's result_type for two tensors: the higher of the two kinds and sizes.
+constexpr dtype promote(dtype a, dtype b) { return promotion_rank(a) >= promotion_rank(b) ? a : b; }
+
+// A C++ number meets a tensor: it changes the tensor's dtype only across kinds (an integer tensor times 0.5 becomes
+// float32, a bool tensor plus 1 becomes int64), never within one (a float32 tensor times a double stays float32).
+template <class S>
+constexpr dtype promote_with_scalar(dtype t) {
+    if constexpr (std::is_floating_point_v<S>) return is_floating(t) ? t : dtype::float32;
+    else if constexpr (std::is_same_v<S, bool>) return t;
+    else return t == dtype::boolean ? dtype::int64 : t;
+}
+
+// Ops whose results are fractional promote integer inputs to float32 first, as in PyTorch (exp of an int tensor).
+template <class Op>
+constexpr bool floating_op() {
+    return std::is_same_v<Op, ops::exp> || std::is_same_v<Op, ops::log> || std::is_same_v<Op, ops::sqrt> ||
+           std::is_same_v<Op, ops::rsqrt> || std::is_same_v<Op, ops::sin> || std::is_same_v<Op, ops::cos> ||
+           std::is_same_v<Op, ops::tanh> || std::is_same_v<Op, ops::sigmoid>;
+}
+
+template <class T>
+strided<const T> strided_of(const tensor& t) {
+    return strided<const T>(t.data<const T>(), t.shape(), t.strides());
+}
+
+template <class T>
+strided<T> strided_out(tensor& t) {
+    return strided<T>(t.data<T>(), t.shape(), t.strides());
+}
+
+inline std::string operands_text(std::initializer_list<const tensor*> ts) {
+    std::string s;
+    for (const tensor* t : ts) {
+        if (!s.empty()) s += " and ";
+        s += to_string(t->shape()) + " " + std::string(name(t->dtype()));
+    }
+    return s;
+}
+
+inline void check_same_device(std::string_view op, std::initializer_list<const tensor*> ts) {
+    const device d = (*ts.begin())->device();
+    for (const tensor* t : ts)
+        if (!(t->device() == d))
+            throw device_error("kiln: device_error in '" + std::string(op) + "': operands live on " + to_string(d) +
+                               " and " + to_string(t->device()));
+}
+
+template <class L>
+struct leaf_position;
+template <std::size_t K, class T>
+struct leaf_position<indexed_leaf<K, T>> {
+    static constexpr std::size_t value = K;
+};
+
+// Runs the graph `expr` (whose leaves are indexed_leaf<K, T>, K naming the input) over `inputs` into `out`, whose
+// shape is the broadcast shape and whose dtype is the expression's.
+template <class E, class... In>
+void run_eager_into(tensor& out, const E& expr, const In&... inputs) {
+    using R = root_type_t<E>;
+    using list = unique_nodes_t<E>;
+    using loop = fused_loop<list, E>;
+    auto bound = [&]<class... L>(types<L...>) {
+        const std::tuple<const In&...> all(inputs...);
+        return std::tuple<strided<const typename L::value_type>...>(
+            strided_of<typename L::value_type>(std::get<leaf_position<L>::value>(all))...);
+    }(leaves_t<list>{});
+    loop::run(std::tuple<E>(expr), bound, typename loop::outs_t{strided_out<R>(out)}, out.shape());
+}
+
+template <class E, class... In>
+tensor run_eager(const E& expr, const dims& shape, const In&... inputs) {
+    tensor out(dtype_of<root_type_t<E>>(), shape);
+    run_eager_into(out, expr, inputs...);
+    return out;
+}
+
+// Copies `t` into a new contiguous tensor of dtype U.
+template <class U>
+tensor convert(const tensor& t) {
+    return dispatch(t.dtype(), [&]<class T>() {
+        if constexpr (std::is_same_v<T, U>) return run_eager(indexed_leaf<0, T>{}, t.shape(), t);
+        else return run_eager(make_node<ops::cast<U>>(indexed_leaf<0, T>{}), t.shape(), t);
+    });
+}
+
+inline tensor as_dtype(const tensor& t, dtype d) {
+    if (t.dtype() == d) return t;
+    return dispatch(d, [&]<class U>() { return convert<U>(t); });
+}
+
+inline dims broadcast_named(std::string_view op, std::initializer_list<const tensor*> ts) {
+    dims out = (*ts.begin())->shape();
+    for (const tensor* t : ts)
+        if (!broadcast_into(out, t->shape(), out))
+            throw shape_error("kiln: shape_error in '" + std::string(op) + "': cannot broadcast " + operands_text(ts));
+    return out;
+}
+
+template <class Op>
+tensor eager_unary(const tensor& a) {
+    dtype d = a.dtype();
+    if constexpr (floating_op<Op>())
+        if (!is_floating(d)) d = dtype::float32;
+    const tensor x = as_dtype(a, d);
+    return dispatch(d, [&]<class T>() { return run_eager(make_node<Op>(indexed_leaf<0, T>{}), x.shape(), x); });
+}
+
+template <class Op>
+tensor eager_binary(const tensor& a, const tensor& b) {
+    check_same_device(Op::name, {&a, &b});
+    const dims shape = broadcast_named(Op::name, {&a, &b});
+    dtype d = promote(a.dtype(), b.dtype());
+    if constexpr (floating_op<Op>() || std::is_same_v<Op, ops::pow>)
+        if (!is_floating(d)) d = dtype::float32;
+    const tensor x = as_dtype(a, d), y = as_dtype(b, d);
+    return dispatch(d, [&]<class T>() {
+        return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}), shape, x, y);
+    });
+}
+
+// A tensor and a C++ number; `scalar_first` keeps the operands' order (2 - t).
+template <class Op, class S>
+tensor eager_scalar(const tensor& a, S s, bool scalar_first) {
+    dtype d = promote_with_scalar<S>(a.dtype());
+    if constexpr (floating_op<Op>() || std::is_same_v<Op, ops::pow>)
+        if (!is_floating(d)) d = dtype::float32;
+    const tensor x = as_dtype(a, d);
+    return dispatch(d, [&]<class T>() {
+        const scalar<T> v{static_cast<T>(s)};
+        if (scalar_first) return run_eager(make_node<Op>(v, indexed_leaf<0, T>{}), x.shape(), x);
+        return run_eager(make_node<Op>(indexed_leaf<0, T>{}, v), x.shape(), x);
+    });
+}
+
+inline tensor eager_where(const tensor& c, const tensor& a, const tensor& b) {
+    check_same_device("where", {&c, &a, &b});
+    const dims shape = broadcast_named("where", {&c, &a, &b});
+    const dtype d = promote(a.dtype(), b.dtype());
+    const tensor m = as_dtype(c, dtype::boolean), x = as_dtype(a, d), y = as_dtype(b, d);
+    return dispatch(d, [&]<class T>() {
+        return run_eager(make_node<ops::where>(indexed_leaf<0, bool>{}, indexed_leaf<1, T>{}, indexed_leaf<2, T>{}),
+                         shape, m, x, y);
+    });
+}
+
+// Numbers and constants become tensors' partners; constants are numbers here.
+template <class A>
+auto eager_operand(const A& a) {
+    if constexpr (is_constant_v<A>) return A::template value<double>();
+    else return a;
+}
+
+template <class T>
+tensor scalar_tensor(T v) {
+    tensor t(dtype_of<T>(), dims{});
+    *t.data<T>() = v;
+    return t;
+}
+
+template <>
+struct op_builder<operand_mode::eager> {
+    template <class Op, class... Args>
+    static tensor build(const Args&... args) {
+        return build_operands<Op>(eager_operand(args)...);
+    }
+
+    template <class Op, class... Args>
+    static tensor build_operands(const Args&... args) {
+        constexpr std::size_t n = sizeof...(Args);
+        if constexpr (n == 1) {
+            return eager_unary<Op>(args...);
+        } else if constexpr (n == 2) {
+            return binary<Op>(args...);
+        } else {
+            static_assert(std::is_same_v<Op, ops::where>, "kiln: eager mode knows ternary ops: where.");
+            auto as_tensor = [](const auto& v) {
+                if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, tensor>) return v;
+                else return scalar_tensor(v);
+            };
+            return eager_where(as_tensor(args)...);
+        }
+    }
+
+    template <class Op, class A, class B>
+    static tensor binary(const A& a, const B& b) {
+        if constexpr (std::is_same_v<A, tensor> && std::is_same_v<B, tensor>) return eager_binary<Op>(a, b);
+        else if constexpr (std::is_same_v<A, tensor>) return eager_scalar<Op>(a, b, false);
+        else return eager_scalar<Op>(b, a, true);
+    }
+};
+
+}  // namespace detail
+
+template <>
+struct element_type<tensor> {
+    using type = void;  // known only at run time
+};
+
+inline tensor tensor::contiguous() const {
+    if (is_contiguous()) return *this;
+    return clone();
+}
+
+inline tensor tensor::clone() const {
+    return detail::dispatch(dtype_, [&]<class T>() { return detail::convert<T>(*this); });
+}
+
+inline tensor tensor::to(kiln::dtype d) const { return detail::as_dtype(*this, d); }
+
+inline tensor tensor::reshape(dims target) const {
+    int infer = -1;
+    std::ptrdiff_t known = 1;
+    for (int i = 0; i < target.rank; ++i) {
+        if (target[i] == -1) {
+            if (infer >= 0) throw value_error("kiln::tensor::reshape: only one dimension can be -1");
+            infer = i;
+        } else {
+            known *= target[i];
+        }
+    }
+    if (infer >= 0 && known > 0 && numel() % known == 0) target[infer] = numel() / known;
+    if (target.size() != numel() || (infer >= 0 && known == 0))
+        throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(shape_) + " (" +
+                          std::to_string(numel()) + " elements) to " + to_string(target));
+    if (is_contiguous()) return view(target, detail::contiguous_strides(target), offset_);
+    return contiguous().reshape(target);
+}
+
+// cast<U> on a tensor: kiln::cast<double>(t).
+template <class U>
+tensor cast(const tensor& t) {
+    return t.to(dtype_of<U>());
+}
+
+namespace detail {
+
+// a op= b: the result is written into a's storage. Like PyTorch, the broadcast shape must be a's shape and the
+// promoted dtype must convert to a's without leaving its kind (an int32 tensor cannot take float results).
+template <class Op, class B>
+tensor& eager_in_place(tensor& a, const B& b) {
+    dtype d;
+    dims shape = a.shape();
+    if constexpr (std::is_same_v<B, tensor>) {
+        check_same_device(Op::name, {&a, &b});
+        shape = broadcast_named(Op::name, {&a, &b});
+        d = promote(a.dtype(), b.dtype());
+    } else {
+        d = promote_with_scalar<B>(a.dtype());
+    }
+    if (!(shape == a.shape()))
+        throw shape_error("kiln: shape_error in '" + std::string(Op::name) + "_' (in place): the result's shape " +
+                          to_string(shape) + " is not the output's " + to_string(a.shape()));
+    if (promotion_rank(d) > promotion_rank(a.dtype()) && (is_floating(d) != is_floating(a.dtype())))
+        throw dtype_error("kiln: dtype_error in '" + std::string(Op::name) + "_' (in place): a " +
+                          std::string(name(d)) + " result cannot be stored in a " + std::string(name(a.dtype())) +
+                          " tensor");
+    dispatch(a.dtype(), [&]<class T>() {
+        if constexpr (std::is_same_v<B, tensor>) {
+            const tensor y = as_dtype(b, a.dtype());
+            run_eager_into(a, make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}), a, y);
+        } else {
+            run_eager_into(a, make_node<Op>(indexed_leaf<0, T>{}, scalar<T>{static_cast<T>(b)}), a);
+        }
+    });
+    return a;
+}
+
+}  // namespace detail
+
+template <class B>
+tensor& operator+=(tensor& a, const B& b) { return detail::eager_in_place<ops::add>(a, detail::eager_operand(b)); }
+template <class B>
+tensor& operator-=(tensor& a, const B& b) { return detail::eager_in_place<ops::sub>(a, detail::eager_operand(b)); }
+template <class B>
+tensor& operator*=(tensor& a, const B& b) { return detail::eager_in_place<ops::mul>(a, detail::eager_operand(b)); }
+template <class B>
+tensor& operator/=(tensor& a, const B& b) { return detail::eager_in_place<ops::div>(a, detail::eager_operand(b)); }
+
+}  // namespace kiln

@@ -1,0 +1,176 @@
+#pragma once
+// Making tensors: constants, ranges, random numbers, copies of C++ containers and zero-copy wraps.
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <numbers>
+#include <vector>
+
+#include "elementwise.hpp"
+
+namespace kiln {
+
+// A tensor of `shape` filled with `value`.
+inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
+    tensor t(d, shape);
+    detail::dispatch(d, [&]<class T>() {
+        T* p = t.data<T>();
+        const T v = static_cast<T>(value);
+        for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
+    });
+    return t;
+}
+inline tensor zeros(const dims& shape, dtype d = dtype::float32) { return full(shape, 0.0, d); }
+inline tensor ones(const dims& shape, dtype d = dtype::float32) { return full(shape, 1.0, d); }
+
+// start, start + step, ... below stop (like numpy.arange); int64 unless a dtype is given.
+inline tensor arange(double start, double stop, double step = 1.0, dtype d = dtype::int64) {
+    if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+        throw value_error("kiln::arange: start, stop and step must be finite and step nonzero");
+    const auto n = static_cast<std::ptrdiff_t>(std::max(0.0, std::ceil((stop - start) / step)));
+    tensor t(d, dims{n});
+    detail::dispatch(d, [&]<class T>() {
+        T* p = t.data<T>();
+        for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+    });
+    return t;
+}
+inline tensor arange(double stop) { return arange(0, stop); }
+
+// n points from a to b inclusive.
+inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d = dtype::float32) {
+    if (n < 0) throw value_error("kiln::linspace: the number of points must be non-negative, got " + std::to_string(n));
+    tensor t(d, dims{n});
+    detail::dispatch(d, [&]<class T>() {
+        T* p = t.data<T>();
+        for (std::ptrdiff_t i = 0; i < n; ++i)
+            p[i] = static_cast<T>(n == 1 ? a : a + (b - a) * static_cast<double>(i) / static_cast<double>(n - 1));
+    });
+    return t;
+}
+
+// A copy of C++ data with a shape (default: one dimension).
+template <class T>
+tensor from_vector(const std::vector<T>& v, dims shape) {
+    static_assert(is_dtype_v<T>, "kiln::from_vector: element types are bool, int32_t, int64_t, float and double.");
+    if (shape.size() != static_cast<std::ptrdiff_t>(v.size()))
+        throw shape_error("kiln::from_vector: " + std::to_string(v.size()) + " values do not fill shape " +
+                          to_string(shape));
+    tensor t(dtype_of<T>(), shape);
+    std::copy(v.begin(), v.end(), t.data<T>());
+    return t;
+}
+template <class T>
+tensor from_vector(const std::vector<T>& v) {
+    return from_vector(v, dims{static_cast<std::ptrdiff_t>(v.size())});
+}
+template <class T>
+tensor from_values(std::initializer_list<T> v, dims shape) {
+    return from_vector(std::vector<T>(v), shape);
+}
+
+// A copy of an xtensor container or expression.
+template <class X>
+    requires requires(const X& x) { x.shape(); x.begin(); }
+tensor from_xtensor(const X& x) {
+    using T = std::remove_cv_t<typename X::value_type>;
+    dims shape;
+    shape.assign(x.shape().begin(), x.shape().size());
+    tensor t(dtype_of<T>(), shape);
+    std::copy(x.begin(), x.end(), t.data<T>());  // row-major iteration
+    return t;
+}
+
+// Zero-copy: a tensor over external memory. `keeper` keeps it alive (pass {} if the caller guarantees it).
+template <class T>
+tensor wrap(T* data, const dims& shape, std::shared_ptr<void> keeper = {}) {
+    auto s = std::make_shared<detail::storage>();
+    s->data = reinterpret_cast<std::byte*>(data);
+    s->bytes = static_cast<std::size_t>(shape.size()) * sizeof(T);
+    s->keeper = std::move(keeper);
+    return tensor(std::move(s), dtype_of<std::remove_const_t<T>>(), shape, detail::contiguous_strides(shape), 0);
+}
+
+// A seedable random generator (xoshiro256**: fast, and the same stream on every platform and compiler).
+class generator {
+public:
+    explicit generator(std::uint64_t seed = 0x9E3779B97F4A7C15ull) { this->seed(seed); }
+
+    void seed(std::uint64_t seed) {
+        std::uint64_t z = seed;
+        for (auto& s : state_) {  // splitmix64 expands the seed
+            z += 0x9E3779B97F4A7C15ull;
+            std::uint64_t x = z;
+            x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+            x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+            s = x ^ (x >> 31);
+        }
+    }
+
+    std::uint64_t next() {
+        const std::uint64_t result = rotl(state_[1] * 5, 7) * 9, t = state_[1] << 17;
+        state_[2] ^= state_[0];
+        state_[3] ^= state_[1];
+        state_[1] ^= state_[2];
+        state_[0] ^= state_[3];
+        state_[2] ^= t;
+        state_[3] = rotl(state_[3], 45);
+        return result;
+    }
+
+    // Uniform in [0, 1) with 53 random bits.
+    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+    // Standard normal (Box-Muller; one of the pair is kept for the next call).
+    double normal() {
+        if (has_spare_) {
+            has_spare_ = false;
+            return spare_;
+        }
+        double u1 = uniform();
+        while (u1 <= 0.0) u1 = uniform();
+        const double u2 = uniform(), r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * std::numbers::pi * u2;
+        spare_ = r * std::sin(a);
+        has_spare_ = true;
+        return r * std::cos(a);
+    }
+
+private:
+    static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+    std::uint64_t state_[4];
+    double spare_ = 0;
+    bool has_spare_ = false;
+};
+
+// The generator used when none is passed; kiln::manual_seed(s) makes runs repeatable.
+inline generator& default_generator() {
+    thread_local generator g;
+    return g;
+}
+inline void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
+
+// Uniform in [low, high).
+inline tensor uniform(const dims& shape, double low, double high, dtype d = dtype::float32,
+                      generator& g = default_generator()) {
+    if (!detail::is_floating(d)) throw dtype_error("kiln::uniform: the dtype must be float32 or float64");
+    tensor t(d, shape);
+    detail::dispatch(d, [&]<class T>() {
+        T* p = t.data<T>();
+        for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(low + (high - low) * g.uniform());
+    });
+    return t;
+}
+inline tensor rand(const dims& shape, dtype d = dtype::float32, generator& g = default_generator()) {
+    return uniform(shape, 0.0, 1.0, d, g);
+}
+inline tensor randn(const dims& shape, dtype d = dtype::float32, generator& g = default_generator()) {
+    if (!detail::is_floating(d)) throw dtype_error("kiln::randn: the dtype must be float32 or float64");
+    tensor t(d, shape);
+    detail::dispatch(d, [&]<class T>() {
+        T* p = t.data<T>();
+        for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(g.normal());
+    });
+    return t;
+}
+
+}  // namespace kiln

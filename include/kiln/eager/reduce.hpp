@@ -1,0 +1,172 @@
+#pragma once
+// Reductions over axes: sum, mean, prod, max, min (keepdims optional) and argmax, argmin along one axis.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "elementwise.hpp"
+
+namespace kiln {
+namespace detail {
+
+struct reduction_shape {
+    dims keep;      // the input's shape with reduced axes set to 1
+    dims result;    // what the caller asked for (keepdims or not)
+    std::ptrdiff_t count = 1;  // elements folded into each output
+};
+
+inline reduction_shape reduced_shape(const tensor& x, const std::vector<int>& axes, bool keepdims, const char* op) {
+    reduction_shape r;
+    r.keep = x.shape();
+    bool reduce[max_rank] = {};
+    if (axes.empty())
+        for (int i = 0; i < x.dim(); ++i) reduce[i] = true;
+    for (int a : axes) {
+        const int ax = a < 0 ? a + x.dim() : a;
+        if (ax < 0 || ax >= x.dim())
+            throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " is out of range for shape " +
+                              to_string(x.shape()) + " (" + std::string(name(x.dtype())) + ")");
+        if (reduce[ax] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
+            throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " repeats");
+        reduce[ax] = true;
+    }
+    r.result.rank = 0;
+    for (int i = 0; i < x.dim(); ++i) {
+        if (reduce[i]) {
+            r.count *= x.shape()[i];
+            r.keep[i] = 1;
+            if (keepdims) r.result[r.result.rank++] = 1;
+        } else {
+            r.result[r.result.rank++] = x.shape()[i];
+        }
+    }
+    return r;
+}
+
+// Visits every element of x with the flat index of its output (reduced axes contribute nothing).
+template <class T, class F>
+void for_each_reduced(const tensor& x, const dims& keep, F&& f) {
+    const std::ptrdiff_t n = x.numel();
+    if (n == 0) return;
+    const T* base = x.data<const T>();
+    const dims out_strides = contiguous_strides(keep);
+    const int r = x.dim();
+    std::ptrdiff_t idx[max_rank] = {};
+    std::ptrdiff_t in_off = 0, out_off = 0;
+    for (std::ptrdiff_t k = 0; k < n; ++k) {
+        f(base[in_off], out_off);
+        for (int d = r - 1; d >= 0; --d) {
+            const std::ptrdiff_t os = keep[d] == 1 ? 0 : out_strides[d];
+            if (++idx[d] < x.shape()[d]) {
+                in_off += x.strides()[d];
+                out_off += os;
+                break;
+            }
+            in_off -= (idx[d] - 1) * x.strides()[d];
+            out_off -= (idx[d] - 1) * os;
+            idx[d] = 0;
+        }
+    }
+}
+
+template <class Acc>
+dtype accumulate_dtype(dtype d) {
+    if (is_floating(d)) return d;
+    return dtype::int64;
+}
+
+enum class fold_kind { sum, prod, max, min };
+
+inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims, fold_kind kind, const char* op) {
+    const reduction_shape r = reduced_shape(x, axes, keepdims, op);
+    const bool extremum = kind == fold_kind::max || kind == fold_kind::min;
+    if (extremum && r.count == 0)
+        throw value_error("kiln::" + std::string(op) + ": cannot reduce over an empty dimension (shape " +
+                          to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
+    const dtype out_dtype = extremum ? x.dtype() : (is_floating(x.dtype()) ? x.dtype() : dtype::int64);
+    tensor out(out_dtype, r.keep);
+    dispatch(x.dtype(), [&]<class T>() {
+        // Floating sums accumulate in double; integer sums and products in int64 (wrapping, as in NumPy).
+        using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+        const std::ptrdiff_t m = r.keep.size();
+        if (extremum) {
+            std::unique_ptr<T[]> acc(new T[static_cast<std::size_t>(m)]);  // not vector<T>: T may be bool
+            std::vector<char> started(static_cast<std::size_t>(m), 0);
+            const bool is_max = kind == fold_kind::max;
+            for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) {
+                T& a = acc[static_cast<std::size_t>(o)];
+                if (!started[static_cast<std::size_t>(o)]) {
+                    a = v;
+                    started[static_cast<std::size_t>(o)] = 1;
+                } else if (a == a) {  // NaN is sticky
+                    if (v != v || (is_max ? v > a : v < a)) a = v;
+                }
+            });
+            std::copy(acc.get(), acc.get() + m, out.data<T>());
+        } else {
+            std::vector<Acc> acc(static_cast<std::size_t>(m), kind == fold_kind::prod ? Acc(1) : Acc(0));
+            if (kind == fold_kind::sum)
+                for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) { acc[static_cast<std::size_t>(o)] += Acc(v); });
+            else
+                for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) { acc[static_cast<std::size_t>(o)] *= Acc(v); });
+            dispatch(out_dtype, [&]<class R>() {
+                R* p = out.data<R>();
+                for (std::ptrdiff_t i = 0; i < m; ++i) p[i] = static_cast<R>(acc[static_cast<std::size_t>(i)]);
+            });
+        }
+    });
+    return out.reshape(r.result);
+}
+
+inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max, const char* op) {
+    const reduction_shape r = reduced_shape(x, {axis}, keepdims, op);
+    if (r.count == 0)
+        throw value_error("kiln::" + std::string(op) + ": cannot reduce over an empty dimension (shape " +
+                          to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
+    const int ax = axis < 0 ? axis + x.dim() : axis;
+    tensor out(dtype::int64, r.keep);
+    dispatch(x.dtype(), [&]<class T>() {
+        const std::ptrdiff_t m = r.keep.size();
+        std::unique_ptr<T[]> best(new T[static_cast<std::size_t>(m)]);
+        std::vector<std::int64_t> pos(static_cast<std::size_t>(m), -1), seen(static_cast<std::size_t>(m), 0);
+        for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) {
+            const auto i = static_cast<std::size_t>(o);
+            const std::int64_t here = seen[i]++;  // elements of one output arrive in order along the axis
+            T& b = best[i];
+            if (pos[i] < 0 || (b == b && (v != v || (is_max ? v > b : v < b)))) b = v, pos[i] = here;
+        });
+        std::copy(pos.begin(), pos.end(), out.data<std::int64_t>());
+    });
+    (void)ax;
+    return out.reshape(r.result);
+}
+
+}  // namespace detail
+
+inline tensor sum(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::fold(x, axes, keepdims, detail::fold_kind::sum, "sum");
+}
+inline tensor prod(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::fold(x, axes, keepdims, detail::fold_kind::prod, "prod");
+}
+inline tensor max(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::fold(x, axes, keepdims, detail::fold_kind::max, "max");
+}
+inline tensor min(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::fold(x, axes, keepdims, detail::fold_kind::min, "min");
+}
+// The mean in the input's floating type (integer inputs give float32); NaN over an empty axis.
+inline tensor mean(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    const tensor xf = detail::is_floating(x.dtype()) ? x : x.to(dtype::float32);
+    const auto r = detail::reduced_shape(xf, axes, keepdims, "mean");
+    return detail::fold(xf, axes, keepdims, detail::fold_kind::sum, "mean") / static_cast<double>(r.count);
+}
+inline tensor argmax(const tensor& x, int axis, bool keepdims = false) {
+    return detail::arg_extremum(x, axis, keepdims, true, "argmax");
+}
+inline tensor argmin(const tensor& x, int axis, bool keepdims = false) {
+    return detail::arg_extremum(x, axis, keepdims, false, "argmin");
+}
+
+}  // namespace kiln

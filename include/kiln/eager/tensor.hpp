@@ -1,0 +1,289 @@
+#pragma once
+// kiln::tensor: a run-time typed, reference-counted, strided array on a device. Views share storage.
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../core/dtype.hpp"
+#include "../core/error.hpp"
+#include "../core/shape.hpp"
+
+namespace kiln {
+
+enum class device_type : std::uint8_t { cpu, cuda };
+
+// Where a tensor's storage lives. CUDA storage arrives with the CUDA backend; the field is here so that it fits.
+struct device {
+    device_type type = device_type::cpu;
+    int index = 0;
+    friend constexpr bool operator==(const device&, const device&) = default;
+};
+inline constexpr device cpu{};
+
+inline std::string to_string(const device& d) {
+    return d.type == device_type::cpu ? "cpu" : "cuda:" + std::to_string(d.index);
+}
+
+namespace detail {
+
+// Reference-counted bytes, 64-byte aligned when kiln allocates them; external memory is wrapped with the
+// caller's keeper (or none, when the caller guarantees the lifetime).
+struct storage {
+    std::byte* data = nullptr;
+    std::size_t bytes = 0;
+    kiln::device dev{};
+    std::shared_ptr<void> keeper;
+};
+
+inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
+    auto s = std::make_shared<storage>();
+    const std::size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+    void* p = ::operator new(n, std::align_val_t{64});
+    s->keeper = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{64}); });
+    s->data = static_cast<std::byte*>(p);
+    s->bytes = bytes;
+    return s;
+}
+
+inline dims contiguous_strides(const dims& shape) {
+    dims st;
+    st.rank = shape.rank;
+    std::ptrdiff_t s = 1;
+    for (int i = shape.rank - 1; i >= 0; --i) {
+        st[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return st;
+}
+
+// Calls f.template operator()<T>() with T the C++ type of d.
+template <class F>
+decltype(auto) dispatch(dtype d, F&& f) {
+    switch (d) {
+        case dtype::boolean: return f.template operator()<bool>();
+        case dtype::int32: return f.template operator()<std::int32_t>();
+        case dtype::int64: return f.template operator()<std::int64_t>();
+        case dtype::float32: return f.template operator()<float>();
+        case dtype::float64: break;
+    }
+    return f.template operator()<double>();
+}
+
+inline std::string shape_text(const dims& s) { return to_string(s); }
+
+}  // namespace detail
+
+class tensor {
+public:
+    // An empty float32 tensor of shape (0,).
+    tensor() : tensor(kiln::dtype::float32, dims{0}) {}
+
+    // Uninitialized contiguous storage of the given dtype and shape.
+    tensor(kiln::dtype d, const dims& shape) : dtype_(d), shape_(shape), strides_(detail::contiguous_strides(shape)) {
+        for (int i = 0; i < shape.rank; ++i)
+            if (shape[i] < 0)
+                throw value_error("kiln::tensor: negative dimension in shape " + to_string(shape));
+        storage_ = detail::allocate_storage(static_cast<std::size_t>(shape.size()) * size_of(d));
+    }
+
+    // A view of existing storage (used by views and by wrapping external memory).
+    tensor(std::shared_ptr<detail::storage> s, kiln::dtype d, const dims& shape, const dims& strides,
+           std::ptrdiff_t offset)
+        : storage_(std::move(s)), dtype_(d), shape_(shape), strides_(strides), offset_(offset) {}
+
+    kiln::dtype dtype() const noexcept { return dtype_; }
+    const dims& shape() const noexcept { return shape_; }
+    const dims& strides() const noexcept { return strides_; }
+    std::ptrdiff_t offset() const noexcept { return offset_; }
+    int dim() const noexcept { return shape_.rank; }
+    std::ptrdiff_t numel() const noexcept { return shape_.size(); }
+    kiln::device device() const noexcept { return storage_->dev; }
+    std::size_t itemsize() const noexcept { return size_of(dtype_); }
+
+    std::ptrdiff_t size(int d) const { return shape_[normalize_axis(d, "size")]; }
+
+    bool is_contiguous() const noexcept {
+        std::ptrdiff_t expect = 1;
+        for (int i = shape_.rank - 1; i >= 0; --i) {
+            if (shape_[i] != 1 && strides_[i] != expect) return false;
+            expect *= shape_[i];
+        }
+        return true;
+    }
+
+    // True when both tensors are views of one storage.
+    bool shares_storage_with(const tensor& other) const noexcept { return storage_ == other.storage_; }
+
+    // The first element's address, typed; the dtype must match.
+    template <class T>
+    T* data() const {
+        if (dtype_of<std::remove_const_t<T>>() != dtype_)
+            throw dtype_error("kiln::tensor::data: the tensor's dtype is " + std::string(name(dtype_)) +
+                              ", not " + std::string(dtype_name<std::remove_const_t<T>>()));
+        return reinterpret_cast<T*>(storage_->data) + offset_;
+    }
+    void* raw_data() const noexcept { return storage_->data + static_cast<std::size_t>(offset_) * itemsize(); }
+
+    // The value of a one-element tensor, converted to T.
+    template <class T>
+    T item() const {
+        if (numel() != 1)
+            throw value_error("kiln::tensor::item: the tensor has " + std::to_string(numel()) +
+                              " elements (shape " + to_string(shape_) + "), not one");
+        return detail::dispatch(dtype_, [&]<class U>() { return static_cast<T>(*data<U>()); });
+    }
+
+    // The element at a multi-index, converted to T (bounds-checked; for tests and inspection, not loops).
+    template <class T>
+    T at(std::initializer_list<std::ptrdiff_t> index) const {
+        if (static_cast<int>(index.size()) != shape_.rank)
+            throw value_error("kiln::tensor::at: " + std::to_string(index.size()) + " indices for a tensor of rank " +
+                              std::to_string(shape_.rank));
+        std::ptrdiff_t off = 0;
+        int d = 0;
+        for (std::ptrdiff_t i : index) {
+            if (i < 0) i += shape_[d];
+            if (i < 0 || i >= shape_[d])
+                throw value_error("kiln::tensor::at: index " + std::to_string(i) + " is out of range for dimension " +
+                                  std::to_string(d) + " of shape " + to_string(shape_));
+            off += i * strides_[d++];
+        }
+        return detail::dispatch(dtype_, [&]<class U>() {
+            return static_cast<T>(reinterpret_cast<const U*>(storage_->data)[offset_ + off]);
+        });
+    }
+
+    // ---- views: no copies ----
+
+    tensor permute(std::initializer_list<int> order) const {
+        if (static_cast<int>(order.size()) != shape_.rank)
+            throw value_error("kiln::tensor::permute: " + std::to_string(order.size()) + " axes for shape " +
+                              to_string(shape_));
+        dims s = shape_, st = strides_;
+        bool seen[max_rank] = {};
+        int i = 0;
+        for (int a : order) {
+            const int ax = normalize_axis(a, "permute");
+            if (seen[ax]) throw value_error("kiln::tensor::permute: axis " + std::to_string(a) + " repeats");
+            seen[ax] = true;
+            s[i] = shape_[ax];
+            st[i] = strides_[ax];
+            ++i;
+        }
+        return view(s, st, offset_);
+    }
+
+    tensor transpose(int a, int b) const {
+        const int x = normalize_axis(a, "transpose"), y = normalize_axis(b, "transpose");
+        dims s = shape_, st = strides_;
+        std::swap(s[x], s[y]);
+        std::swap(st[x], st[y]);
+        return view(s, st, offset_);
+    }
+
+    // Elements [start, stop) with a step along one dimension; negative start and stop count from the end.
+    tensor slice(int axis, std::ptrdiff_t start, std::ptrdiff_t stop, std::ptrdiff_t step = 1) const {
+        const int ax = normalize_axis(axis, "slice");
+        if (step <= 0) throw value_error("kiln::tensor::slice: the step must be positive, got " + std::to_string(step));
+        const std::ptrdiff_t n = shape_[ax];
+        auto clamp = [n](std::ptrdiff_t i) { return i < 0 ? std::max<std::ptrdiff_t>(i + n, 0) : std::min(i, n); };
+        start = clamp(start);
+        stop = clamp(stop);
+        dims s = shape_, st = strides_;
+        s[ax] = stop > start ? (stop - start + step - 1) / step : 0;
+        st[ax] = strides_[ax] * step;
+        return view(s, st, offset_ + start * strides_[ax]);
+    }
+
+    // The sub-tensor at one index of a dimension (the dimension is removed).
+    tensor select(int axis, std::ptrdiff_t index) const {
+        const int ax = normalize_axis(axis, "select");
+        if (index < 0) index += shape_[ax];
+        if (index < 0 || index >= shape_[ax])
+            throw value_error("kiln::tensor::select: index " + std::to_string(index) + " is out of range for axis " +
+                              std::to_string(ax) + " of shape " + to_string(shape_));
+        dims s, st;
+        s.rank = st.rank = shape_.rank - 1;
+        for (int i = 0, j = 0; i < shape_.rank; ++i)
+            if (i != ax) s[j] = shape_[i], st[j++] = strides_[i];
+        return view(s, st, offset_ + index * strides_[ax]);
+    }
+
+    tensor unsqueeze(int axis) const {
+        if (axis < 0) axis += shape_.rank + 1;
+        if (axis < 0 || axis > shape_.rank || shape_.rank == max_rank)
+            throw value_error("kiln::tensor::unsqueeze: axis " + std::to_string(axis) + " is out of range for shape " +
+                              to_string(shape_));
+        dims s, st;
+        s.rank = st.rank = shape_.rank + 1;
+        for (int i = 0, j = 0; i < s.rank; ++i) {
+            if (i == axis) s[i] = 1, st[i] = 0;
+            else s[i] = shape_[j], st[i] = strides_[j++];
+        }
+        return view(s, st, offset_);
+    }
+
+    // Removes one size-1 dimension, or all of them.
+    tensor squeeze(int axis) const {
+        const int ax = normalize_axis(axis, "squeeze");
+        if (shape_[ax] != 1)
+            throw value_error("kiln::tensor::squeeze: dimension " + std::to_string(ax) + " of shape " +
+                              to_string(shape_) + " has size " + std::to_string(shape_[ax]) + ", not 1");
+        return select(ax, 0);
+    }
+    tensor squeeze() const {
+        tensor t = *this;
+        for (int i = t.dim() - 1; i >= 0; --i)
+            if (t.shape_[i] == 1) t = t.select(i, 0);
+        return t;
+    }
+
+    // Repeats size-1 and missing leading dimensions by stride 0.
+    tensor broadcast_to(const dims& target) const {
+        dims st;
+        st.rank = target.rank;
+        bool ok = target.rank >= shape_.rank;
+        for (int i = 0; ok && i < target.rank; ++i) {
+            const int j = i - (target.rank - shape_.rank);
+            if (j < 0) st[i] = 0;
+            else if (shape_[j] == target[i]) st[i] = shape_[j] == 1 ? 0 : strides_[j];
+            else if (shape_[j] == 1) st[i] = 0;
+            else ok = false;
+        }
+        if (!ok)
+            throw shape_error("kiln: shape_error in 'broadcast_to': cannot broadcast shape " + to_string(shape_) +
+                              " to " + to_string(target));
+        return view(target, st, offset_);
+    }
+
+    // A view with a new shape when the layout allows it, a contiguous copy otherwise. One dimension may be -1.
+    tensor reshape(dims target) const;
+
+    // Contiguous data (this tensor itself when it already is).
+    tensor contiguous() const;
+    tensor clone() const;
+    tensor to(kiln::dtype d) const;
+
+private:
+    tensor view(const dims& s, const dims& st, std::ptrdiff_t off) const { return tensor(storage_, dtype_, s, st, off); }
+
+    int normalize_axis(int axis, const char* op) const {
+        const int a = axis < 0 ? axis + shape_.rank : axis;
+        if (a < 0 || a >= shape_.rank)
+            throw value_error("kiln::tensor::" + std::string(op) + ": axis " + std::to_string(axis) +
+                              " is out of range for shape " + to_string(shape_));
+        return a;
+    }
+
+    std::shared_ptr<detail::storage> storage_;
+    kiln::dtype dtype_ = dtype::float32;
+    dims shape_;
+    dims strides_;
+    std::ptrdiff_t offset_ = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,254 @@
+// Eager mode: tensors, views that alias, factories, elementwise ops with broadcasting and PyTorch's promotion,
+// in-place forms, reductions, printing, errors; and the same generic lambda in eager and graph mode.
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "check.hpp"
+
+using namespace kiln::literals;
+
+namespace {
+
+std::vector<double> values(const kiln::tensor& t) {
+    const kiln::tensor c = t.contiguous().to(kiln::float64);
+    const double* p = c.data<const double>();
+    return std::vector<double>(p, p + c.numel());
+}
+
+kiln::tensor f32(std::initializer_list<float> v, kiln::dims shape) { return kiln::from_values<float>(v, shape); }
+
+}  // namespace
+
+TEST_CASE("factories") {
+    const auto z = kiln::zeros({2, 3});
+    CHECK(z.dtype() == kiln::float32);
+    CHECK(z.shape() == kiln::dims{2, 3});
+    CHECK(values(z) == std::vector<double>(6, 0.0));
+    CHECK(values(kiln::ones({2}, kiln::int32)) == std::vector<double>{1, 1});
+    CHECK(values(kiln::full({3}, 2.5, kiln::float64)) == std::vector<double>{2.5, 2.5, 2.5});
+    CHECK(values(kiln::arange(5)) == std::vector<double>{0, 1, 2, 3, 4});
+    CHECK(kiln::arange(5).dtype() == kiln::int64);
+    CHECK(values(kiln::arange(1, 2, 0.25, kiln::float64)) == std::vector<double>{1, 1.25, 1.5, 1.75});
+    CHECK(values(kiln::linspace(0, 1, 5)) == std::vector<double>{0, 0.25, 0.5, 0.75, 1});
+    CHECK(kiln::linspace(0, 1, 0).numel() == 0);
+    CHECK_THROWS_AS(kiln::arange(0, 1, 0), kiln::value_error);
+
+    const auto v = kiln::from_vector(std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(v.dtype() == kiln::int32);
+    CHECK(v.at<int>({1, 2}) == 6);
+    CHECK(v.at<int>({-1, 0}) == 4);
+    CHECK_THROWS_AS(kiln::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), kiln::shape_error);
+    const xt::xarray<double> xa = {{1.5, 2.5}, {3.5, 4.5}};
+    const auto fx = kiln::from_xtensor(xa);
+    CHECK(fx.dtype() == kiln::float64);
+    CHECK(values(fx) == std::vector<double>{1.5, 2.5, 3.5, 4.5});
+
+    // Zero-copy wrapping: writes through the tensor reach the caller's memory.
+    std::vector<float> mem{1, 2, 3, 4};
+    auto w = kiln::wrap(mem.data(), {2, 2});
+    w *= 10;
+    CHECK(mem == std::vector<float>{10, 20, 30, 40});
+}
+
+TEST_CASE("random numbers are seedable and have the right moments") {
+    kiln::generator g1(42), g2(42), g3(43);
+    const auto a = kiln::rand({1000}, kiln::float64, g1), b = kiln::rand({1000}, kiln::float64, g2),
+               c = kiln::rand({1000}, kiln::float64, g3);
+    CHECK(values(a) == values(b));
+    CHECK(values(a) != values(c));
+    const auto u = values(a);
+    CHECK(*std::min_element(u.begin(), u.end()) >= 0.0);
+    CHECK(*std::max_element(u.begin(), u.end()) < 1.0);
+    kiln::generator g(7);
+    const auto n = kiln::randn({20000}, kiln::float64, g);
+    const double m = kiln::mean(n).item<double>();
+    const double var = kiln::mean(kiln::square(n - m)).item<double>();
+    CHECK(std::abs(m) < 0.03);            // 4 standard errors
+    CHECK(std::abs(var - 1.0) < 0.05);
+    const auto un = values(kiln::uniform({5000}, -2, 3, kiln::float64, g));
+    CHECK(*std::min_element(un.begin(), un.end()) >= -2.0);
+    CHECK(*std::max_element(un.begin(), un.end()) < 3.0);
+    CHECK_THROWS_AS(kiln::randn({2}, kiln::int32), kiln::dtype_error);
+}
+
+TEST_CASE("views share storage and alias") {
+    auto t = kiln::arange(0, 12, 1, kiln::float32).reshape({3, 4});
+    CHECK(t.is_contiguous());
+    auto row = t.select(0, 1);            // [4 5 6 7]
+    auto col = t.slice(1, 1, 4, 2);       // columns 1 and 3
+    auto tr = t.transpose(0, 1);
+    CHECK(values(row) == std::vector<double>{4, 5, 6, 7});
+    CHECK(col.shape() == kiln::dims{3, 2});
+    CHECK(values(col) == std::vector<double>{1, 3, 5, 7, 9, 11});
+    CHECK(!tr.is_contiguous());
+    CHECK(tr.at<float>({3, 2}) == 11.f);
+    CHECK(tr.shares_storage_with(t));
+    row += 100;  // through a view
+    CHECK(t.at<float>({1, 0}) == 104.f);
+    CHECK(tr.at<float>({2, 1}) == 106.f);
+    col *= 0;
+    CHECK(t.at<float>({0, 1}) == 0.f);
+    CHECK(t.at<float>({2, 3}) == 0.f);
+    CHECK(t.at<float>({2, 2}) == 10.f);
+
+    // reshape: a view when contiguous, a copy otherwise.
+    auto r = t.reshape({-1});
+    CHECK(r.shares_storage_with(t));
+    auto rt = tr.reshape({12});
+    CHECK(!rt.shares_storage_with(t));
+    CHECK(rt.at<float>({1}) == 104.f);  // t[0][0]=0, t[1][0]=104 (transposed order)
+    CHECK_THROWS_AS(t.reshape({5, -1}), kiln::shape_error);
+
+    auto p = kiln::zeros({2, 3, 4}).permute({2, 0, 1});
+    CHECK(p.shape() == kiln::dims{4, 2, 3});
+    CHECK_THROWS_AS(p.permute({0, 0, 1}), kiln::value_error);
+    auto u = kiln::ones({3}).unsqueeze(0);
+    CHECK(u.shape() == kiln::dims{1, 3});
+    CHECK(u.squeeze().shape() == kiln::dims{3});
+    CHECK_THROWS_AS(u.squeeze(1), kiln::value_error);
+    auto b = f32({1, 2, 3}, {3}).broadcast_to({2, 3});
+    CHECK(values(b) == std::vector<double>{1, 2, 3, 1, 2, 3});
+    CHECK_THROWS_AS(f32({1, 2, 3}, {3}).broadcast_to({2, 4}), kiln::shape_error);
+    CHECK(kiln::full({1}, 3.5).item<double>() == 3.5);
+    CHECK_THROWS_AS(kiln::zeros({2}).item<float>(), kiln::value_error);
+    CHECK_THROWS_AS(t.at<float>({3, 0}), kiln::value_error);
+    CHECK_THROWS_AS(t.data<double>(), kiln::dtype_error);
+    CHECK(values(tr.contiguous()) == values(tr));
+    CHECK(tr.contiguous().is_contiguous());
+}
+
+TEST_CASE("elementwise ops broadcast and promote like PyTorch") {
+    const auto i32 = kiln::from_values<std::int32_t>({1, 2, 3}, {3});
+    const auto i64 = kiln::from_values<std::int64_t>({10, 20, 30}, {3});
+    const auto fl = f32({0.5f, 1.5f, 2.5f}, {3});
+    const auto db = kiln::from_values<double>({1, 2, 3}, {3});
+    const auto bo = kiln::from_values<bool>({true, false, true}, {3});
+
+    CHECK((i32 + i64).dtype() == kiln::int64);
+    CHECK((i32 + fl).dtype() == kiln::float32);
+    CHECK((i64 * fl).dtype() == kiln::float32);
+    CHECK((fl + db).dtype() == kiln::float64);
+    CHECK((bo + i32).dtype() == kiln::int32);
+    CHECK((fl * 2.0).dtype() == kiln::float32);    // a C++ double does not promote float32
+    CHECK((i32 * 2).dtype() == kiln::int32);
+    CHECK((i32 * 0.5).dtype() == kiln::float32);   // an int tensor meets a float number
+    CHECK((bo + 1).dtype() == kiln::int64);
+    CHECK(kiln::exp(i32).dtype() == kiln::float32);
+    CHECK((i32 < fl).dtype() == kiln::bool_);
+    CHECK(values(i32 + i64) == std::vector<double>{11, 22, 33});
+    CHECK(values(i32 * 0.5) == std::vector<double>{0.5, 1, 1.5});
+    CHECK(values(2 - i32) == std::vector<double>{1, 0, -1});
+    CHECK(values(i32 / 2) == std::vector<double>{0, 1, 1});
+    CHECK(values(i32 < fl) == std::vector<double>{0, 0, 0});
+    CHECK(values(kiln::where(bo, db, -db)) == std::vector<double>{1, -2, 3});
+    CHECK(values(kiln::where(i32 > 1, i32, 0_c)) == std::vector<double>{0, 2, 3});
+
+    // Broadcasting: (2, 1) with (3,) gives (2, 3).
+    const auto col = f32({1, 2}, {2, 1});
+    const auto r = col * fl;
+    CHECK(r.shape() == kiln::dims{2, 3});
+    CHECK(values(r) == std::vector<double>{0.5, 1.5, 2.5, 1, 3, 5});
+
+    // Every unary op matches its graph-mode result on the same data.
+    const auto x = kiln::linspace(-2, 2, 9, kiln::float64);
+    const auto gx = kiln::input<"x", double>{};
+    std::vector<double> xv = values(x);
+    auto same = [&](auto f) {
+        const auto eager = values(f(x));
+        const auto graph = kiln::run(f(gx), gx = xv);
+        kiln_test::check_all_close(graph, eager, 1e-15);
+    };
+    same([](auto a) { return kiln::abs(a) + kiln::square(a) - kiln::relu(a); });
+    same([](auto a) { return kiln::exp(a) * kiln::sigmoid(a) / (kiln::tanh(a) + 3_c); });
+    same([](auto a) { return kiln::sin(a) - kiln::cos(a) + kiln::sqrt(kiln::abs(a) + 1_c) * kiln::rsqrt(a * a + 1_c); });
+    same([](auto a) { return kiln::log(a * a + 1_c) + kiln::pow(kiln::abs(a), 1.5) + kiln::maximum(a, -a * 0.5); });
+    same([](auto a) { return kiln::minimum(a, 0.25 * a) - kiln::neg(a); });
+}
+
+TEST_CASE("the same generic lambda runs in eager and graph mode and agrees") {
+    auto f = [](auto x, auto y) { return kiln::relu(x * y + 0.5_c * x - y) * 2_c + y; };
+    kiln::generator g(3);
+    const auto a = kiln::randn({1000}, kiln::float32, g), b = kiln::randn({1000}, kiln::float32, g);
+    const kiln::tensor eager = f(a, b);
+    // Tensors feed graph mode directly.
+    const auto graph = kiln::run(f("x"_in, "y"_in), "x"_in = a, "y"_in = b);
+    kiln_test::check_all_close(graph, values(eager), 1e-6, 1e-6);
+    // A tensor of another dtype is refused at bind time with a dtype_error.
+    CHECK_THROWS_AS((void)kiln::run(f("x"_in, "y"_in), "x"_in = a.to(kiln::float64), "y"_in = b), kiln::dtype_error);
+}
+
+TEST_CASE("in-place forms write into the tensor and check shape and dtype") {
+    auto a = f32({1, 2, 3, 4}, {2, 2});
+    const auto before = a.data<float>();
+    a += f32({10, 20}, {2});
+    a -= 1;
+    a *= 2_c;
+    a /= 2;
+    CHECK(a.data<float>() == before);
+    CHECK(values(a) == std::vector<double>{10, 21, 12, 23});
+    auto i = kiln::from_values<std::int32_t>({1, 2}, {2});
+    CHECK_THROWS_AS(i += f32({0.5f, 0.5f}, {2}), kiln::dtype_error);
+    CHECK_THROWS_AS(i *= 0.5, kiln::dtype_error);
+    i += kiln::from_values<std::int64_t>({5, 5}, {2});  // int64 into int32 stays an integer: allowed, like PyTorch
+    CHECK(values(i) == std::vector<double>{6, 7});
+    CHECK_THROWS_AS(a += kiln::ones({3}), kiln::shape_error);
+    CHECK_THROWS_AS(a += kiln::ones({2, 2, 2}), kiln::shape_error);
+}
+
+TEST_CASE("errors name the op, the shapes and the dtypes") {
+    const auto a = kiln::ones({2, 3}), b = kiln::ones({4}, kiln::float64);
+    CHECK_THROWS_WITH_AS(a + b, "kiln: shape_error in 'add': cannot broadcast (2, 3) float32 and (4,) float64",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::where(a > 0_c, a, b), "kiln: shape_error in 'where': cannot broadcast (2, 3) bool and "
+                         "(2, 3) float32 and (4,) float64", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::sum(a, {2}), "kiln::sum: axis 2 is out of range for shape (2, 3) (float32)",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::max(kiln::zeros({0, 3}), {0}),
+                         "kiln::max: cannot reduce over an empty dimension (shape (0, 3), float32)", kiln::value_error);
+}
+
+TEST_CASE("reductions over axes with keepdims") {
+    const auto t = kiln::arange(0, 6, 1, kiln::float32).reshape({2, 3});  // [[0 1 2] [3 4 5]]
+    CHECK(kiln::sum(t).item<double>() == 15);
+    CHECK(kiln::sum(t).dim() == 0);
+    CHECK(values(kiln::sum(t, {0})) == std::vector<double>{3, 5, 7});
+    CHECK(values(kiln::sum(t, {1})) == std::vector<double>{3, 12});
+    CHECK(kiln::sum(t, {1}, true).shape() == kiln::dims{2, 1});
+    CHECK(values(kiln::sum(t, {-1, 0})) == std::vector<double>{15});
+    CHECK(values(kiln::mean(t, {0})) == std::vector<double>{1.5, 2.5, 3.5});
+    CHECK(values(kiln::max(t, {1})) == std::vector<double>{2, 5});
+    CHECK(values(kiln::min(t, {0})) == std::vector<double>{0, 1, 2});
+    CHECK(values(kiln::prod(t + 1_c, {1})) == std::vector<double>{6, 120});
+    CHECK(values(kiln::argmax(t, 1)) == std::vector<double>{2, 2});
+    CHECK(values(kiln::argmin(t, 0)) == std::vector<double>{0, 0, 0});
+    CHECK(kiln::argmax(t, 0, true).shape() == kiln::dims{1, 3});
+    // On a transposed view, and integers accumulate in int64.
+    CHECK(values(kiln::sum(t.transpose(0, 1), {1})) == std::vector<double>{3, 5, 7});
+    const auto i = kiln::from_values<std::int32_t>({2000000000, 2000000000}, {2});
+    CHECK(kiln::sum(i).dtype() == kiln::int64);
+    CHECK(kiln::sum(i).item<std::int64_t>() == 4000000000LL);
+    CHECK(kiln::mean(i).dtype() == kiln::float32);
+    // NaN propagates through max and argmax; mean of nothing is NaN.
+    const auto n = kiln::from_values<double>({1, std::nan(""), 3}, {3});
+    CHECK(std::isnan(kiln::max(n).item<double>()));
+    CHECK(kiln::argmax(n, 0).item<std::int64_t>() == 1);
+    CHECK(std::isnan(kiln::mean(kiln::zeros({0})).item<double>()));
+    CHECK(kiln::sum(kiln::zeros({0})).item<double>() == 0);
+}
+
+TEST_CASE("printing like NumPy") {
+    CHECK(kiln::to_string(f32({1, 2, 3, 4}, {2, 2})) == "tensor([[1., 2.],\n        [3., 4.]], dtype=float32)");
+    CHECK(kiln::to_string(f32({0.5f, -1.25f}, {2})) == "tensor([  0.5, -1.25], dtype=float32)");
+    CHECK(kiln::to_string(kiln::from_values<std::int64_t>({1, -20}, {2})) == "tensor([  1, -20], dtype=int64)");
+    CHECK(kiln::to_string(kiln::from_values<bool>({true, false}, {2})) == "tensor([ True, False], dtype=bool)");
+    CHECK(kiln::to_string(kiln::full({}, 7)) == "tensor(7., dtype=float32)");
+    CHECK(kiln::to_string(kiln::zeros({0, 2})) == "tensor([], dtype=float32, shape=(0, 2))");
+    const std::string big = kiln::to_string(kiln::arange(2000));
+    CHECK(big == "tensor([   0,    1,    2, ..., 1997, 1998, 1999], dtype=int64)");
+    std::ostringstream os;
+    os << kiln::arange(3);
+    CHECK(os.str() == "tensor([0, 1, 2], dtype=int64)");
+}
