@@ -2,6 +2,8 @@
 // Eager mode: kiln::tensor, its factories, elementwise ops, reductions and printing.
 #include "elementwise.hpp"
 #include "factories.hpp"
+#include "linalg.hpp"
 #include "print.hpp"
 #include "reduce.hpp"
+#include "tape.hpp"
 #include "tensor.hpp"

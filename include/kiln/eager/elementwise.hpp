@@ -177,8 +177,12 @@ inline tensor eager_where(const tensor& c, const tensor& a, const tensor& b) {
 template <class A>
 auto eager_operand(const A& a) {
     if constexpr (is_constant_v<A>) return A::template value<double>();
+    else if constexpr (std::is_base_of_v<tensor, A>) return static_cast<const tensor&>(a);  // kiln::variable
     else return a;
 }
+
+template <class Op, class... Args>
+void record_op(const tensor& y, const Args&... args);
 
 template <class T>
 tensor scalar_tensor(T v) {
@@ -196,6 +200,13 @@ struct op_builder<operand_mode::eager> {
 
     template <class Op, class... Args>
     static tensor build_operands(const Args&... args) {
+        tensor y = compute<Op>(args...);
+        record_op<Op>(y, args...);
+        return y;
+    }
+
+    template <class Op, class... Args>
+    static tensor compute(const Args&... args) {
         constexpr std::size_t n = sizeof...(Args);
         if constexpr (n == 1) {
             return eager_unary<Op>(args...);
@@ -203,9 +214,20 @@ struct op_builder<operand_mode::eager> {
             return binary<Op>(args...);
         } else {
             static_assert(std::is_same_v<Op, ops::where>, "kiln: eager mode knows ternary ops: where.");
-            auto as_tensor = [](const auto& v) {
+            // A number among the branches takes the other branch's dtype (it is weak, as everywhere).
+            dtype branch = dtype::float32;
+            bool found = false;
+            std::size_t i = 0;
+            ([&] {
+                if constexpr (std::is_same_v<Args, tensor>)
+                    if (i > 0 && !found) branch = args.dtype(), found = true;
+                ++i;
+            }(), ...);
+            std::size_t j = 0;
+            auto as_tensor = [&](const auto& v) {
+                const bool cond = j++ == 0;
                 if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, tensor>) return v;
-                else return scalar_tensor(v);
+                else return scalar_tensor(v).to(cond ? dtype::boolean : branch);
             };
             return eager_where(as_tensor(args)...);
         }
@@ -232,10 +254,15 @@ inline tensor tensor::contiguous() const {
 }
 
 inline tensor tensor::clone() const {
-    return detail::dispatch(dtype_, [&]<class T>() { return detail::convert<T>(*this); });
+    return recorded(detail::dispatch(dtype_, [&]<class T>() { return detail::convert<T>(*this); }),
+                    [](const tensor& g) { return g; });
 }
 
-inline tensor tensor::to(kiln::dtype d) const { return detail::as_dtype(*this, d); }
+inline tensor tensor::to(kiln::dtype d) const {
+    if (d == dtype_) return *this;
+    const kiln::dtype from = dtype_;
+    return recorded(detail::as_dtype(*this, d), [from](const tensor& g) { return g.to(from); });
+}
 
 inline tensor tensor::reshape(dims target) const {
     int infer = -1;
@@ -252,7 +279,9 @@ inline tensor tensor::reshape(dims target) const {
     if (target.size() != numel() || (infer >= 0 && known == 0))
         throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(shape_) + " (" +
                           std::to_string(numel()) + " elements) to " + to_string(target));
-    if (is_contiguous()) return view(target, detail::contiguous_strides(target), offset_);
+    if (is_contiguous())
+        return recorded(view(target, detail::contiguous_strides(target), offset_),
+                        [s = shape_](const tensor& g) { return g.reshape(s); });
     return contiguous().reshape(target);
 }
 
@@ -266,8 +295,13 @@ namespace detail {
 
 // a op= b: the result is written into a's storage. Like PyTorch, the broadcast shape must be a's shape and the
 // promoted dtype must convert to a's without leaving its kind (an int32 tensor cannot take float results).
+bool watched_by_a_tape(const tensor& t);
+
 template <class Op, class B>
 tensor& eager_in_place(tensor& a, const B& b) {
+    if (recording_tapes > 0 && watched_by_a_tape(a))
+        throw value_error("kiln: '" + std::string(Op::name) + "_' (in place) on a tensor that a gradient tape "
+                          "watches would corrupt its gradient; use the out-of-place form");
     dtype d;
     dims shape = a.shape();
     if constexpr (std::is_same_v<B, tensor>) {

@@ -78,6 +78,9 @@ dtype accumulate_dtype(dtype d) {
 
 enum class fold_kind { sum, prod, max, min };
 
+// Records a reduction on the active tapes (defined with the tape).
+void record_reduction(const tensor& x, const tensor& y, const dims& keep, fold_kind kind);
+
 inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims, fold_kind kind, const char* op) {
     const reduction_shape r = reduced_shape(x, axes, keepdims, op);
     const bool extremum = kind == fold_kind::max || kind == fold_kind::min;
@@ -116,7 +119,9 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
             });
         }
     });
-    return out.reshape(r.result);
+    tensor y = out.reshape(r.result);
+    if (recording_tapes > 0) record_reduction(x, y, r.keep, kind);
+    return y;
 }
 
 inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max, const char* op) {

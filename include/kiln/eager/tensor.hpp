@@ -1,7 +1,11 @@
 #pragma once
 // kiln::tensor: a run-time typed, reference-counted, strided array on a device. Views share storage.
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <cstring>
+#include <array>
 #include <memory>
 #include <new>
 #include <string>
@@ -75,6 +79,24 @@ decltype(auto) dispatch(dtype d, F&& f) {
 
 inline std::string shape_text(const dims& s) { return to_string(s); }
 
+inline std::uint64_t next_tensor_id() {
+    static std::atomic<std::uint64_t> counter{1};
+    return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+// How many gradient tapes record on this thread; views consult it before building a backward function.
+inline thread_local int recording_tapes = 0;
+
+}  // namespace detail
+
+class tensor;
+namespace detail {
+// Gradient helpers for views, defined with the tape.
+tensor reduce_to(const tensor& g, const dims& shape);
+tensor scatter_slice(const tensor& source, const tensor& g, int axis, std::ptrdiff_t start, std::ptrdiff_t stop,
+                     std::ptrdiff_t step);
+// Records a view on the active tapes (defined with the tape). `backward` maps the view's gradient to the source's.
+void record_view(const tensor& source, const tensor& view, std::function<tensor(const tensor&)> backward);
 }  // namespace detail
 
 class tensor {
@@ -95,6 +117,11 @@ public:
            std::ptrdiff_t offset)
         : storage_(std::move(s)), dtype_(d), shape_(shape), strides_(strides), offset_(offset) {}
 
+    // Identity for gradient tapes: copies of a handle share it; every op and view makes a new one.
+    std::uint64_t id() const noexcept { return id_; }
+    // Trainable tensors (kiln::variable) are watched by every tape without a call to watch().
+    bool trainable() const noexcept { return trainable_; }
+
     kiln::dtype dtype() const noexcept { return dtype_; }
     const dims& shape() const noexcept { return shape_; }
     const dims& strides() const noexcept { return strides_; }
@@ -114,6 +141,8 @@ public:
         }
         return true;
     }
+
+    const std::shared_ptr<detail::storage>& storage_handle() const noexcept { return storage_; }
 
     // True when both tensors are views of one storage.
     bool shares_storage_with(const tensor& other) const noexcept { return storage_ == other.storage_; }
@@ -164,6 +193,7 @@ public:
             throw value_error("kiln::tensor::permute: " + std::to_string(order.size()) + " axes for shape " +
                               to_string(shape_));
         dims s = shape_, st = strides_;
+        std::array<int, max_rank> inverse{};
         bool seen[max_rank] = {};
         int i = 0;
         for (int a : order) {
@@ -172,9 +202,26 @@ public:
             seen[ax] = true;
             s[i] = shape_[ax];
             st[i] = strides_[ax];
+            inverse[ax] = i;
             ++i;
         }
-        return view(s, st, offset_);
+        return recorded(view(s, st, offset_), [inverse, r = shape_.rank](const tensor& g) {
+            return g.permute_array(inverse, r);
+        });
+    }
+
+    tensor permute_array(const std::array<int, max_rank>& order, int rank) const {
+        switch (rank) {
+            case 0: return *this;
+            case 1: return permute({order[0]});
+            case 2: return permute({order[0], order[1]});
+            case 3: return permute({order[0], order[1], order[2]});
+            case 4: return permute({order[0], order[1], order[2], order[3]});
+            case 5: return permute({order[0], order[1], order[2], order[3], order[4]});
+            case 6: return permute({order[0], order[1], order[2], order[3], order[4], order[5]});
+            case 7: return permute({order[0], order[1], order[2], order[3], order[4], order[5], order[6]});
+            default: return permute({order[0], order[1], order[2], order[3], order[4], order[5], order[6], order[7]});
+        }
     }
 
     tensor transpose(int a, int b) const {
@@ -182,7 +229,7 @@ public:
         dims s = shape_, st = strides_;
         std::swap(s[x], s[y]);
         std::swap(st[x], st[y]);
-        return view(s, st, offset_);
+        return recorded(view(s, st, offset_), [x, y](const tensor& g) { return g.transpose(x, y); });
     }
 
     // Elements [start, stop) with a step along one dimension; negative start and stop count from the end.
@@ -196,7 +243,9 @@ public:
         dims s = shape_, st = strides_;
         s[ax] = stop > start ? (stop - start + step - 1) / step : 0;
         st[ax] = strides_[ax] * step;
-        return view(s, st, offset_ + start * strides_[ax]);
+        return recorded(view(s, st, offset_ + start * strides_[ax]), [src = *this, ax, start, stop, step](const tensor& g) {
+            return detail::scatter_slice(src, g, ax, start, stop, step);
+        });
     }
 
     // The sub-tensor at one index of a dimension (the dimension is removed).
@@ -210,7 +259,9 @@ public:
         s.rank = st.rank = shape_.rank - 1;
         for (int i = 0, j = 0; i < shape_.rank; ++i)
             if (i != ax) s[j] = shape_[i], st[j++] = strides_[i];
-        return view(s, st, offset_ + index * strides_[ax]);
+        return recorded(view(s, st, offset_ + index * strides_[ax]), [src = *this, ax, index](const tensor& g) {
+            return detail::scatter_slice(src, g.unsqueeze(ax), ax, index, index + 1, 1);
+        });
     }
 
     tensor unsqueeze(int axis) const {
@@ -224,7 +275,7 @@ public:
             if (i == axis) s[i] = 1, st[i] = 0;
             else s[i] = shape_[j], st[i] = strides_[j++];
         }
-        return view(s, st, offset_);
+        return recorded(view(s, st, offset_), [axis](const tensor& g) { return g.squeeze(axis); });
     }
 
     // Removes one size-1 dimension, or all of them.
@@ -257,7 +308,7 @@ public:
         if (!ok)
             throw shape_error("kiln: shape_error in 'broadcast_to': cannot broadcast shape " + to_string(shape_) +
                               " to " + to_string(target));
-        return view(target, st, offset_);
+        return recorded(view(target, st, offset_), [s = shape_](const tensor& g) { return detail::reduce_to(g, s); });
     }
 
     // A view with a new shape when the layout allows it, a contiguous copy otherwise. One dimension may be -1.
@@ -270,6 +321,12 @@ public:
 
 private:
     tensor view(const dims& s, const dims& st, std::ptrdiff_t off) const { return tensor(storage_, dtype_, s, st, off); }
+
+    template <class Backward>
+    tensor recorded(tensor v, Backward&& backward) const {
+        if (detail::recording_tapes > 0) detail::record_view(*this, v, std::forward<Backward>(backward));
+        return v;
+    }
 
     int normalize_axis(int axis, const char* op) const {
         const int a = axis < 0 ? axis + shape_.rank : axis;
@@ -284,6 +341,11 @@ private:
     dims shape_;
     dims strides_;
     std::ptrdiff_t offset_ = 0;
+    std::uint64_t id_ = detail::next_tensor_id();
+
+protected:
+    bool trainable_ = false;
 };
+
 
 }  // namespace kiln

@@ -1,0 +1,194 @@
+#pragma once
+// matmul for vectors, matrices and broadcast batches: CBLAS (OpenBLAS) when found, a header-only blocked kernel
+// otherwise and for integers. Transposed operands are passed to BLAS as transposed, not copied.
+#include <algorithm>
+#include <vector>
+
+#if defined(KILN_HAVE_CBLAS)
+#include <cblas.h>
+#endif
+
+#include "elementwise.hpp"
+
+namespace kiln {
+namespace detail {
+
+// Records a matrix product on the active tapes (defined with the tape).
+void record_matmul(const tensor& a, const tensor& b, const tensor& y);
+
+// A matrix operand as BLAS sees it: rows x cols with a leading dimension, possibly transposed in memory.
+struct matrix_layout {
+    bool transposed = false;
+    std::ptrdiff_t ld = 0;
+};
+
+// The last two dimensions of t are usable in place when one of their strides is 1 (and rows are not overlapping).
+inline bool blas_layout(const tensor& t, matrix_layout& out) {
+    const int r = t.dim();
+    const std::ptrdiff_t rows = t.shape()[r - 2], cols = t.shape()[r - 1];
+    const std::ptrdiff_t rs = t.strides()[r - 2], cs = t.strides()[r - 1];
+    if ((cs == 1 || cols == 1) && rs >= std::max<std::ptrdiff_t>(cols, 1)) return out = {false, rs}, true;
+    if ((rs == 1 || rows == 1) && cs >= std::max<std::ptrdiff_t>(rows, 1)) return out = {true, cs}, true;
+    return false;
+}
+
+// C (m x n, row-major, ldc = n) = A (m x k) * B (k x n), element access through strides: the portable kernel.
+template <class T>
+void gemm_fallback(std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t ars,
+                   std::ptrdiff_t acs, const T* b, std::ptrdiff_t brs, std::ptrdiff_t bcs, T* c) {
+    using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int64_t, T>;
+    std::vector<Acc> row(static_cast<std::size_t>(n));
+    constexpr std::ptrdiff_t kb = 256;  // a block of B's rows stays in cache while a row of C accumulates
+    for (std::ptrdiff_t i = 0; i < m; ++i) {
+        std::fill(row.begin(), row.end(), Acc(0));
+        for (std::ptrdiff_t p0 = 0; p0 < k; p0 += kb)
+            for (std::ptrdiff_t p = p0; p < std::min(k, p0 + kb); ++p) {
+                const Acc av = static_cast<Acc>(a[i * ars + p * acs]);
+                const T* brow = b + p * brs;
+                for (std::ptrdiff_t j = 0; j < n; ++j) row[static_cast<std::size_t>(j)] += av * static_cast<Acc>(brow[j * bcs]);
+            }
+        for (std::ptrdiff_t j = 0; j < n; ++j) c[i * n + j] = static_cast<T>(row[static_cast<std::size_t>(j)]);
+    }
+}
+
+template <class T>
+void gemm(const tensor& a, const tensor& b, T* c) {
+    const int ra = a.dim(), rb = b.dim();
+    const std::ptrdiff_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+#if defined(KILN_HAVE_CBLAS)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        matrix_layout la, lb;
+        if (m > 0 && n > 0 && k > 0 && blas_layout(a, la) && blas_layout(b, lb)) {
+            const auto ta = la.transposed ? CblasTrans : CblasNoTrans, tb = lb.transposed ? CblasTrans : CblasNoTrans;
+            const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+            const auto lda = static_cast<int>(std::max<std::ptrdiff_t>(la.ld, 1)),
+                       ldb = static_cast<int>(std::max<std::ptrdiff_t>(lb.ld, 1));
+            if constexpr (std::is_same_v<T, float>)
+                cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a.data<const float>(), lda, b.data<const float>(), ldb,
+                            0.0f, c, N);
+            else
+                cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, a.data<const double>(), lda, b.data<const double>(),
+                            ldb, 0.0, c, N);
+            return;
+        }
+    }
+#endif
+    if (k == 0) {
+        std::fill(c, c + m * n, T(0));
+        return;
+    }
+    gemm_fallback<T>(m, n, k, a.data<const T>(), a.strides()[ra - 2], a.strides()[ra - 1], b.data<const T>(),
+                     b.strides()[rb - 2], b.strides()[rb - 1], c);
+}
+
+}  // namespace detail
+
+// The matrix product with NumPy's rules: 1-D operands are promoted to a row (left) or a column (right) and that
+// dimension is removed from the result; leading dimensions broadcast as batches.
+inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in);
+
+inline tensor matmul(const tensor& a_in, const tensor& b_in) {
+    tensor y = matmul_untracked(a_in, b_in);
+    if (detail::recording_tapes > 0) detail::record_matmul(a_in, b_in, y);
+    return y;
+}
+
+// matmul without recording: what the recorded form and its gradient use.
+inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
+    detail::check_same_device("matmul", {&a_in, &b_in});
+    if (a_in.dim() == 0 || b_in.dim() == 0)
+        throw shape_error("kiln: shape_error in 'matmul': operands must have at least one dimension, got " +
+                          detail::operands_text({&a_in, &b_in}));
+    const dtype d = detail::promote(a_in.dtype(), b_in.dtype());
+    tensor a = a_in.to(d), b = b_in.to(d);
+    const bool vec_a = a.dim() == 1, vec_b = b.dim() == 1;
+    if (vec_a) a = a.unsqueeze(0);
+    if (vec_b) b = b.unsqueeze(1);
+    const int ra = a.dim(), rb = b.dim();
+    if (a.shape()[ra - 1] != b.shape()[rb - 2])
+        throw shape_error("kiln: shape_error in 'matmul': inner dimensions differ: " +
+                          detail::operands_text({&a_in, &b_in}));
+    // Batch dimensions broadcast.
+    dims batch_a, batch_b, batch;
+    batch_a.rank = ra - 2;
+    batch_b.rank = rb - 2;
+    for (int i = 0; i < ra - 2; ++i) batch_a[i] = a.shape()[i];
+    for (int i = 0; i < rb - 2; ++i) batch_b[i] = b.shape()[i];
+    if (!detail::broadcast_into(batch_a, batch_b, batch))
+        throw shape_error("kiln: shape_error in 'matmul': batch dimensions do not broadcast: " +
+                          detail::operands_text({&a_in, &b_in}));
+    const std::ptrdiff_t m = a.shape()[ra - 2], n = b.shape()[rb - 1], k = a.shape()[ra - 1];
+    dims full_a = batch, full_b = batch, out_shape = batch;
+    full_a.rank = full_b.rank = out_shape.rank = batch.rank + 2;
+    full_a[batch.rank] = m, full_a[batch.rank + 1] = k;
+    full_b[batch.rank] = k, full_b[batch.rank + 1] = n;
+    out_shape[batch.rank] = m, out_shape[batch.rank + 1] = n;
+    const tensor ab = a.broadcast_to(full_a), bb = b.broadcast_to(full_b);
+    tensor out(d, out_shape);
+    const std::ptrdiff_t batches = batch.size();
+    detail::dispatch(d, [&]<class T>() {
+        T* c = out.data<T>();
+        for (std::ptrdiff_t i = 0; i < batches; ++i) {
+            tensor ai = ab, bi = bb;
+            std::ptrdiff_t rest = i;
+            for (int dd = batch.rank - 1; dd >= 0; --dd) {
+                const std::ptrdiff_t idx = rest % batch[dd];
+                rest /= batch[dd];
+                ai = ai.select(dd, idx);
+                bi = bi.select(dd, idx);
+            }
+            detail::gemm<T>(ai, bi, c + i * m * n);
+        }
+    });
+    if (vec_a && vec_b) return out.reshape(dims{});
+    if (vec_a) return out.squeeze(out.dim() - 2);
+    if (vec_b) return out.squeeze(out.dim() - 1);
+    return out;
+}
+
+// Joins tensors of one shape but the axis along an existing axis.
+inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
+    if (ts.empty()) throw value_error("kiln::concat: no tensors to join");
+    const tensor& first = ts.front();
+    const int r = first.dim();
+    const int ax = axis < 0 ? axis + r : axis;
+    if (ax < 0 || ax >= r)
+        throw value_error("kiln::concat: axis " + std::to_string(axis) + " is out of range for shape " +
+                          to_string(first.shape()));
+    dtype d = first.dtype();
+    dims shape = first.shape();
+    shape[ax] = 0;
+    for (const tensor& t : ts) {
+        bool ok = t.dim() == r;
+        for (int i = 0; ok && i < r; ++i) ok = i == ax || t.shape()[i] == first.shape()[i];
+        if (!ok)
+            throw shape_error("kiln: shape_error in 'concat': shapes " + to_string(first.shape()) + " and " +
+                              to_string(t.shape()) + " differ outside axis " + std::to_string(ax));
+        shape[ax] += t.shape()[ax];
+        d = detail::promote(d, t.dtype());
+    }
+    tensor out(d, shape);
+    std::ptrdiff_t at = 0;
+    for (const tensor& t : ts) {
+        tensor part = out.slice(ax, at, at + t.shape()[ax]);
+        const tensor src = t.to(d);
+        detail::dispatch(d, [&]<class T>() { detail::run_eager_into(part, detail::indexed_leaf<0, T>{}, src); });
+        at += t.shape()[ax];
+    }
+    return out;
+}
+
+// Joins tensors of one shape along a new axis.
+inline tensor stack(const std::vector<tensor>& ts, int axis = 0) {
+    if (ts.empty()) throw value_error("kiln::stack: no tensors to join");
+    std::vector<tensor> expanded;
+    for (const tensor& t : ts) {
+        if (!(t.shape() == ts.front().shape()))
+            throw shape_error("kiln: shape_error in 'stack': shapes " + to_string(ts.front().shape()) + " and " +
+                              to_string(t.shape()) + " differ");
+        expanded.push_back(t.unsqueeze(axis));
+    }
+    return concat(expanded, axis);
+}
+
+}  // namespace kiln
