@@ -3,6 +3,9 @@
 #include <kiln/kiln.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -251,4 +254,84 @@ TEST_CASE("printing like NumPy") {
     std::ostringstream os;
     os << kiln::arange(3);
     CHECK(os.str() == "tensor([0, 1, 2], dtype=int64)");
+}
+
+TEST_CASE("the caching allocator reuses freed blocks") {
+    kiln::empty_cache();
+    const auto before = kiln::cache_stats();
+    const void* first;
+    {
+        const auto a = kiln::zeros({1 << 20});
+        first = a.raw_data();
+    }
+    CHECK(kiln::cache_stats().cached_bytes >= (std::size_t{1} << 22));
+    const auto b = kiln::zeros({1 << 20});
+    CHECK(b.raw_data() == first);
+    CHECK(kiln::cache_stats().hits == before.hits + 1);
+    // Blocks are 64-byte aligned for the vector loops.
+    CHECK(reinterpret_cast<std::uintptr_t>(b.raw_data()) % 64 == 0);
+    kiln::empty_cache();
+    CHECK(kiln::cache_stats().cached_bytes == 0);
+}
+
+TEST_CASE(".npy files: the bytes numpy.save writes, round trips, other orders, bad files") {
+    const std::string path = "kiln_test_eager.npy";
+    const auto t = kiln::from_values<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+    kiln::save_npy(path, t.transpose(0, 1).transpose(0, 1));
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // The format's preamble, then the dict padded with spaces to 128 bytes in all, then the data.
+    const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    const std::string header = dict + std::string(128 - 10 - dict.size() - 1, ' ') + "\n";
+    REQUIRE(bytes.size() == 128 + 24);
+    CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
+    CHECK(static_cast<unsigned char>(bytes[8]) == header.size());
+    CHECK(bytes[9] == 0);
+    CHECK(bytes.substr(10, header.size()) == header);
+    float second;
+    std::memcpy(&second, bytes.data() + 128 + 4, 4);
+    CHECK(second == 2.f);
+
+    for (const auto& x : {kiln::arange(0, 7, 1, kiln::int32).reshape({7}), kiln::from_values<bool>({true, false}, {2, 1}),
+                          kiln::randn({3, 2, 2}, kiln::float64), kiln::full({}, 4.5), kiln::zeros({0, 4}, kiln::int64)}) {
+        kiln::save_npy(path, x);
+        const auto y = kiln::load_npy(path);
+        CHECK(y.dtype() == x.dtype());
+        CHECK(y.shape() == x.shape());
+        CHECK(values(y) == values(x));
+    }
+
+    // A big-endian, Fortran-order int32 2x3 array [[1 2 3] [4 5 6]] written by hand.
+    {
+        const std::string d2 = "{'descr': '>i4', 'fortran_order': True, 'shape': (2, 3), }";
+        std::string h2 = d2 + std::string(128 - 10 - d2.size() - 1, ' ') + "\n";
+        std::ofstream out(path, std::ios::binary);
+        out.write("\x93NUMPY\x01\x00", 8);
+        out.put(static_cast<char>(h2.size()));
+        out.put(0);
+        out << h2;
+        for (int v : {1, 4, 2, 5, 3, 6}) {
+            const char be[4] = {0, 0, 0, static_cast<char>(v)};
+            out.write(be, 4);
+        }
+    }
+    const auto f = kiln::load_npy(path);
+    CHECK(f.dtype() == kiln::int32);
+    CHECK(f.shape() == kiln::dims{2, 3});
+    CHECK(values(f) == std::vector<double>{1, 2, 3, 4, 5, 6});
+
+    {
+        std::ofstream(path, std::ios::binary) << "not a numpy file";
+    }
+    CHECK_THROWS_WITH_AS(kiln::load_npy(path), "kiln::load_npy: 'kiln_test_eager.npy' is not a .npy file (bad magic)",
+                         kiln::value_error);
+    kiln::save_npy(path, t);
+    {
+        std::ifstream full(path, std::ios::binary);
+        std::string all((std::istreambuf_iterator<char>(full)), std::istreambuf_iterator<char>());
+        std::ofstream(path, std::ios::binary) << all.substr(0, all.size() - 3);
+    }
+    CHECK_THROWS_AS(kiln::load_npy(path), kiln::value_error);
+    CHECK_THROWS_AS(kiln::load_npy("/nonexistent/kiln.npy"), kiln::error);
+    std::remove(path.c_str());
 }

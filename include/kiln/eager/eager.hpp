@@ -3,6 +3,7 @@
 #include "elementwise.hpp"
 #include "factories.hpp"
 #include "linalg.hpp"
+#include "npy.hpp"
 #include "print.hpp"
 #include "reduce.hpp"
 #include "tape.hpp"

@@ -15,6 +15,7 @@
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
+#include "allocator.hpp"
 
 namespace kiln {
 
@@ -45,9 +46,8 @@ struct storage {
 
 inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
     auto s = std::make_shared<storage>();
-    const std::size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
-    void* p = ::operator new(n, std::align_val_t{64});
-    s->keeper = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{64}); });
+    void* p = caching_allocator::instance().allocate(bytes);
+    s->keeper = std::shared_ptr<void>(p, [bytes](void* q) { caching_allocator::instance().release(q, bytes); });
     s->data = static_cast<std::byte*>(p);
     s->bytes = bytes;
     return s;
