@@ -5,5 +5,8 @@
 #include "core/error.hpp"
 #include "core/shape.hpp"
 #include "eager/eager.hpp"
+#include "data/batches.hpp"
 #include "graph/graph.hpp"
+#include "nn/layers.hpp"
+#include "nn/optim.hpp"
 #include "ops/ops.hpp"

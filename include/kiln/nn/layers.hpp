@@ -1,0 +1,122 @@
+#pragma once
+// Eager-mode layers, activations and losses, written once against the op vocabulary.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "../eager/eager.hpp"
+
+namespace kiln::nn {
+
+using activation = std::function<tensor(const tensor&)>;
+
+inline tensor identity(const tensor& x) { return x; }
+
+// Softmax along an axis, shifted by the (gradient-free) maximum for stability.
+inline tensor softmax(const tensor& x, int axis = -1) {
+    const tensor z = x - stop_gradient(max(x, {axis}, true));
+    const tensor e = exp(z);
+    return e / sum(e, {axis}, true);
+}
+
+inline tensor log_softmax(const tensor& x, int axis = -1) {
+    const tensor z = x - stop_gradient(max(x, {axis}, true));
+    return z - log(sum(exp(z), {axis}, true));
+}
+
+// Mean squared error.
+inline tensor mse(const tensor& prediction, const tensor& target) { return mean(square(prediction - target)); }
+
+// Cross-entropy of logits (batch, classes) against int64/int32 class indices (batch,) or probabilities (batch,
+// classes); averaged over the batch.
+inline tensor cross_entropy(const tensor& logits, const tensor& labels) {
+    if (logits.dim() != 2)
+        throw shape_error("kiln::nn::cross_entropy: logits must be (batch, classes), got " + to_string(logits.shape()));
+    tensor target = labels;
+    if (!detail::is_floating(labels.dtype())) {
+        if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
+            throw shape_error("kiln::nn::cross_entropy: labels " + to_string(labels.shape()) + " do not match logits " +
+                              to_string(logits.shape()));
+        const tensor classes = arange(0, static_cast<double>(logits.shape()[1]), 1, labels.dtype());
+        target = equal(labels.unsqueeze(1), classes).to(logits.dtype());
+    }
+    return -mean(sum(target * log_softmax(logits, 1), {1}));
+}
+
+// Glorot (Xavier) uniform initialization for a (fan_in, fan_out) weight.
+inline tensor glorot_uniform(std::ptrdiff_t fan_in, std::ptrdiff_t fan_out, generator& g = default_generator(),
+                             dtype d = dtype::float32) {
+    const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+    return uniform({fan_in, fan_out}, -limit, limit, d, g);
+}
+
+// Anything with parameters and a forward pass.
+class module {
+public:
+    virtual ~module() = default;
+    virtual tensor forward(const tensor& x) = 0;
+    virtual std::vector<variable*> parameters() = 0;
+    tensor operator()(const tensor& x) { return forward(x); }
+};
+
+// y = activation(x @ w + b), w of shape (in, out) with Glorot initialization and b zeros.
+class dense : public module {
+public:
+    dense(std::ptrdiff_t in, std::ptrdiff_t out, activation act = identity, generator& g = default_generator(),
+          dtype d = dtype::float32)
+        : w(glorot_uniform(in, out, g, d)), b(zeros({out}, d)), act_(std::move(act)) {}
+
+    tensor forward(const tensor& x) override {
+        if (x.dim() < 1 || x.shape()[x.dim() - 1] != w.shape()[0])
+            throw shape_error("kiln::nn::dense: input " + to_string(x.shape()) + " does not end in " +
+                              std::to_string(w.shape()[0]) + " features");
+        return act_(matmul(x, w) + b);
+    }
+    std::vector<variable*> parameters() override { return {&w, &b}; }
+
+    variable w, b;
+
+private:
+    activation act_;
+};
+
+// Modules applied in order.
+class sequential : public module {
+public:
+    sequential() = default;
+    template <class... M>
+    explicit sequential(M... ms) {
+        (layers_.push_back(std::make_unique<M>(std::move(ms))), ...);
+    }
+    template <class M>
+    sequential& add(M m) {
+        layers_.push_back(std::make_unique<M>(std::move(m)));
+        return *this;
+    }
+    tensor forward(const tensor& x) override {
+        tensor h = x;
+        for (auto& l : layers_) h = l->forward(h);
+        return h;
+    }
+    std::vector<variable*> parameters() override {
+        std::vector<variable*> out;
+        for (auto& l : layers_)
+            for (variable* p : l->parameters()) out.push_back(p);
+        return out;
+    }
+
+private:
+    std::vector<std::unique_ptr<module>> layers_;
+};
+
+}  // namespace kiln::nn
+
+namespace kiln {
+// The activations as values for layers: kiln::nn::dense(10, 64, kiln::nn::relu).
+namespace nn {
+inline tensor relu(const tensor& x) { return kiln::relu(x); }
+inline tensor sigmoid(const tensor& x) { return kiln::sigmoid(x); }
+inline tensor tanh(const tensor& x) { return kiln::tanh(x); }
+}  // namespace nn
+}  // namespace kiln

@@ -1,0 +1,127 @@
+#pragma once
+// Optimizers. Each step updates a parameter and its slots in one fused pass over memory: the update is a small
+// graph (the vocabulary's ops on indexed leaves and run-time scalars) run by graph mode's loop, in place.
+#include <cmath>
+#include <vector>
+
+#include "../eager/eager.hpp"
+
+namespace kiln::optim {
+
+namespace detail {
+
+inline void check_grads(const std::vector<variable*>& params, const std::vector<tensor>& grads, const char* who) {
+    if (params.size() != grads.size())
+        throw value_error(std::string("kiln::optim::") + who + ": " + std::to_string(grads.size()) + " gradients for " +
+                          std::to_string(params.size()) + " parameters");
+    for (std::size_t i = 0; i < params.size(); ++i)
+        if (!(params[i]->shape() == grads[i].shape()))
+            throw shape_error(std::string("kiln::optim::") + who + ": gradient " + std::to_string(i) + " has shape " +
+                              to_string(grads[i].shape()) + " but its parameter has " + to_string(params[i]->shape()));
+}
+
+// Runs roots over leaves (indexed_leaf<K, T>, K naming `inputs[K]`) into `outputs`, all of one shape: one pass.
+// Outputs may be inputs too: each position is read before it is written.
+template <class... Roots>
+void fused_update(const std::vector<tensor>& inputs, const std::vector<tensor*>& outputs, const Roots&... roots) {
+    using namespace kiln::detail;
+    using list = unique_nodes_t<Roots...>;
+    using loop = fused_loop<list, Roots...>;
+    auto bound = [&]<class... L>(types<L...>) {
+        return std::tuple<strided<const typename L::value_type>...>(
+            strided_of<typename L::value_type>(inputs[leaf_position<L>::value])...);
+    }(leaves_t<list>{});
+    auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
+        return typename loop::outs_t{strided_out<root_type_t<Roots>>(*outputs[J])...};
+    }(std::index_sequence_for<Roots...>{});
+    loop::run(std::tuple<Roots...>(roots...), bound, outs, outputs[0]->shape());
+}
+
+}  // namespace detail
+
+// Stochastic gradient descent, with optional momentum: v = momentum * v + g; p -= lr * v.
+class sgd {
+public:
+    sgd(std::vector<variable*> params, double lr, double momentum = 0.0) : params_(std::move(params)), lr_(lr), momentum_(momentum) {
+        for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype()));
+    }
+
+    void step(const std::vector<tensor>& grads) {
+        detail::check_grads(params_, grads, "sgd");
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            tensor& p = *params_[i];
+            const tensor g = grads[i].to(p.dtype()).contiguous();  // gradients may be broadcast views
+            kiln::detail::dispatch(p.dtype(), [&]<class T>() {
+                if constexpr (std::is_floating_point_v<T>) {
+                    using kiln::detail::indexed_leaf;
+                    const indexed_leaf<0, T> P;
+                    const indexed_leaf<1, T> G;
+                    const indexed_leaf<2, T> V;
+                    const auto v = kiln::make_node<ops::add>(
+                        kiln::make_node<ops::mul>(scalar<T>{static_cast<T>(momentum_)}, V), G);
+                    const auto p_new = kiln::make_node<ops::sub>(
+                        P, kiln::make_node<ops::mul>(scalar<T>{static_cast<T>(lr_)}, v));
+                    detail::fused_update({p, g, velocity_[i]}, {&p, &velocity_[i]}, p_new, v);
+                } else {
+                    throw dtype_error("kiln::optim::sgd: parameters must be float32 or float64");
+                }
+            });
+        }
+    }
+
+private:
+    std::vector<variable*> params_;
+    std::vector<tensor> velocity_;
+    double lr_, momentum_;
+};
+
+// Adam (Kingma and Ba), with bias correction folded into the step size.
+class adam {
+public:
+    adam(std::vector<variable*> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
+        : params_(std::move(params)), lr_(lr), b1_(beta1), b2_(beta2), eps_(eps) {
+        for (variable* p : params_) {
+            m_.push_back(zeros(p->shape(), p->dtype()));
+            v_.push_back(zeros(p->shape(), p->dtype()));
+        }
+    }
+
+    void step(const std::vector<tensor>& grads) {
+        detail::check_grads(params_, grads, "adam");
+        ++t_;
+        const double step = lr_ * std::sqrt(1 - std::pow(b2_, t_)) / (1 - std::pow(b1_, t_));
+        const double eps_hat = eps_ * std::sqrt(1 - std::pow(b2_, t_));
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            tensor& p = *params_[i];
+            const tensor g = grads[i].to(p.dtype()).contiguous();  // gradients may be broadcast views
+            kiln::detail::dispatch(p.dtype(), [&]<class T>() {
+                if constexpr (std::is_floating_point_v<T>) {
+                    using kiln::detail::indexed_leaf;
+                    using kiln::make_node;
+                    const indexed_leaf<0, T> P;
+                    const indexed_leaf<1, T> G;
+                    const indexed_leaf<2, T> M;
+                    const indexed_leaf<3, T> V;
+                    auto s = [](double x) { return scalar<T>{static_cast<T>(x)}; };
+                    const auto m = make_node<ops::add>(make_node<ops::mul>(s(b1_), M), make_node<ops::mul>(s(1 - b1_), G));
+                    const auto v = make_node<ops::add>(make_node<ops::mul>(s(b2_), V),
+                                                       make_node<ops::mul>(s(1 - b2_), make_node<ops::square>(G)));
+                    const auto p_new = make_node<ops::sub>(
+                        P, make_node<ops::div>(make_node<ops::mul>(s(step), m),
+                                               make_node<ops::add>(make_node<ops::sqrt>(v), s(eps_hat))));
+                    detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, p_new, m, v);
+                } else {
+                    throw dtype_error("kiln::optim::adam: parameters must be float32 or float64");
+                }
+            });
+        }
+    }
+
+private:
+    std::vector<variable*> params_;
+    std::vector<tensor> m_, v_;
+    double lr_, b1_, b2_, eps_;
+    int t_ = 0;
+};
+
+}  // namespace kiln::optim

@@ -1,0 +1,112 @@
+// Training pieces: layers, losses, optimizers (against hand-computed updates) and batching; a small model learns.
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "check.hpp"
+
+namespace {
+
+std::vector<double> values(const kiln::tensor& t) {
+    const kiln::tensor c = t.contiguous().to(kiln::float64);
+    const double* p = c.data<const double>();
+    return std::vector<double>(p, p + c.numel());
+}
+
+kiln::tensor f64(std::initializer_list<double> v, kiln::dims s) { return kiln::from_values<double>(v, s); }
+
+}  // namespace
+
+TEST_CASE("softmax, losses and their gradients") {
+    const auto logits = f64({1, 2, 3, 1, 1, 1}, {2, 3});
+    const auto p = kiln::nn::softmax(logits);
+    const double e1 = std::exp(1.0), e2 = std::exp(2.0), e3 = std::exp(3.0), z = e1 + e2 + e3;
+    kiln_test::check_all_close(values(p), std::vector<double>{e1 / z, e2 / z, e3 / z, 1. / 3, 1. / 3, 1. / 3}, 1e-12);
+    // Stable for huge logits.
+    CHECK(!std::isnan(kiln::nn::softmax(f64({1000, 0}, {1, 2})).at<double>({0, 0})));
+    const auto labels = kiln::from_values<std::int64_t>({2, 0}, {2});
+    const double ce = (-(std::log(e3 / z)) - std::log(1. / 3)) / 2;
+    CHECK(kiln::nn::cross_entropy(logits, labels).item<double>() == doctest::Approx(ce).epsilon(1e-12));
+    CHECK(kiln::nn::mse(f64({1, 2}, {2}), f64({0, 4}, {2})).item<double>() == 2.5);
+    // d CE / d logits = (softmax - onehot) / batch.
+    kiln::gradient_tape tape;
+    tape.watch(logits);
+    const auto g = tape.gradient(kiln::nn::cross_entropy(logits, labels), logits);
+    kiln_test::check_all_close(values(g), std::vector<double>{e1 / z / 2, e2 / z / 2, (e3 / z - 1) / 2, (1. / 3 - 1) / 2,
+                                                             1. / 6, 1. / 6},
+                               1e-9);
+    CHECK_THROWS_AS(kiln::nn::cross_entropy(f64({1, 2}, {2}), labels), kiln::shape_error);
+}
+
+TEST_CASE("sgd and adam update in one pass as the formulas say") {
+    kiln::variable w(f64({1, -2}, {2}));
+    kiln::optim::sgd plain({&w}, 0.1);
+    plain.step({f64({0.5, 1}, {2})});
+    kiln_test::check_all_close(values(w), std::vector<double>{0.95, -2.1}, 1e-15);
+    kiln::optim::sgd momentum({&w}, 0.1, 0.9);
+    momentum.step({f64({1, 1}, {2})});   // v = 1, w -= 0.1
+    momentum.step({f64({1, 1}, {2})});   // v = 1.9, w -= 0.19
+    kiln_test::check_all_close(values(w), std::vector<double>{0.95 - 0.29, -2.1 - 0.29}, 1e-14);
+
+    kiln::variable a(f64({1, 1}, {2}));
+    kiln::optim::adam opt({&a}, 0.01);
+    double m = 0, v = 0, x = 1;
+    for (int t = 1; t <= 3; ++t) {
+        const double gr = 0.5 * t;
+        opt.step({f64({gr, -gr}, {2})});
+        m = 0.9 * m + 0.1 * gr;
+        v = 0.999 * v + 0.001 * gr * gr;
+        const double mh = m / (1 - std::pow(0.9, t)), vh = v / (1 - std::pow(0.999, t));
+        x -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+    }
+    CHECK(a.at<double>({0}) == doctest::Approx(x).epsilon(1e-9));
+    CHECK(a.at<double>({1}) == doctest::Approx(2 - x).epsilon(1e-9));
+    CHECK_THROWS_AS(opt.step({}), kiln::value_error);
+    CHECK_THROWS_AS(opt.step({f64({1, 2, 3}, {3})}), kiln::shape_error);
+}
+
+TEST_CASE("batches: seeded shuffles, every row once, a short last batch") {
+    const auto x = kiln::arange(0, 10, 1, kiln::float64).reshape({5, 2});
+    const auto y = kiln::arange(0, 5, 1, kiln::int64);
+    kiln::generator g1(1), g2(1);
+    const auto b1 = kiln::data::batches(x, y, 2, true, g1), b2 = kiln::data::batches(x, y, 2, true, g2);
+    REQUIRE(b1.size() == 3);
+    CHECK(b1[2].x.shape() == kiln::dims{1, 2});
+    std::vector<double> seen;
+    for (std::size_t i = 0; i < b1.size(); ++i) {
+        CHECK(values(b1[i].y) == values(b2[i].y));
+        for (double r : values(b1[i].y)) seen.push_back(r);
+        // Rows stay paired: x's row r is (2r, 2r + 1).
+        const auto ys = values(b1[i].y), xs = values(b1[i].x);
+        for (std::size_t k = 0; k < ys.size(); ++k) CHECK(xs[2 * k] == 2 * ys[k]);
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen == std::vector<double>{0, 1, 2, 3, 4});
+    const auto plain = kiln::data::batches(x, y, 4, false);
+    CHECK(values(plain[0].y) == std::vector<double>{0, 1, 2, 3});
+    CHECK_THROWS_AS(kiln::data::batches(x, kiln::zeros({4}), 2, false), kiln::shape_error);
+}
+
+TEST_CASE("a small model learns y = 2x - 1 with dense layers, mse and adam") {
+    kiln::generator g(11);
+    const auto x = kiln::randn({256, 1}, kiln::float32, g);
+    const auto y = x * 2 - 1;
+    kiln::nn::sequential model(kiln::nn::dense(1, 16, kiln::nn::tanh, g), kiln::nn::dense(16, 1, kiln::nn::identity, g));
+    kiln::optim::adam opt(model.parameters(), 0.02);
+    double first = 0, last = 0;
+    for (int epoch = 0; epoch < 60; ++epoch) {
+        for (const auto& b : kiln::data::batches(x, y, 32, true, g)) {
+            kiln::gradient_tape tape;
+            const auto loss = kiln::nn::mse(model(b.x), b.y);
+            std::vector<kiln::tensor> params;
+            for (auto* p : model.parameters()) params.push_back(*p);
+            opt.step(tape.gradient(loss, params));
+        }
+        const double l = kiln::nn::mse(model(x), y).item<double>();
+        if (epoch == 0) first = l;
+        last = l;
+    }
+    CHECK(last < first / 20);
+    CHECK(last < 0.02);
+}
