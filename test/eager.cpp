@@ -10,16 +10,13 @@
 #include <vector>
 
 #include "check.hpp"
+#include "tensor_check.hpp"
 
 using namespace kiln::literals;
+using kiln_test::f64;
+using kiln_test::values;
 
 namespace {
-
-std::vector<double> values(const kiln::tensor& t) {
-    const kiln::tensor c = t.contiguous().to(kiln::float64);
-    const double* p = c.data<const double>();
-    return std::vector<double>(p, p + c.numel());
-}
 
 kiln::tensor f32(std::initializer_list<float> v, kiln::dims shape) { return kiln::from_values<float>(v, shape); }
 

@@ -5,18 +5,10 @@
 #include <vector>
 
 #include "check.hpp"
+#include "tensor_check.hpp"
 
-namespace {
-
-std::vector<double> values(const kiln::tensor& t) {
-    const kiln::tensor c = t.contiguous().to(kiln::float64);
-    const double* p = c.data<const double>();
-    return std::vector<double>(p, p + c.numel());
-}
-
-kiln::tensor f64(std::initializer_list<double> v, kiln::dims s) { return kiln::from_values<double>(v, s); }
-
-}  // namespace
+using kiln_test::f64;
+using kiln_test::values;
 
 TEST_CASE("softmax, losses and their gradients") {
     const auto logits = f64({1, 2, 3, 1, 1, 1}, {2, 3});

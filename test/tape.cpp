@@ -6,16 +6,13 @@
 #include <vector>
 
 #include "check.hpp"
+#include "tensor_check.hpp"
 
 using namespace kiln::literals;
+using kiln_test::f64;
+using kiln_test::values;
 
 namespace {
-
-std::vector<double> values(const kiln::tensor& t) {
-    const kiln::tensor c = t.contiguous().to(kiln::float64);
-    const double* p = c.data<const double>();
-    return std::vector<double>(p, p + c.numel());
-}
 
 // Central differences of sum(f(x)) with respect to every element of x (float64).
 std::vector<double> numeric_gradient(const std::function<kiln::tensor(const kiln::tensor&)>& f, const kiln::tensor& x) {
@@ -38,8 +35,6 @@ void check_gradient(const std::function<kiln::tensor(const kiln::tensor&)>& f, c
     CHECK(g.shape() == x.shape());
     kiln_test::check_all_close(values(g), numeric_gradient(f, x), 1e-6, 1e-8);
 }
-
-kiln::tensor f64(std::initializer_list<double> v, kiln::dims s) { return kiln::from_values<double>(v, s); }
 
 }  // namespace
 

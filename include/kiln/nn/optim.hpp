@@ -37,6 +37,21 @@ void fused_update(const std::vector<tensor>& inputs, const std::vector<tensor*>&
     loop::run(std::tuple<Roots...>(roots...), bound, outs, outputs[0]->shape());
 }
 
+// Calls f.template operator()<T>(i, parameter, gradient) for each parameter, T its floating element type; the
+// gradient is converted to the parameter's dtype and made contiguous (gradients may be broadcast views).
+template <class F>
+void for_each_parameter(const std::vector<variable*>& params, const std::vector<tensor>& grads, const char* who, F&& f) {
+    check_grads(params, grads, who);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        tensor& p = *params[i];
+        const tensor g = grads[i].to(p.dtype()).contiguous();
+        kiln::detail::dispatch(p.dtype(), [&]<class T>() {
+            if constexpr (std::is_floating_point_v<T>) f.template operator()<T>(i, p, g);
+            else throw dtype_error(std::string("kiln::optim::") + who + ": parameters must be float32 or float64");
+        });
+    }
+}
+
 }  // namespace detail
 
 // Stochastic gradient descent, with optional momentum: v = momentum * v + g; p -= lr * v.
@@ -47,26 +62,15 @@ public:
     }
 
     void step(const std::vector<tensor>& grads) {
-        detail::check_grads(params_, grads, "sgd");
-        for (std::size_t i = 0; i < params_.size(); ++i) {
-            tensor& p = *params_[i];
-            const tensor g = grads[i].to(p.dtype()).contiguous();  // gradients may be broadcast views
-            kiln::detail::dispatch(p.dtype(), [&]<class T>() {
-                if constexpr (std::is_floating_point_v<T>) {
-                    using kiln::detail::indexed_leaf;
-                    const indexed_leaf<0, T> P;
-                    const indexed_leaf<1, T> G;
-                    const indexed_leaf<2, T> V;
-                    const auto v = kiln::make_node<ops::add>(
-                        kiln::make_node<ops::mul>(scalar<T>{static_cast<T>(momentum_)}, V), G);
-                    const auto p_new = kiln::make_node<ops::sub>(
-                        P, kiln::make_node<ops::mul>(scalar<T>{static_cast<T>(lr_)}, v));
-                    detail::fused_update({p, g, velocity_[i]}, {&p, &velocity_[i]}, p_new, v);
-                } else {
-                    throw dtype_error("kiln::optim::sgd: parameters must be float32 or float64");
-                }
-            });
-        }
+        detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
+            using kiln::make_node;
+            const kiln::detail::indexed_leaf<0, T> P;
+            const kiln::detail::indexed_leaf<1, T> G;
+            const kiln::detail::indexed_leaf<2, T> V;
+            const auto v = make_node<ops::add>(make_node<ops::mul>(scalar<T>{static_cast<T>(momentum_)}, V), G);
+            const auto p_new = make_node<ops::sub>(P, make_node<ops::mul>(scalar<T>{static_cast<T>(lr_)}, v));
+            detail::fused_update({p, g, velocity_[i]}, {&p, &velocity_[i]}, p_new, v);
+        });
     }
 
 private:
@@ -87,34 +91,24 @@ public:
     }
 
     void step(const std::vector<tensor>& grads) {
-        detail::check_grads(params_, grads, "adam");
+        detail::check_grads(params_, grads, "adam");  // before the step count moves
         ++t_;
         const double step = lr_ * std::sqrt(1 - std::pow(b2_, t_)) / (1 - std::pow(b1_, t_));
         const double eps_hat = eps_ * std::sqrt(1 - std::pow(b2_, t_));
-        for (std::size_t i = 0; i < params_.size(); ++i) {
-            tensor& p = *params_[i];
-            const tensor g = grads[i].to(p.dtype()).contiguous();  // gradients may be broadcast views
-            kiln::detail::dispatch(p.dtype(), [&]<class T>() {
-                if constexpr (std::is_floating_point_v<T>) {
-                    using kiln::detail::indexed_leaf;
-                    using kiln::make_node;
-                    const indexed_leaf<0, T> P;
-                    const indexed_leaf<1, T> G;
-                    const indexed_leaf<2, T> M;
-                    const indexed_leaf<3, T> V;
-                    auto s = [](double x) { return scalar<T>{static_cast<T>(x)}; };
-                    const auto m = make_node<ops::add>(make_node<ops::mul>(s(b1_), M), make_node<ops::mul>(s(1 - b1_), G));
-                    const auto v = make_node<ops::add>(make_node<ops::mul>(s(b2_), V),
-                                                       make_node<ops::mul>(s(1 - b2_), make_node<ops::square>(G)));
-                    const auto p_new = make_node<ops::sub>(
-                        P, make_node<ops::div>(make_node<ops::mul>(s(step), m),
-                                               make_node<ops::add>(make_node<ops::sqrt>(v), s(eps_hat))));
-                    detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, p_new, m, v);
-                } else {
-                    throw dtype_error("kiln::optim::adam: parameters must be float32 or float64");
-                }
-            });
-        }
+        detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
+            using kiln::make_node;
+            const kiln::detail::indexed_leaf<0, T> P;
+            const kiln::detail::indexed_leaf<1, T> G;
+            const kiln::detail::indexed_leaf<2, T> M;
+            const kiln::detail::indexed_leaf<3, T> V;
+            auto s = [](double x) { return scalar<T>{static_cast<T>(x)}; };
+            const auto m = make_node<ops::add>(make_node<ops::mul>(s(b1_), M), make_node<ops::mul>(s(1 - b1_), G));
+            const auto v = make_node<ops::add>(make_node<ops::mul>(s(b2_), V),
+                                               make_node<ops::mul>(s(1 - b2_), make_node<ops::square>(G)));
+            const auto p_new = make_node<ops::sub>(
+                P, make_node<ops::div>(make_node<ops::mul>(s(step), m), make_node<ops::add>(make_node<ops::sqrt>(v), s(eps_hat))));
+            detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, p_new, m, v);
+        });
     }
 
 private:
