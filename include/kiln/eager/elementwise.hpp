@@ -119,6 +119,9 @@ inline tensor as_dtype(const tensor& t, dtype d) {
 }
 
 inline dims broadcast_named(std::string_view op, std::initializer_list<const tensor*> ts) {
+    bool same = true;
+    for (const tensor* t : ts) same = same && t->shape() == (*ts.begin())->shape();
+    if (same) return (*ts.begin())->shape();
     dims out = (*ts.begin())->shape();
     for (const tensor* t : ts)
         if (!broadcast_into(out, t->shape(), out))
@@ -131,7 +134,8 @@ tensor eager_unary(const tensor& a) {
     dtype d = a.dtype();
     if constexpr (floating_op<Op>())
         if (!is_floating(d)) d = dtype::float32;
-    const tensor x = as_dtype(a, d);
+    tensor xc;
+    const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
     return dispatch(d, [&]<class T>() { return run_eager(make_node<Op>(indexed_leaf<0, T>{}), x.shape(), x); });
 }
 
@@ -142,7 +146,10 @@ tensor eager_binary(const tensor& a, const tensor& b) {
     dtype d = promote(a.dtype(), b.dtype());
     if constexpr (floating_op<Op>() || std::is_same_v<Op, ops::pow>)
         if (!is_floating(d)) d = dtype::float32;
-    const tensor x = as_dtype(a, d), y = as_dtype(b, d);
+    // Converted copies only where the dtype differs (the common case copies nothing).
+    tensor xc, yc;
+    const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
+    const tensor& y = b.dtype() == d ? b : (yc = as_dtype(b, d));
     return dispatch(d, [&]<class T>() {
         return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}), shape, x, y);
     });
@@ -154,7 +161,8 @@ tensor eager_scalar(const tensor& a, S s, bool scalar_first) {
     dtype d = promote_with_scalar<S>(a.dtype());
     if constexpr (floating_op<Op>() || std::is_same_v<Op, ops::pow>)
         if (!is_floating(d)) d = dtype::float32;
-    const tensor x = as_dtype(a, d);
+    tensor xc;
+    const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
     return dispatch(d, [&]<class T>() {
         const scalar<T> v{static_cast<T>(s)};
         if (scalar_first) return run_eager(make_node<Op>(v, indexed_leaf<0, T>{}), x.shape(), x);

@@ -91,8 +91,10 @@ public:
 
     tensor gradient(const tensor& target, const tensor& source) { return gradient(target, std::vector<tensor>{source})[0]; }
 
+    void record(const detail::tape_entry& e) { record(detail::tape_entry(e)); }
+
     // Used by the op hooks: records `e` when one of its inputs is watched; its output is then watched too.
-    void record(detail::tape_entry e) {
+    void record(detail::tape_entry&& e) {
         bool any = false;
         for (const tensor& t : e.inputs) any = any || watches(t);
         if (!any) return;
@@ -126,8 +128,10 @@ inline bool watched_by_a_tape(const tensor& t) {
     return false;
 }
 
-inline void record_entry(const tape_entry& e) {
-    for (gradient_tape* t : tape_stack) t->record(e);
+inline void record_entry(tape_entry e) {
+    // The innermost tape takes the entry itself; outer tapes (nesting is rare) take copies.
+    for (std::size_t i = 0; i + 1 < tape_stack.size(); ++i) tape_stack[i]->record(e);
+    if (!tape_stack.empty()) tape_stack.back()->record(std::move(e));
 }
 
 // The gradient of a broadcast operand: summed over the dimensions it was repeated along, in its own shape.
@@ -173,6 +177,11 @@ std::optional<tensor> operand_gradient(const tensor& a, const G& g) {
 template <class Op, class... Args>
 void record_op(const tensor& y, const Args&... args) {
     if (recording_tapes == 0) return;
+    bool watched = false;
+    ([&] {
+        if constexpr (std::is_same_v<Args, tensor>) watched = watched || watched_by_a_tape(args);
+    }(), ...);
+    if (!watched) return;  // nothing to record: no closure, no allocation
     tape_entry e;
     e.output = y;
     ([&] {
@@ -190,7 +199,7 @@ void record_op(const tensor& y, const Args&... args) {
         }(std::index_sequence_for<Args...>{});
         return out;
     };
-    record_entry(e);
+    record_entry(std::move(e));
 }
 
 inline void record_reduction(const tensor& x, const tensor& y, const dims& keep, fold_kind kind) {

@@ -102,7 +102,7 @@ void record_view(const tensor& source, const tensor& view, std::function<tensor(
 class tensor {
 public:
     // An empty float32 tensor of shape (0,).
-    tensor() : tensor(kiln::dtype::float32, dims{0}) {}
+    tensor() : storage_(empty_storage()), shape_(dims{0}), strides_(dims{1}) {}
 
     // Uninitialized contiguous storage of the given dtype and shape.
     tensor(kiln::dtype d, const dims& shape) : dtype_(d), shape_(shape), strides_(detail::contiguous_strides(shape)) {
@@ -334,6 +334,12 @@ private:
             throw value_error("kiln::tensor::" + std::string(op) + ": axis " + std::to_string(axis) +
                               " is out of range for shape " + to_string(shape_));
         return a;
+    }
+
+    // One shared empty storage for default-constructed tensors, so that declaring one allocates nothing.
+    static const std::shared_ptr<detail::storage>& empty_storage() {
+        static const std::shared_ptr<detail::storage> s = detail::allocate_storage(0);
+        return s;
     }
 
     std::shared_ptr<detail::storage> storage_;
