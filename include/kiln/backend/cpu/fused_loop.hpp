@@ -267,7 +267,7 @@ struct fused_loop {
             bool aligned = true;
             for (std::size_t j = 0; j < NR; ++j) aligned = aligned && reinterpret_cast<std::uintptr_t>(op[j] + i) % align == 0;
             if (stream && aligned) {
-                for (; i + W <= ie; i += W) {
+                for (const std::ptrdiff_t last = ie - W; i <= last; i += W) {
                     const frame_t f(contiguous_loader<T, NL>{lp, i});
                     [&]<std::size_t... J>(std::index_sequence<J...>) {
                         (stream_store(op[J] + i, f.template evaluate<T>(std::get<J>(roots))), ...);
@@ -275,16 +275,12 @@ struct fused_loop {
                 }
                 stream_fence();
             }
-            // Two independent batches per step give the out-of-order core more to overlap.
-            for (; i + 2 * W <= ie; i += 2 * W) {
-                const frame_t f0(contiguous_loader<T, NL>{lp, i});
-                const frame_t f1(contiguous_loader<T, NL>{lp, i + W});
-                store_roots(roots, f0, op, i);
-                store_roots(roots, f1, op, i + W);
-            }
-            for (; i + W <= ie; i += W) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+            // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
+            for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
+                store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
         } else {
-            for (; i + W <= ie; i += W) store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, i}), op, i);
+            for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
+                store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, i}), op, i);
         }
         if (i < ie) partial_batch(roots, lp, ls, op, i, ie - i);
     }
@@ -301,7 +297,8 @@ struct fused_loop {
         for (std::size_t k = 0; k < NL; ++k) {
             // Padding repeats a real element, so no lane computes on garbage (no spurious NaN or trap).
             if (ls[k]) {
-                std::memcpy(in[k], lp[k] + i, static_cast<std::size_t>(count) * sizeof(T));
+                // Plain loops, not memcpy: at fewer than W elements a library call costs more than the copy.
+                for (std::ptrdiff_t e = 0; e < count; ++e) in[k][e] = lp[k][i + e];
                 for (std::ptrdiff_t e = count; e < W; ++e) in[k][e] = lp[k][i];
             } else {
                 for (std::ptrdiff_t e = 0; e < W; ++e) in[k][e] = *lp[k];
@@ -311,7 +308,9 @@ struct fused_loop {
         const frame_t f(contiguous_loader<T, NL>{bp, 0});
         [&]<std::size_t... J>(std::index_sequence<J...>) {
             (f.template evaluate<T>(std::get<J>(roots)).store_aligned(out[J]), ...);
-            ((std::memcpy(op[J] + i, out[J], static_cast<std::size_t>(count) * sizeof(T))), ...);
+            ([&] {
+                for (std::ptrdiff_t e = 0; e < count; ++e) op[J][i + e] = out[J][e];
+            }(), ...);
         }(std::make_index_sequence<NR>{});
     }
 
