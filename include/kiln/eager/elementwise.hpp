@@ -40,12 +40,12 @@ constexpr dtype promote_with_scalar(dtype t) {
     else return t == dtype::boolean ? dtype::int64 : t;
 }
 
-// Ops whose results are fractional promote integer inputs to float32 first, as in PyTorch (exp of an int tensor).
+// Ops whose results are fractional (they say so in the vocabulary) promote integer inputs to float32 first, as in
+// PyTorch (exp of an int tensor).
 template <class Op>
 constexpr bool floating_op() {
-    return std::is_same_v<Op, ops::exp> || std::is_same_v<Op, ops::log> || std::is_same_v<Op, ops::sqrt> ||
-           std::is_same_v<Op, ops::rsqrt> || std::is_same_v<Op, ops::sin> || std::is_same_v<Op, ops::cos> ||
-           std::is_same_v<Op, ops::tanh> || std::is_same_v<Op, ops::sigmoid>;
+    if constexpr (requires { Op::promotes_to_floating; }) return Op::promotes_to_floating;
+    else return false;
 }
 
 template <class T>
@@ -144,7 +144,7 @@ tensor eager_binary(const tensor& a, const tensor& b) {
     check_same_device(Op::name, {&a, &b});
     const dims shape = broadcast_named(Op::name, {&a, &b});
     dtype d = promote(a.dtype(), b.dtype());
-    if constexpr (floating_op<Op>() || std::is_same_v<Op, ops::pow>)
+    if constexpr (floating_op<Op>())
         if (!is_floating(d)) d = dtype::float32;
     // Converted copies only where the dtype differs (the common case copies nothing).
     tensor xc, yc;
@@ -159,7 +159,7 @@ tensor eager_binary(const tensor& a, const tensor& b) {
 template <class Op, class S>
 tensor eager_scalar(const tensor& a, S s, bool scalar_first) {
     dtype d = promote_with_scalar<S>(a.dtype());
-    if constexpr (floating_op<Op>() || std::is_same_v<Op, ops::pow>)
+    if constexpr (floating_op<Op>())
         if (!is_floating(d)) d = dtype::float32;
     tensor xc;
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));

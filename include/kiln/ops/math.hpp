@@ -16,7 +16,9 @@ KILN_HD KILN_INLINE constexpr V zero_like(const V&) { return V(0); }
 namespace ops {
 
 // Defines a unary op whose kernel calls a function found in std:: for scalars and by ADL for batches.
+// These ops also say `promotes_to_floating`: in eager mode an integer tensor becomes float32 first (exp of an int).
 #define KILN_STD_UNARY_KERNEL(fn)                                   \
+    static constexpr bool promotes_to_floating = true;              \
     template <class A>                                              \
     KILN_HD KILN_INLINE static auto apply(const A& a) {             \
         using std::fn;                                              \
@@ -75,6 +77,7 @@ struct sqrt {
 struct rsqrt {
     static constexpr std::string_view name = "rsqrt";
     static constexpr int arity = 1;
+    static constexpr bool promotes_to_floating = true;
     // 1 / sqrt(x), correctly rounded in both steps (xsimd's rsqrt is an approximation).
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
@@ -132,6 +135,7 @@ struct tanh {
 struct sigmoid {
     static constexpr std::string_view name = "sigmoid";
     static constexpr int arity = 1;
+    static constexpr bool promotes_to_floating = true;
     // 1 / (1 + exp(-x)): exp overflows to infinity for very negative x and the result is then exactly 0.
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
@@ -169,6 +173,7 @@ struct relu {
 struct pow {
     static constexpr std::string_view name = "pow";
     static constexpr int arity = 2;
+    static constexpr bool promotes_to_floating = true;
     // Batches are computed lane by lane with std::pow: a vector pow (exp(y log x)) gets the IEEE special cases
     // wrong (pow(0, 0), pow(-8, 2), pow(NaN, 0)), and pow is rarely what bounds a loop.
     template <class A, class B>
