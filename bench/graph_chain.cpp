@@ -54,6 +54,21 @@ void finish(benchmark::State& state, std::size_t n) {
                             static_cast<std::int64_t>(sizeof(float)));
 }
 
+// The harness every baseline shares: the body computes [b, e) of the chain (or triad) from d, split over the
+// benchmark's thread count.
+template <class Body>
+void baseline(benchmark::State& state, Body&& body) {
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    for (auto _ : state) {
+        split(n, threads, [&](std::size_t b, std::size_t e) { body(d, b, e); });
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    }
+    finish(state, n);
+}
+
 void kiln_run_into(benchmark::State& state) {
     setup(state);
     const auto n = static_cast<std::size_t>(state.range(0));
@@ -84,101 +99,61 @@ void kiln_run(benchmark::State& state) {
 }
 
 void hand_loop(benchmark::State& state) {
-    const auto n = static_cast<std::size_t>(state.range(0));
-    const int threads = static_cast<int>(state.range(1));
-    auto& d = get(n);
-    for (auto _ : state) {
-        split(n, threads, [&](std::size_t b, std::size_t e) {
-            const float* __restrict x = d.x.data();
-            const float* __restrict y = d.y.data();
-            float* __restrict o = d.out.data();
-            for (std::size_t i = b; i < e; ++i) {
-                const float t = x[i] * y[i] + 0.5f * x[i] - y[i];
-                o[i] = (t > 0.f ? t : 0.f) * 2.f + y[i];
-            }
-        });
-        benchmark::DoNotOptimize(d.out.data());
-        benchmark::ClobberMemory();
-    }
-    finish(state, n);
+    baseline(state, [](data& d, std::size_t b, std::size_t e) {
+        const float* __restrict x = d.x.data();
+        const float* __restrict y = d.y.data();
+        float* __restrict o = d.out.data();
+        for (std::size_t i = b; i < e; ++i) {
+            const float t = x[i] * y[i] + 0.5f * x[i] - y[i];
+            o[i] = (t > 0.f ? t : 0.f) * 2.f + y[i];
+        }
+    });
 }
 
 void unfused(benchmark::State& state) {
-    const auto n = static_cast<std::size_t>(state.range(0));
-    const int threads = static_cast<int>(state.range(1));
-    auto& d = get(n);
-    for (auto _ : state) {
-        // One pass per op, through temporaries, as an op-by-op runtime would.
-        split(n, threads, [&](std::size_t b, std::size_t e) {
-            float* __restrict t1 = d.t1.data();
-            float* __restrict t2 = d.t2.data();
-            float* __restrict o = d.out.data();
-            const float* __restrict x = d.x.data();
-            const float* __restrict y = d.y.data();
-            for (std::size_t i = b; i < e; ++i) t1[i] = x[i] * y[i];
-            for (std::size_t i = b; i < e; ++i) t2[i] = 0.5f * x[i];
-            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] + t2[i];
-            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] - y[i];
-            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] > 0.f ? t1[i] : 0.f;
-            for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] * 2.f;
-            for (std::size_t i = b; i < e; ++i) o[i] = t1[i] + y[i];
-        });
-        benchmark::DoNotOptimize(d.out.data());
-        benchmark::ClobberMemory();
-    }
-    finish(state, n);
+    // One pass per op, through temporaries, as an op-by-op runtime would.
+    baseline(state, [](data& d, std::size_t b, std::size_t e) {
+        float* __restrict t1 = d.t1.data();
+        float* __restrict t2 = d.t2.data();
+        float* __restrict o = d.out.data();
+        const float* __restrict x = d.x.data();
+        const float* __restrict y = d.y.data();
+        for (std::size_t i = b; i < e; ++i) t1[i] = x[i] * y[i];
+        for (std::size_t i = b; i < e; ++i) t2[i] = 0.5f * x[i];
+        for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] + t2[i];
+        for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] - y[i];
+        for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] > 0.f ? t1[i] : 0.f;
+        for (std::size_t i = b; i < e; ++i) t1[i] = t1[i] * 2.f;
+        for (std::size_t i = b; i < e; ++i) o[i] = t1[i] + y[i];
+    });
 }
 
 void xtensor_noalias(benchmark::State& state) {
-    const auto n = static_cast<std::size_t>(state.range(0));
-    const int threads = static_cast<int>(state.range(1));
-    auto& d = get(n);
-    for (auto _ : state) {
-        split(n, threads, [&](std::size_t b, std::size_t e) {
-            const std::array<std::size_t, 1> shape{e - b};
-            auto x = xt::adapt(d.x.data() + b, e - b, xt::no_ownership(), shape);
-            auto y = xt::adapt(d.y.data() + b, e - b, xt::no_ownership(), shape);
-            auto o = xt::adapt(d.out.data() + b, e - b, xt::no_ownership(), shape);
-            xt::noalias(o) = xt::maximum(x * y + 0.5f * x - y, 0.f) * 2.f + y;
-        });
-        benchmark::DoNotOptimize(d.out.data());
-        benchmark::ClobberMemory();
-    }
-    finish(state, n);
+    baseline(state, [](data& d, std::size_t b, std::size_t e) {
+        const std::array<std::size_t, 1> shape{e - b};
+        auto x = xt::adapt(d.x.data() + b, e - b, xt::no_ownership(), shape);
+        auto y = xt::adapt(d.y.data() + b, e - b, xt::no_ownership(), shape);
+        auto o = xt::adapt(d.out.data() + b, e - b, xt::no_ownership(), shape);
+        xt::noalias(o) = xt::maximum(x * y + 0.5f * x - y, 0.f) * 2.f + y;
+    });
 }
 
 void eigen_array(benchmark::State& state) {
-    const auto n = static_cast<std::size_t>(state.range(0));
-    const int threads = static_cast<int>(state.range(1));
-    auto& d = get(n);
-    for (auto _ : state) {
-        split(n, threads, [&](std::size_t b, std::size_t e) {
-            const auto m = static_cast<Eigen::Index>(e - b);
-            Eigen::Map<const Eigen::ArrayXf> x(d.x.data() + b, m), y(d.y.data() + b, m);
-            Eigen::Map<Eigen::ArrayXf> o(d.out.data() + b, m);
-            o = (x * y + 0.5f * x - y).max(0.f) * 2.f + y;
-        });
-        benchmark::DoNotOptimize(d.out.data());
-        benchmark::ClobberMemory();
-    }
-    finish(state, n);
+    baseline(state, [](data& d, std::size_t b, std::size_t e) {
+        const auto m = static_cast<Eigen::Index>(e - b);
+        Eigen::Map<const Eigen::ArrayXf> x(d.x.data() + b, m), y(d.y.data() + b, m);
+        Eigen::Map<Eigen::ArrayXf> o(d.out.data() + b, m);
+        o = (x * y + 0.5f * x - y).max(0.f) * 2.f + y;
+    });
 }
 
 void stream_triad(benchmark::State& state) {
-    const auto n = static_cast<std::size_t>(state.range(0));
-    const int threads = static_cast<int>(state.range(1));
-    auto& d = get(n);
-    for (auto _ : state) {
-        split(n, threads, [&](std::size_t b, std::size_t e) {
-            const float* __restrict x = d.x.data();
-            const float* __restrict y = d.y.data();
-            float* __restrict o = d.out.data();
-            for (std::size_t i = b; i < e; ++i) o[i] = x[i] + 3.f * y[i];
-        });
-        benchmark::DoNotOptimize(d.out.data());
-        benchmark::ClobberMemory();
-    }
-    finish(state, n);
+    baseline(state, [](data& d, std::size_t b, std::size_t e) {
+        const float* __restrict x = d.x.data();
+        const float* __restrict y = d.y.data();
+        float* __restrict o = d.out.data();
+        for (std::size_t i = b; i < e; ++i) o[i] = x[i] + 3.f * y[i];
+    });
 }
 
 void sizes(benchmark::internal::Benchmark* b) {
