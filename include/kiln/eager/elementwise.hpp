@@ -105,12 +105,38 @@ tensor run_eager(const E& expr, const dims& shape, const In&... inputs) {
 }
 
 // Copies `t` into a new contiguous tensor of dtype U.
+// (A plain strided loop, not the fused loop: this is instantiated for every pair of dtypes in every translation
+// unit, and the fused loop's vector paths would cost seconds of compile time for a copy.)
 template <class U>
 tensor convert(const tensor& t) {
-    return dispatch(t.dtype(), [&]<class T>() {
-        if constexpr (std::is_same_v<T, U>) return run_eager(indexed_leaf<0, T>{}, t.shape(), t);
-        else return run_eager(make_node<ops::cast<U>>(indexed_leaf<0, T>{}), t.shape(), t);
+    tensor out(dtype_of<U>(), t.shape());
+    U* dst = out.data<U>();
+    dispatch(t.dtype(), [&]<class T>() {
+        const T* src = t.data<const T>();
+        const dims& shape = t.shape();
+        const dims& st = t.strides();
+        const std::ptrdiff_t n = shape.size();
+        if (n == 0) return;
+        if (t.is_contiguous()) {
+            for (std::ptrdiff_t i = 0; i < n; ++i) dst[i] = static_cast<U>(src[i]);
+            return;
+        }
+        const int r = shape.rank;
+        std::ptrdiff_t idx[max_rank] = {};
+        std::ptrdiff_t off = 0;
+        for (std::ptrdiff_t i = 0; i < n; ++i) {
+            dst[i] = static_cast<U>(src[off]);
+            for (int d = r - 1; d >= 0; --d) {
+                if (++idx[d] < shape[d]) {
+                    off += st[d];
+                    break;
+                }
+                off -= (idx[d] - 1) * st[d];
+                idx[d] = 0;
+            }
+        }
     });
+    return out;
 }
 
 inline tensor as_dtype(const tensor& t, dtype d) {

@@ -21,6 +21,11 @@ struct feed;
 namespace detail {
 struct input_kind {};
 struct param_kind {};
+// A parameter's kind also names how a kiln::session initializes it (kiln::init::zeros, glorot_uniform, ...).
+template <class Init>
+struct param_kind_with : param_kind {
+    using initializer = Init;
+};
 
 // Leaves are recognised by this base rather than by matching leaf<Name, ...>: nvcc cannot deduce a class-type
 // template argument in a partial specialization.
@@ -46,9 +51,16 @@ struct leaf : leaf_base {
 template <fixed_string Name, class T = float, class Shape = dynamic>
 using input = detail::leaf<Name, T, Shape, detail::input_kind>;
 
-// A parameter: state, fed or owned by a session.
-template <fixed_string Name, class T = float, class Shape = dynamic>
-using param = detail::leaf<Name, T, Shape, detail::param_kind>;
+namespace init {
+struct zeros;
+}
+
+// A parameter: state, fed or owned by a kiln::session, which initializes it from its static shape with Init.
+template <fixed_string Name, class T = float, class Shape = dynamic, class Init = init::zeros>
+using param = detail::leaf<Name, T, Shape, detail::param_kind_with<Init>>;
+
+template <class L>
+inline constexpr bool is_param_v = std::is_base_of_v<detail::param_kind, typename L::kind>;
 
 namespace detail {
 // A leaf known by its position instead of its name: what eager mode and the Thrust lowering run.
@@ -281,9 +293,21 @@ struct broadcast_all<Op, Acc, S, Rest...> {
     using type = typename broadcast_all<Op, typename broadcast_static<Op, Acc, S>::type, Rest...>::type;
 };
 
+// Structural ops (reductions, matmul, views; see graph/structural.hpp) state their own static shape rule.
+template <class Op>
+concept structural_op = requires { Op::structural; };
+
 template <class Op, class... A>
 struct shape_of<node<Op, A...>> {
-    using type = typename broadcast_all<Op, shape<>, typename shape_of<A>::type...>::type;
+    template <class O, class = void>
+    struct rule {
+        using type = typename broadcast_all<Op, shape<>, typename shape_of<A>::type...>::type;
+    };
+    template <class O>
+    struct rule<O, std::enable_if_t<structural_op<O>>> {
+        using type = typename O::template static_shape<typename shape_of<A>::type...>;
+    };
+    using type = typename rule<Op>::type;
 };
 template <class E>
 using shape_of_t = typename shape_of<E>::type;

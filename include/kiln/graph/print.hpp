@@ -108,7 +108,7 @@ struct dot_writer {
         }
         const std::string n = "n" + std::to_string(id);
         if constexpr (is_leaf_v<E>) {
-            const char* kind = std::is_same_v<typename E::kind, param_kind> ? "param" : "input";
+            const char* kind = std::is_base_of_v<param_kind, typename E::kind> ? "param" : "input";
             body += "  " + n + " [label=\"" + escape(std::string(E::name.view())) + "\\n" + kind + " " +
                     std::string(dtype_name<typename E::value_type>()) + "\", shape=ellipse];\n";
         } else if constexpr (is_constant_v<E> || is_scalar_node<E>::value) {

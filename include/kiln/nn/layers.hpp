@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "../eager/eager.hpp"
+#include "activations.hpp"
 
 namespace kiln::nn {
 
 using activation = std::function<tensor(const tensor&)>;
 
-inline tensor identity(const tensor& x) { return x; }
 
 // Softmax along an axis, shifted by the (gradient-free) maximum for stability.
 inline tensor softmax(const tensor& x, int axis = -1) {
@@ -112,11 +112,3 @@ private:
 
 }  // namespace kiln::nn
 
-namespace kiln {
-// The activations as values for layers: kiln::nn::dense(10, 64, kiln::nn::relu).
-namespace nn {
-inline tensor relu(const tensor& x) { return kiln::relu(x); }
-inline tensor sigmoid(const tensor& x) { return kiln::sigmoid(x); }
-inline tensor tanh(const tensor& x) { return kiln::tanh(x); }
-}  // namespace nn
-}  // namespace kiln

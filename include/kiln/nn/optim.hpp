@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "../eager/eager.hpp"
+#include "rules.hpp"
 
 namespace kiln::optim {
 
@@ -83,7 +84,7 @@ private:
 class adam {
 public:
     adam(std::vector<variable*> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
-        : params_(std::move(params)), lr_(lr), b1_(beta1), b2_(beta2), eps_(eps) {
+        : params_(std::move(params)), rule_{lr, beta1, beta2, eps} {
         for (variable* p : params_) {
             m_.push_back(zeros(p->shape(), p->dtype()));
             v_.push_back(zeros(p->shape(), p->dtype()));
@@ -92,29 +93,18 @@ public:
 
     void step(const std::vector<tensor>& grads) {
         detail::check_grads(params_, grads, "adam");  // before the step count moves
-        ++t_;
-        const double step = lr_ * std::sqrt(1 - std::pow(b2_, t_)) / (1 - std::pow(b1_, t_));
-        const double eps_hat = eps_ * std::sqrt(1 - std::pow(b2_, t_));
+        rule_.next_step(++t_);
         detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
-            using kiln::make_node;
-            const kiln::detail::indexed_leaf<0, T> P;
-            const kiln::detail::indexed_leaf<1, T> G;
-            const kiln::detail::indexed_leaf<2, T> M;
-            const kiln::detail::indexed_leaf<3, T> V;
-            auto s = [](double x) { return scalar<T>{static_cast<T>(x)}; };
-            const auto m = make_node<ops::add>(make_node<ops::mul>(s(b1_), M), make_node<ops::mul>(s(1 - b1_), G));
-            const auto v = make_node<ops::add>(make_node<ops::mul>(s(b2_), V),
-                                               make_node<ops::mul>(s(1 - b2_), make_node<ops::square>(G)));
-            const auto p_new = make_node<ops::sub>(
-                P, make_node<ops::div>(make_node<ops::mul>(s(step), m), make_node<ops::add>(make_node<ops::sqrt>(v), s(eps_hat))));
-            detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, p_new, m, v);
+            // The same update graph as graph mode's kiln::optim::minimize with adam_rule.
+            std::apply([&](const auto&... roots) { detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, roots...); },
+                       rule_.template roots<T>());
         });
     }
 
 private:
     std::vector<variable*> params_;
     std::vector<tensor> m_, v_;
-    double lr_, b1_, b2_, eps_;
+    adam_rule rule_;
     int t_ = 0;
 };
 

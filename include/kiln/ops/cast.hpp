@@ -11,7 +11,14 @@ struct cast {
     static constexpr int arity = 1;
     using target = U;
     template <class A>
-    KILN_HD KILN_INLINE static constexpr U apply(const A& a) { return static_cast<U>(a); }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        if constexpr (requires { typename A::batch_type; }) {  // a comparison's mask on xsimd batches: 1 or 0
+            using B = typename A::batch_type;
+            return select(a, B(typename B::value_type(1)), B(typename B::value_type(0)));
+        } else {
+            return static_cast<U>(a);
+        }
+    }
     // The gradient flows back in the source's element type.
     template <class A, class Y, class G>
     static constexpr auto gradient(const A&, const Y&, const G& g);

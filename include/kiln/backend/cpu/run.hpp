@@ -5,6 +5,7 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "../../graph/plan.hpp"
 #include "fused_loop.hpp"
 
 namespace kiln {
@@ -52,7 +53,35 @@ C allocate_result(const dims& shape) {
 }
 
 template <class... Roots, class... Feeds>
+auto run_unplanned(const std::tuple<Roots...>& roots, const Feeds&... feeds);
+
+// Graphs with reductions, matmul or views: materialized nodes first, then one fused loop per root.
+template <class... Roots, class... Feeds>
+auto run_planned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+    using plan_t = plan<Roots...>;
+    const auto users = bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
+    typename plan_t::workspace ws;
+    plan_t::prepare(users, ws);
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+        return std::tuple<result_container_t<Roots>...>([&] {
+            using R = result_container_t<Roots>;
+            const auto r = plan_t::rewritten(std::get<J>(roots));
+            const dims s = plan_t::shape_of_expression(r, users, ws);
+            R out = allocate_result<R>(s);
+            plan_t::run_elementwise(r, users, ws, as_strided<root_type_t<Roots>>(out), s);
+            return out;
+        }()...);
+    }(std::index_sequence_for<Roots...>{});
+}
+
+template <class... Roots, class... Feeds>
 auto run_roots(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+    if constexpr ((has_structural<Roots>::value || ...)) return run_planned(roots, feeds...);
+    else return run_unplanned(roots, feeds...);
+}
+
+template <class... Roots, class... Feeds>
+auto run_unplanned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
     using list = unique_nodes_t<Roots...>;
     using leaves = leaves_t<list>;
     const auto bound = bound_leaves<leaves>::bind(feeds...);
@@ -110,6 +139,20 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
     using out_element = std::remove_const_t<detail::container_element_t<std::remove_reference_t<Out>>>;
     static_assert(std::is_same_v<out_element, R>,
                   "kiln::run_into: the output's element type differs from the expression's; see R and Out above.");
+    if constexpr (detail::has_structural<E>::value) {
+        using plan_t = detail::plan<E>;
+        const auto users = detail::bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
+        typename plan_t::workspace ws;
+        plan_t::prepare(users, ws);
+        const auto r = plan_t::rewritten(expr);
+        const dims shape = plan_t::shape_of_expression(r, users, ws);
+        auto o = detail::as_strided<R>(out);
+        if (!(o.shape == shape))
+            throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
+                              " but the expression gives shape " + to_string(shape));
+        plan_t::run_elementwise(r, users, ws, o, shape);
+        return;
+    }
     using loop = detail::fused_loop<list, E>;
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
     auto& o = std::get<0>(outs);

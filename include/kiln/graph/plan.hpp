@@ -1,0 +1,313 @@
+#pragma once
+// Planning and running graphs that contain structural ops (reductions, matmul, views).
+//
+// At compile time the unique nodes of the roots are split into *materialized* nodes (every structural node, and
+// every operand of a structural node that is not already a leaf) and the rest. Each materialized node gets a slot;
+// in every expression that uses it, it is replaced by a slot leaf, so each fusion group is an ordinary elementwise
+// graph over user leaves and slots, run by the fused loop. A value used by several consumers is thus computed once
+// when it feeds a structural op, and recomputed inside the fused loops otherwise (recomputing an elementwise
+// expression is cheaper than a round trip through memory).
+//
+// At run time a `workspace` holds the slots' buffers; they grow on the first run and are reused afterwards, so a
+// run of the same plan on the same shapes allocates nothing.
+#include <tuple>
+#include <vector>
+
+#include "../backend/cpu/fused_loop.hpp"
+#include "structural.hpp"
+
+namespace kiln::detail {
+
+template <class E>
+struct is_structural_node : std::false_type {};
+template <class Op, class... A>
+struct is_structural_node<node<Op, A...>> : std::bool_constant<structural_op<Op>> {};
+
+template <class E>
+struct has_structural : std::false_type {};
+template <class Op, class... A>
+struct has_structural<node<Op, A...>> : std::bool_constant<structural_op<Op> || (has_structural<A>::value || ...)> {};
+
+template <class E>
+struct structural_is_pure : std::true_type {};
+template <class Op, class... A>
+struct structural_is_pure<node<Op, A...>>
+    : std::bool_constant<(!structural_op<Op> || is_pure<node<Op, A...>>::value) && (structural_is_pure<A>::value && ...)> {};
+
+// The value of materialized node K: a leaf that the fused loop reads from the slot's view.
+template <std::size_t K, class T>
+struct slot_leaf : leaf_base {
+    using value_type = T;
+    using shape_type = dynamic;
+    using kind = input_kind;
+};
+template <class L>
+struct is_slot : std::false_type {};
+template <std::size_t K, class T>
+struct is_slot<slot_leaf<K, T>> : std::true_type {};
+template <class L>
+struct slot_index;
+template <std::size_t K, class T>
+struct slot_index<slot_leaf<K, T>> : std::integral_constant<std::size_t, K> {};
+
+template <class Op>
+constexpr int shape_only_arg() {
+    if constexpr (requires { Op::shape_only_arg; }) return Op::shape_only_arg;
+    else return -1;
+}
+
+// The operands whose values structural nodes read (an operand read only for its shape is not materialized). A
+// broadcast_like operand is materialized as a view of its first operand, which is then materialized itself.
+template <class List>
+struct structural_operands;
+template <class... N>
+struct structural_operands<types<N...>> {
+    template <class L, class X>
+    using add1 = std::conditional_t<contains<X, L>::value || !is_node_v<X>, L, typename append<L, X>::type>;
+    template <class L, class X>
+    struct add_operand {
+        using type = add1<L, X>;
+    };
+    template <class L, class E, class R>
+    struct add_operand<L, node<ops::broadcast_like, E, R>> {
+        using type = add1<add1<L, node<ops::broadcast_like, E, R>>, E>;
+    };
+    template <class Acc, class E>
+    struct add_args {
+        using type = Acc;
+    };
+    template <class Acc, class Op, class... A>
+    struct add_args<Acc, node<Op, A...>> {
+        template <class L, std::size_t I, class... X>
+        struct add_all {
+            using type = L;
+        };
+        template <class L, std::size_t I, class X, class... Xs>
+        struct add_all<L, I, X, Xs...> {
+            using next = std::conditional_t<static_cast<int>(I) == shape_only_arg<Op>(), L, typename add_operand<L, X>::type>;
+            using type = typename add_all<next, I + 1, Xs...>::type;
+        };
+        using type = std::conditional_t<structural_op<Op>, typename add_all<Acc, 0, A...>::type, Acc>;
+    };
+    template <class Acc, class... Rest>
+    struct fold {
+        using type = Acc;
+    };
+    template <class Acc, class X, class... Rest>
+    struct fold<Acc, X, Rest...> {
+        using type = typename fold<typename add_args<Acc, X>::type, Rest...>::type;
+    };
+    using type = typename fold<types<>, N...>::type;
+};
+
+template <class List>
+struct materialized;
+template <class... N>
+struct materialized<types<N...>> {
+    using operands = typename structural_operands<types<N...>>::type;
+    template <class E>
+    static constexpr bool keep = is_structural_node<E>::value || (is_node_v<E> && contains<E, operands>::value);
+    template <class Acc, class... Rest>
+    struct fold {
+        using type = Acc;
+    };
+    template <class Acc, class X, class... Rest>
+    struct fold<Acc, X, Rest...> {
+        using type = typename fold<std::conditional_t<keep<X>, typename append<Acc, X>::type, Acc>, Rest...>::type;
+    };
+    using type = typename fold<types<>, N...>::type;
+};
+
+// Replaces every materialized node of E by its slot leaf.
+template <class Mat, class E>
+constexpr auto rewrite(const E& e) {
+    if constexpr (contains<E, Mat>::value) {
+        return slot_leaf<index_of<E, Mat>::value, value_type_t<E>>{};
+    } else if constexpr (is_node_v<E>) {
+        return [&]<std::size_t... J>(std::index_sequence<J...>) {
+            return make_node<typename E::op>(rewrite<Mat>(e.template arg<J>())...);
+        }(std::make_index_sequence<E::arity>{});
+    } else {
+        return e;
+    }
+}
+
+// E's definition in terms of slots: its own operands rewritten (used to compute E itself into its slot).
+template <class Mat, class E>
+constexpr auto rewrite_children(const E& e) {
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+        return make_node<typename E::op>(rewrite<Mat>(e.template arg<J>())...);
+    }(std::make_index_sequence<E::arity>{});
+}
+
+template <class Mat>
+struct slot_views;
+template <class... M>
+struct slot_views<types<M...>> {
+    using type = std::tuple<strided<const value_type_t<M>>...>;
+    using buffers = std::tuple<std::vector<value_type_t<M>>...>;
+};
+
+template <class T>
+struct not_bool {
+    using type = T;
+};
+template <>
+struct not_bool<bool> {
+    using type = unsigned char;  // std::vector<bool> is not a buffer
+};
+
+// A plan over the roots: user leaves, materialized nodes, and the roots rewritten over slots.
+template <class... Roots>
+struct plan {
+    static_assert((structural_is_pure<Roots>::value && ...),
+                  "kiln: a reduction, matmul or view has a run-time scalar (such as 0.5f * x) below it; write the "
+                  "number as a constant (0.5_c) or feed it as an input, so that each node has one identity.");
+    using list = unique_nodes_t<Roots...>;
+    using user_leaves = leaves_t<list>;
+    using mat = typename materialized<list>::type;
+    static constexpr std::size_t NM = mat::size;
+    using user_bound_t = typename bound_leaves<user_leaves>::type;
+    using slots_t = typename slot_views<mat>::type;
+
+    template <class M>
+    using buffer_t = std::vector<typename not_bool<value_type_t<M>>::type>;
+    template <class L>
+    struct buffers_of;
+    template <class... M>
+    struct buffers_of<types<M...>> {
+        using type = std::tuple<buffer_t<M>...>;
+    };
+    using buffers_t = typename buffers_of<mat>::type;
+
+    struct workspace {
+        buffers_t buffers;
+        slots_t slots;
+    };
+
+    // The view of leaf L (a user leaf or a slot).
+    template <class L>
+    static const auto& leaf_view(const user_bound_t& users, const workspace& ws) {
+        if constexpr (is_slot<L>::value) return std::get<slot_index<L>::value>(ws.slots);
+        else return std::get<index_of<L, user_leaves>::value>(users);
+    }
+
+    // The views of an elementwise expression's leaves, in its own plan's leaf order.
+    template <class LeafList>
+    struct binder;
+    template <class... L>
+    struct binder<types<L...>> {
+        static std::tuple<strided<const typename L::value_type>...> bind(const user_bound_t& users, const workspace& ws) {
+            return {leaf_view<L>(users, ws)...};
+        }
+    };
+
+    template <class T>
+    static T* grow(std::vector<T>& buf, std::ptrdiff_t n) {
+        if (static_cast<std::ptrdiff_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
+        return buf.data();
+    }
+
+    // Runs an elementwise expression over user leaves and slots into `out` (shape `shape`).
+    template <class E, class T>
+    static void run_elementwise(const E& e, const user_bound_t& users, const workspace& ws, const strided<T>& out,
+                                const dims& shape) {
+        using l = unique_nodes_t<E>;
+        using loop = fused_loop<l, E>;
+        const auto bound = binder<leaves_t<l>>::bind(users, ws);
+        typename loop::outs_t outs{out};
+        loop::run(std::tuple<E>(e), bound, outs, shape);
+    }
+
+    template <class E>
+    static dims shape_of_expression(const E& e, const user_bound_t& users, const workspace& ws) {
+        using l = unique_nodes_t<E>;
+        if constexpr (is_leaf_v<E>) {
+            return leaf_view<E>(users, ws).shape;
+        } else {
+            const auto bound = binder<leaves_t<l>>::bind(users, ws);
+            return output_shape<leaves_t<l>>(bound, e);
+        }
+    }
+
+    template <std::size_t K>
+    static void materialize(const user_bound_t& users, workspace& ws) {
+        using M = typename at<K, mat>::type;
+        using T = value_type_t<M>;
+        using B = typename not_bool<T>::type;
+        auto& slot = std::get<K>(ws.slots);
+        auto& buf = std::get<K>(ws.buffers);
+        if constexpr (is_structural_node<M>::value) {
+            using Op = typename M::op;
+            [&]<std::size_t... J>(std::index_sequence<J...>) {
+                // Operands are leaves now (user leaves, or slots computed earlier), except an operand read only for
+                // its shape, which may be an expression: its shape is inferred and its data never read.
+                const auto args = std::make_tuple(operand_view<Op, J>(M{}.template arg<J>(), users, ws)...);
+                if constexpr (requires { Op::try_view(slot, std::get<J>(args)...); }) {
+                    if (Op::try_view(slot, std::get<J>(args)...)) return;
+                }
+                if constexpr (requires { Op::compute(static_cast<T*>(nullptr), dims{}, std::get<J>(args)...); }) {
+                    const dims s = Op::shape(std::get<J>(args).shape...);
+                    T* p = reinterpret_cast<T*>(grow(buf, s.size()));
+                    Op::compute(p, s, std::get<J>(args)...);
+                    slot = strided<const T>(p, s, row_major_strides(s));
+                }
+            }(std::make_index_sequence<M::arity>{});
+        } else if constexpr (is_like_of_slot<M>()) {
+            // broadcast_like of a materialized value: a view with zero strides along the repeated dimensions.
+            const auto& g = leaf_view<decltype(rewrite<mat>(M{}.template arg<0>()))>(users, ws);
+            const dims ref = shape_of_expression(rewrite<mat>(M{}.template arg<1>()), users, ws);
+            const dims s = broadcast_shapes(g.shape, ref, "broadcast_like");
+            slot.data = g.data;
+            slot.shape = s;
+            slot.strides.rank = s.rank;
+            for (int d = 0; d < s.rank; ++d) {
+                const int dg = d - (s.rank - g.shape.rank);
+                slot.strides[d] = (dg >= 0 && g.shape[dg] != 1) ? g.strides[dg] : 0;
+            }
+        } else {
+            const auto def = rewrite_children<mat>(M{});
+            const dims s = shape_of_expression(def, users, ws);
+            T* p = reinterpret_cast<T*>(grow(buf, s.size()));
+            run_elementwise(def, users, ws, strided<T>(p, s, row_major_strides(s)), s);
+            slot = strided<const T>(p, s, row_major_strides(s));
+            (void)sizeof(B);
+        }
+    }
+
+    template <class M>
+    static constexpr bool is_like_of_slot() {
+        if constexpr (is_node_v<M>) {
+            if constexpr (std::is_same_v<typename M::op, ops::broadcast_like>)
+                return is_slot<decltype(rewrite<mat>(M{}.template arg<0>()))>::value;
+            else return false;
+        } else {
+            return false;
+        }
+    }
+
+    template <class Op, std::size_t J, class A>
+    static auto operand_view(const A& a, const user_bound_t& users, const workspace& ws) {
+        using R = decltype(rewrite<mat>(a));
+        if constexpr (is_leaf_v<R>) {
+            return leaf_view<R>(users, ws);
+        } else {
+            static_assert(static_cast<int>(J) == shape_only_arg<Op>(), "kiln: internal: an operand was not materialized");
+            using T = value_type_t<A>;
+            const dims s = shape_of_expression(rewrite<mat>(a), users, ws);
+            return strided<const T>(nullptr, s, row_major_strides(s));
+        }
+    }
+
+    // Computes every materialized node, in topological order.
+    static void prepare(const user_bound_t& users, workspace& ws) {
+        [&]<std::size_t... K>(std::index_sequence<K...>) { (materialize<K>(users, ws), ...); }(std::make_index_sequence<NM>{});
+    }
+
+    template <class Root>
+    static auto rewritten(const Root& r) {
+        return rewrite<mat>(r);
+    }
+};
+
+}  // namespace kiln::detail

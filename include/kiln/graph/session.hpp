@@ -1,0 +1,401 @@
+#pragma once
+// kiln::session: parameter storage, optimizer state and reusable workspace for graph mode.
+//
+//   kiln::session s(seed);
+//   auto step = kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = 1e-3});
+//   float l = s.run(step, "x"_in = xb, "y"_in = yb);     // loss, gradients and one fused update per parameter
+//   auto p = s.run(prediction, "x"_in = xb);             // any expression; parameters come from the session
+//
+// Parameters are created on first use from their static shape and initializer (kiln::param<"w", float,
+// kiln::shape<10, 64>, kiln::init::glorot_uniform>), or set from tensors. Each distinct expression or step type
+// keeps its own workspace in the session, so after the first run on given shapes a run allocates nothing.
+// A session is not thread-safe.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <typeindex>
+#include <unordered_map>
+#include <vector>
+
+#include "../backend/cpu/run.hpp"
+#include "../eager/random.hpp"
+#include "../eager/tensor.hpp"
+#include "../nn/rules.hpp"
+#include "grad.hpp"
+#include "plan.hpp"
+
+namespace kiln {
+
+namespace init {
+namespace detail {
+template <class F>
+tensor fill(const dims& s, dtype d, F f) {
+    tensor t(d, s);
+    kiln::detail::dispatch(d, [&]<class T>() {
+        if constexpr (std::is_floating_point_v<T>) {
+            T* p = t.data<T>();
+            for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(f());
+        } else {
+            throw dtype_error("kiln::init: parameters are float32 or float64");
+        }
+    });
+    return t;
+}
+inline void fans(const dims& s, double& in, double& out) {
+    if (s.rank == 0) in = out = 1;
+    else if (s.rank == 1) in = out = static_cast<double>(s[0]);
+    else {
+        double receptive = 1;
+        for (int i = 2; i < s.rank; ++i) receptive *= static_cast<double>(s[i]);
+        in = static_cast<double>(s[0]) * receptive;
+        out = static_cast<double>(s[1]) * receptive;
+    }
+}
+}  // namespace detail
+// Parameter initializers: make(shape, dtype, generator). The random ones draw like kiln::uniform and kiln::randn, so
+// a session and eager mode given the same generator state start from the same numbers.
+struct zeros {
+    static tensor make(const dims& s, dtype d, generator&) { return detail::fill(s, d, [] { return 0.0; }); }
+};
+struct ones {
+    static tensor make(const dims& s, dtype d, generator&) { return detail::fill(s, d, [] { return 1.0; }); }
+};
+// Uniform in +-sqrt(6 / (fan_in + fan_out)); fan_in is the first dimension (a dense weight is (in, out)).
+struct glorot_uniform {
+    static tensor make(const dims& s, dtype d, generator& g) {
+        double in, out;
+        detail::fans(s, in, out);
+        const double limit = std::sqrt(6.0 / (in + out)), low = -limit, high = limit;
+        return detail::fill(s, d, [&] { return low + (high - low) * g.uniform(); });
+    }
+};
+// Normal with standard deviation sqrt(2 / fan_in) (for relu layers).
+struct he_normal {
+    static tensor make(const dims& s, dtype d, generator& g) {
+        double in, out;
+        detail::fans(s, in, out);
+        const double scale = std::sqrt(2.0 / in);
+        return detail::fill(s, d, [&] { return scale * g.normal(); });
+    }
+};
+}  // namespace init
+
+template <class Loss, class Rule, class Params>
+struct training_step;
+
+namespace optim {
+
+// A training step: minimize(loss, rule) updates every parameter of the loss; run it with session::run.
+template <class Loss, class Rule>
+constexpr auto minimize(const Loss& loss, Rule rule) {
+    static_assert(is_graph_v<Loss>, "kiln::optim::minimize: the loss must be a graph-mode expression.");
+    static_assert(std::is_same_v<kiln::detail::shape_of_t<Loss>, shape<>>,
+                  "kiln::optim::minimize: the loss must be a scalar (static shape ()); reduce it with kiln::mean or "
+                  "kiln::sum.");
+    using leaves = kiln::detail::leaves_t<kiln::detail::unique_nodes_t<Loss>>;
+    using params = decltype([]<class... L>(kiln::detail::types<L...>) {
+        return (kiln::detail::types<>{} + ... + std::conditional_t<is_param_v<L>, kiln::detail::types<L>, kiln::detail::types<>>{});
+    }(leaves{}));
+    static_assert(params::size > 0, "kiln::optim::minimize: the loss has no kiln::param to train.");
+    return training_step<Loss, Rule, params>{loss, rule};
+}
+
+}  // namespace optim
+
+namespace detail {
+template <class... A, class... B>
+constexpr types<A..., B...> operator+(types<A...>, types<B...>) {
+    return {};
+}
+}  // namespace detail
+
+template <class Loss, class Rule, class... Params>
+struct training_step<Loss, Rule, detail::types<Params...>> {
+    Loss loss;
+    Rule rule;
+    // The gradient of the loss with respect to each parameter, as expressions (for inspection).
+    static constexpr auto gradients() { return detail::gradients(Loss{}, Params{}...); }
+};
+
+class session {
+public:
+    explicit session(std::uint64_t seed = 0) : gen_(seed) {}
+
+    // Runs an expression or kiln::fetch(...): like kiln::run, with parameters taken from the session unless fed.
+    template <class E, class... Feeds>
+    auto run(const E& expr, const Feeds&... feeds) {
+        if constexpr (requires { expr.roots; }) {
+            return std::apply([&](const auto&... r) { return run_roots(std::tuple(r...), feeds...); }, expr.roots);
+        } else {
+            static_assert(is_graph_v<E>, "kiln::session::run: the first argument must be a graph-mode expression, "
+                                         "kiln::fetch or a training step.");
+            return std::get<0>(run_roots(std::tuple<E>(expr), feeds...));
+        }
+    }
+
+    // One training step: the loss and its gradients in one plan, then one fused update per parameter. Returns the
+    // loss before the update.
+    template <class Loss, class Rule, class... Params, class... Feeds>
+    auto run(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
+        using step_t = training_step<Loss, Rule, detail::types<Params...>>;
+        using T = detail::root_type_t<Loss>;
+        constexpr auto grads = step_t::gradients();
+        using plan_t = decltype(std::apply([](const auto&... g) { return detail::plan<Loss, std::remove_cvref_t<decltype(g)>...>{}; }, grads));
+        struct state : cache_base {
+            typename plan_t::workspace ws;
+            std::array<tensor*, sizeof...(Params)> params{};
+            std::array<std::vector<T>, sizeof...(Params)> grad_buffers;
+            std::array<detail::strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
+            std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
+            Rule rule;
+            int t = 0;
+        };
+        state& st = cached<state, step_t>();
+        if (st.t == 0) {
+            st.rule = step.rule;
+            std::size_t i = 0;
+            ((st.params[i] = &parameter_for<Params>(), ++i), ...);
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                for (auto& s : st.slots[p]) s = init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_);
+        }
+        const auto users = bind<typename plan_t::user_leaves>(feeds...);
+        plan_t::prepare(users, st.ws);
+
+        T loss_value{};
+        const dims scalar_shape{};
+        using loss_leaf = decltype(plan_t::rewritten(step.loss));
+        if constexpr (detail::is_slot<loss_leaf>::value)  // usually: the loss is a reduction, already computed
+            loss_value = *std::get<detail::slot_index<loss_leaf>::value>(st.ws.slots).data;
+        else
+            plan_t::run_elementwise(plan_t::rewritten(step.loss), users, st.ws,
+                                    detail::strided<T>(&loss_value, scalar_shape, scalar_shape), scalar_shape);
+        // Every gradient is computed before any parameter changes.
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (compute_gradient<plan_t, Params, I>(std::get<I>(grads), users, st), ...);
+        }(std::index_sequence_for<Params...>{});
+
+        st.rule.next_step(++st.t);
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (update<Params, I>(st), ...);
+        }(std::index_sequence_for<Params...>{});
+        return loss_value;
+    }
+
+    // A parameter's tensor (created from its initializer by the first run that uses it, or by set()).
+    tensor& parameter(std::string_view name) {
+        auto it = params_.find(name);
+        if (it == params_.end())
+            throw value_error("kiln::session: no parameter named '" + std::string(name) + "' (it is created by the "
+                              "first run that uses it, or by set())");
+        return it->second;
+    }
+    bool has_parameter(std::string_view name) const { return params_.find(name) != params_.end(); }
+    std::vector<std::string> parameter_names() const {
+        std::vector<std::string> out;
+        for (const auto& kv : params_) out.push_back(kv.first);
+        return out;
+    }
+    // Sets a parameter's value (copied). The shape may change only before a plan has used the parameter.
+    void set(std::string_view name, const tensor& value) {
+        auto it = params_.find(name);
+        if (it == params_.end()) {
+            params_.emplace(std::string(name), copy_of(value));
+            return;
+        }
+        if (!(it->second.shape() == value.shape()) || it->second.dtype() != value.dtype())
+            throw shape_error("kiln::session::set: parameter '" + std::string(name) + "' has shape " +
+                              to_string(it->second.shape()) + " and dtype " + std::string(kiln::name(it->second.dtype())) +
+                              ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
+        run_eager_copy(it->second, value);
+    }
+    // Creates every parameter of an expression that does not exist yet.
+    template <class E>
+    void initialize(const E&) {
+        using leaves = detail::leaves_t<detail::unique_nodes_t<E>>;
+        [&]<class... L>(detail::types<L...>) { ((is_param_v<L> ? (void)parameter_for<L>() : void()), ...); }(leaves{});
+    }
+    generator& rng() noexcept { return gen_; }
+
+private:
+    struct cache_base {
+        virtual ~cache_base() = default;
+    };
+
+    template <class State, class Key>
+    State& cached() {
+        const std::type_index key(typeid(Key));
+        if (last_key_ == key && last_) return static_cast<State&>(*last_);
+        auto& slot = cache_[key];
+        if (!slot) slot = std::make_unique<State>();
+        last_key_ = key;
+        last_ = slot.get();
+        return static_cast<State&>(*slot);
+    }
+
+    static void run_eager_copy(tensor& dst, const tensor& src) {
+        kiln::detail::dispatch(dst.dtype(), [&]<class U>() {
+            detail::strided<const U> v;
+            detail::fill_strided(v, src);
+            detail::copy_row_major(dst.template data<U>(), v);
+        });
+    }
+    static tensor copy_of(const tensor& src) {
+        tensor t(src.dtype(), src.shape());
+        run_eager_copy(t, src);
+        return t;
+    }
+
+    template <class L>
+    tensor& parameter_for() {
+        const std::string_view name = L::name.view();
+        auto it = params_.find(name);
+        using T = typename L::value_type;
+        if (it != params_.end()) {
+            if (it->second.dtype() != dtype_of<T>())
+                throw dtype_error("kiln::session: parameter '" + std::string(name) + "' is declared " +
+                                  std::string(dtype_name<T>()) + " but holds " + std::string(kiln::name(it->second.dtype())));
+            return it->second;
+        }
+        using S = typename L::shape_type;
+        if constexpr (!detail::fully_static_v<S>) {
+            throw value_error("kiln::session: parameter '" + std::string(name) +
+                              "' has no static shape to initialize from; declare one (kiln::param<\"w\", float, "
+                              "kiln::shape<10, 64>>) or set it with session::set");
+        } else {
+            using Init = typename L::kind::initializer;
+            tensor t = Init::make(detail::shape_dims_of<S>::get(), dtype_of<T>(), gen_);
+            return params_.emplace(std::string(name), std::move(t)).first->second;
+        }
+    }
+
+    // Binds feeds to the plan's leaves; parameters that are not fed come from the session.
+    template <class LeafList, class... Feeds>
+    auto bind(const Feeds&... feeds) {
+        return [&]<class... L>(detail::types<L...>) {
+            using type = std::tuple<detail::strided<const typename L::value_type>...>;
+            constexpr bool ok = (detail::check_name_unique<L, L...>() && ...) &&
+                                (detail::check_feed_used<Feeds, L...>() && ...) && (check_session_leaf<L, Feeds...>() && ...);
+            type out;
+            if constexpr (ok) {
+                [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
+                [&]<std::size_t... K>(std::index_sequence<K...>) {
+                    (bind_one<L, K>(std::get<K>(out), all), ...);
+                }(std::index_sequence_for<L...>{});
+            }
+            return out;
+        }(LeafList{});
+    }
+
+    template <class L, class... Feeds>
+    static constexpr bool check_session_leaf() {
+        constexpr std::size_t count = (std::size_t{detail::names_match<L, Feeds>} + ... + 0);
+        if constexpr (is_param_v<L> && count == 0) return true;
+        else return detail::check_leaf_feed<L, Feeds...>();
+    }
+
+    template <class L, std::size_t K, class View, class... Feeds>
+    void bind_one(View& v, const std::tuple<const Feeds&...>& all) {
+        constexpr std::size_t count = (std::size_t{detail::names_match<L, Feeds>} + ... + 0);
+        if constexpr (count == 0) {
+            detail::fill_strided(v, parameter_for<L>());
+        } else {
+            detail::fill_strided(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data);
+        }
+        detail::check_static_shape<L>(v.shape);
+    }
+
+    template <class... Roots, class... Feeds>
+    auto run_roots(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+        using plan_t = detail::plan<Roots...>;
+        struct state : cache_base {
+            typename plan_t::workspace ws;
+        };
+        state& st = cached<state, plan_t>();
+        const auto users = bind<typename plan_t::user_leaves>(feeds...);
+        plan_t::prepare(users, st.ws);
+        return [&]<std::size_t... J>(std::index_sequence<J...>) {
+            return std::tuple<detail::result_container_t<Roots>...>([&] {
+                using R = detail::result_container_t<Roots>;
+                const auto r = plan_t::rewritten(std::get<J>(roots));
+                const dims s = plan_t::shape_of_expression(r, users, st.ws);
+                R out = detail::allocate_result<R>(s);
+                plan_t::run_elementwise(r, users, st.ws, detail::as_strided<detail::root_type_t<Roots>>(out), s);
+                return out;
+            }()...);
+        }(std::index_sequence_for<Roots...>{});
+    }
+
+    template <class Plan, class P, std::size_t I, class G, class Users, class State>
+    void compute_gradient(const G& g, const Users& users, State& st) {
+        using T = typename P::value_type;
+        tensor& p = *st.params[I];
+        const dims& ps = p.shape();
+        const auto r = Plan::rewritten(g);
+        using R = std::remove_cvref_t<decltype(r)>;
+        if constexpr (detail::is_slot<R>::value) {
+            // A gradient that a structural op computed into its own buffer (a matmul, a sum) is used in place: no
+            // other step of this run writes that buffer. (A view may alias a parameter, so it is copied.)
+            constexpr std::size_t k = detail::slot_index<R>::value;
+            const auto& v = std::get<k>(st.ws.slots);
+            const auto& buf = std::get<k>(st.ws.buffers);
+            if (v.shape == ps && static_cast<const void*>(v.data) == static_cast<const void*>(buf.data()) &&
+                detail::is_row_major(v)) {
+                st.grads[I] = v;
+                return;
+            }
+        }
+        auto& buf = st.grad_buffers[I];
+        if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
+        const dims gs = Plan::shape_of_expression(r, users, st.ws);
+        dims b;
+        if (!detail::broadcast_into(gs, ps, b) || !(b == ps))
+            throw shape_error("kiln::session: the gradient of parameter '" + std::string(P::name.view()) +
+                              "' has shape " + to_string(gs) + ", which does not fit the parameter's " + to_string(ps));
+        const dims rs = detail::row_major_strides(ps);
+        Plan::run_elementwise(r, users, st.ws, detail::strided<T>(buf.data(), ps, rs), ps);
+        st.grads[I] = detail::strided<const T>(buf.data(), ps, rs);
+    }
+
+    template <class P, std::size_t I, class State>
+    void update(State& st) {
+        using T = typename P::value_type;
+        tensor& p = *st.params[I];
+        const dims& ps = p.shape();
+        const auto roots = st.rule.template roots<T>();
+        const dims rs = detail::row_major_strides(ps);
+        if (!p.is_contiguous()) throw value_error("kiln::session: parameter '" + std::string(P::name.view()) + "' is not contiguous");
+        using roots_t = std::remove_cvref_t<decltype(roots)>;
+        std::apply([&](const auto&... r) {
+            using list = detail::unique_nodes_t<std::remove_cvref_t<decltype(r)>...>;
+            using loop = detail::fused_loop<list, std::remove_cvref_t<decltype(r)>...>;
+            // Leaves: 0 the parameter, 1 the gradient, 2... the slots; outputs: the parameter, then the slots.
+            std::array<detail::strided<const T>, 2 + std::tuple_size_v<roots_t> - 1> in;
+            in[0] = detail::strided<const T>(p.template data<T>(), ps, rs);
+            in[1] = st.grads[I];
+            for (std::size_t s = 0; s + 1 < std::tuple_size_v<roots_t>; ++s)
+                in[2 + s] = detail::strided<const T>(st.slots[I][s].template data<T>(), ps, rs);
+            const auto bound = [&]<class... L>(detail::types<L...>) {
+                return std::tuple<detail::strided<const typename L::value_type>...>{in[leaf_number<L>::value]...};
+            }(detail::leaves_t<list>{});
+            typename loop::outs_t outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
+                return typename loop::outs_t{detail::strided<T>(
+                    J == 0 ? p.template data<T>() : st.slots[I][J == 0 ? 0 : J - 1].template data<T>(), ps, rs)...};
+            }(std::make_index_sequence<std::tuple_size_v<roots_t>>{});
+            loop::run(roots, bound, outs, ps);
+        }, roots);
+    }
+
+    template <class L>
+    struct leaf_number;
+    template <std::size_t K, class T>
+    struct leaf_number<detail::indexed_leaf<K, T>> : std::integral_constant<std::size_t, K> {};
+
+    generator gen_;
+    std::map<std::string, tensor, std::less<>> params_;
+    std::unordered_map<std::type_index, std::unique_ptr<cache_base>> cache_;
+    std::type_index last_key_{typeid(void)};
+    cache_base* last_ = nullptr;
+};
+
+}  // namespace kiln

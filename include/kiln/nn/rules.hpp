@@ -1,0 +1,70 @@
+#pragma once
+// Update rules of the optimizers, written once as small graphs over indexed leaves and shared by eager mode
+// (kiln::optim::sgd, adam) and graph mode (kiln::optim::minimize): leaf 0 is the parameter, leaf 1 its gradient,
+// leaves 2... its slots. `roots<T>()` gives the new parameter followed by the new slots, computed in one fused pass.
+#include <cmath>
+#include <tuple>
+
+#include "../graph/build.hpp"
+
+namespace kiln::optim {
+
+// p -= lr * g
+struct sgd_rule {
+    double lr = 0.01;
+    static constexpr int slots = 0;
+    void next_step(int) {}
+    template <class T>
+    auto roots() const {
+        using kiln::make_node;
+        const kiln::detail::indexed_leaf<0, T> P;
+        const kiln::detail::indexed_leaf<1, T> G;
+        return std::make_tuple(make_node<ops::sub>(P, make_node<ops::mul>(scalar<T>{static_cast<T>(lr)}, G)));
+    }
+};
+
+// v = momentum * v + g; p -= lr * v
+struct momentum_rule {
+    double lr = 0.01, momentum = 0.9;
+    static constexpr int slots = 1;
+    void next_step(int) {}
+    template <class T>
+    auto roots() const {
+        using kiln::make_node;
+        const kiln::detail::indexed_leaf<0, T> P;
+        const kiln::detail::indexed_leaf<1, T> G;
+        const kiln::detail::indexed_leaf<2, T> V;
+        const auto v = make_node<ops::add>(make_node<ops::mul>(scalar<T>{static_cast<T>(momentum)}, V), G);
+        const auto p = make_node<ops::sub>(P, make_node<ops::mul>(scalar<T>{static_cast<T>(lr)}, v));
+        return std::make_tuple(p, v);
+    }
+};
+
+// Adam (Kingma and Ba) with the bias correction folded into the step size and epsilon.
+struct adam_rule {
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    static constexpr int slots = 2;
+    double step = 0, eps_hat = 0;
+    // t counts from 1.
+    void next_step(int t) {
+        step = lr * std::sqrt(1 - std::pow(beta2, t)) / (1 - std::pow(beta1, t));
+        eps_hat = eps * std::sqrt(1 - std::pow(beta2, t));
+    }
+    template <class T>
+    auto roots() const {
+        using kiln::make_node;
+        const kiln::detail::indexed_leaf<0, T> P;
+        const kiln::detail::indexed_leaf<1, T> G;
+        const kiln::detail::indexed_leaf<2, T> M;
+        const kiln::detail::indexed_leaf<3, T> V;
+        auto s = [](double x) { return scalar<T>{static_cast<T>(x)}; };
+        const auto m = make_node<ops::add>(make_node<ops::mul>(s(beta1), M), make_node<ops::mul>(s(1 - beta1), G));
+        const auto v = make_node<ops::add>(make_node<ops::mul>(s(beta2), V),
+                                           make_node<ops::mul>(s(1 - beta2), make_node<ops::square>(G)));
+        const auto p = make_node<ops::sub>(
+            P, make_node<ops::div>(make_node<ops::mul>(s(step), m), make_node<ops::add>(make_node<ops::sqrt>(v), s(eps_hat))));
+        return std::make_tuple(p, m, v);
+    }
+};
+
+}  // namespace kiln::optim

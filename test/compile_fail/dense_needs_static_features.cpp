@@ -1,0 +1,7 @@
+// expect: kiln::layers::dense: the input's last dimension \(its features\) must be static
+#include <kiln/nn/graph_layers.hpp>
+int main() {
+    const auto x = kiln::input<"x">{};
+    auto h = kiln::layers::dense<"l1", 8>(x);
+    (void)h;
+}
