@@ -128,10 +128,10 @@ def main():
     except ImportError:
         print("TensorFlow is not installed (pip install tensorflow-cpu); skipped")
 
-    print(f"| step of Dense(64, relu) -> Dense(1), Adam, batch 32 | us per step | kiln graph is | kiln eager is |")
+    print("| one training step (Dense(64, relu) -> Dense(1), Adam, batch 32) | us per step | time / kiln graph's | time / kiln eager's |")
     print("|---|---:|---:|---:|")
     for name, us in rows:
-        print(f"| {name} | {us:.2f} | {us / graph:.1f}x faster | {us / eager:.2f}x faster |")
+        print(f"| {name} | {us:.2f} | {us / graph:.1f} | {us / eager:.2f} |")
 
 
 if __name__ == "__main__":

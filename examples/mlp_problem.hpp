@@ -3,6 +3,8 @@
 // Dense(64, relu) -> Dense(1), mean squared error, Adam (learning rate 1e-3), batches of 32, 5 epochs.
 // Data and batch order come from kiln's seeded generator, so every program sees the same numbers.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -56,6 +58,37 @@ inline void gather(const std::vector<float>& src, std::ptrdiff_t cols, const std
     out.resize(index.size() * cols);
     for (std::size_t i = 0; i < index.size(); ++i)
         std::copy_n(src.begin() + index[i] * cols, cols, out.begin() + static_cast<std::ptrdiff_t>(i) * cols);
+}
+
+struct run_result {
+    std::vector<double> epoch_loss;  // mean batch loss of each epoch
+    double us_per_step = 0;          // mean time of one training step (gathering the batch excluded)
+};
+
+// The training loop both modes share: `step(x, y, rows)` trains on one batch and returns its loss.
+template <class Step>
+run_result train_loop(const dataset& d, std::uint64_t order_seed, const char* label, bool verbose, Step&& step) {
+    run_result r;
+    kiln::generator order(order_seed);
+    std::vector<float> xb, yb;
+    double seconds = 0;
+    long steps = 0;
+    for (int e = 0; e < epochs; ++e) {
+        double total = 0;
+        const auto batches = epoch_batches(order);
+        for (const auto& idx : batches) {
+            gather(d.x, features, idx, xb);
+            gather(d.y, 1, idx, yb);
+            const auto t0 = std::chrono::steady_clock::now();
+            total += step(xb.data(), yb.data(), static_cast<std::ptrdiff_t>(idx.size()));
+            seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            ++steps;
+        }
+        r.epoch_loss.push_back(total / static_cast<double>(batches.size()));
+        if (verbose) std::printf("%s  epoch %d  loss %.6f\n", label, e + 1, r.epoch_loss.back());
+    }
+    r.us_per_step = seconds / static_cast<double>(steps) * 1e6;
+    return r;
 }
 
 }  // namespace mlp

@@ -6,7 +6,7 @@ scripts/install-deps.sh
 cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=ON >/dev/null
 cmake --build build-demo -j"$(nproc)"
 cd build-demo/examples
-for example in ./01_graph_basics ./02_eager_basics; do
+for example in ./01_graph_basics ./02_eager_basics ./03_train_graph ./04_train_eager ./05_train_compare; do
   echo "== $example"
   "$example"
 done

@@ -74,6 +74,18 @@ inline std::string to_string(const dims& s) {
 
 namespace detail {
 
+// Row-major strides (in elements) of a shape.
+inline dims contiguous_strides(const dims& shape) {
+    dims st;
+    st.rank = shape.rank;
+    std::ptrdiff_t s = 1;
+    for (int i = shape.rank - 1; i >= 0; --i) {
+        st[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return st;
+}
+
 // NumPy broadcasting; returns false when the shapes are incompatible.
 constexpr bool broadcast_into(const dims& a, const dims& b, dims& out) noexcept {
     const int r = a.rank > b.rank ? a.rank : b.rank;

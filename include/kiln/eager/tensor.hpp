@@ -53,17 +53,6 @@ inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
     return s;
 }
 
-inline dims contiguous_strides(const dims& shape) {
-    dims st;
-    st.rank = shape.rank;
-    std::ptrdiff_t s = 1;
-    for (int i = shape.rank - 1; i >= 0; --i) {
-        st[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
-    }
-    return st;
-}
-
 // Calls f.template operator()<T>() with T the C++ type of d.
 template <class F>
 decltype(auto) dispatch(dtype d, F&& f) {

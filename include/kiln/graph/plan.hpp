@@ -183,6 +183,11 @@ struct plan {
     struct workspace {
         buffers_t buffers;
         slots_t slots;
+        // Shapes of the last run: when the user leaves have the same shapes again, so does every node, and shape
+        // inference is skipped.
+        std::array<dims, user_leaves::size> user_shapes{};
+        std::array<dims, NM> shapes{};
+        bool primed = false, same = false;
     };
 
     // The view of leaf L (a user leaf or a slot).
@@ -197,7 +202,9 @@ struct plan {
     struct binder;
     template <class... L>
     struct binder<types<L...>> {
-        static std::tuple<strided<const typename L::value_type>...> bind(const user_bound_t& users, const workspace& ws) {
+        // References, not copies: a view is about 150 bytes and a step binds dozens of them.
+        static std::tuple<const strided<const typename L::value_type>&...> bind(const user_bound_t& users,
+                                                                                const workspace& ws) {
             return {leaf_view<L>(users, ws)...};
         }
     };
@@ -242,7 +249,8 @@ struct plan {
             [&]<std::size_t... J>(std::index_sequence<J...>) {
                 // Operands are leaves now (user leaves, or slots computed earlier), except an operand read only for
                 // its shape, which may be an expression: its shape is inferred and its data never read.
-                const auto args = std::make_tuple(operand_view<Op, J>(M{}.template arg<J>(), users, ws)...);
+                const std::tuple<decltype(operand_view<Op, J>(M{}.template arg<J>(), users, ws))...> args(
+                    operand_view<Op, J>(M{}.template arg<J>(), users, ws)...);
                 if constexpr (requires { Op::try_view(slot, std::get<J>(args)...); }) {
                     if (Op::try_view(slot, std::get<J>(args)...)) return;
                 }
@@ -250,27 +258,20 @@ struct plan {
                     const dims s = Op::shape(std::get<J>(args).shape...);
                     T* p = reinterpret_cast<T*>(grow(buf, s.size()));
                     Op::compute(p, s, std::get<J>(args)...);
-                    slot = strided<const T>(p, s, row_major_strides(s));
+                    slot = strided<const T>(p, s, contiguous_strides(s));
                 }
             }(std::make_index_sequence<M::arity>{});
         } else if constexpr (is_like_of_slot<M>()) {
             // broadcast_like of a materialized value: a view with zero strides along the repeated dimensions.
             const auto& g = leaf_view<decltype(rewrite<mat>(M{}.template arg<0>()))>(users, ws);
             const dims ref = shape_of_expression(rewrite<mat>(M{}.template arg<1>()), users, ws);
-            const dims s = broadcast_shapes(g.shape, ref, "broadcast_like");
-            slot.data = g.data;
-            slot.shape = s;
-            slot.strides.rank = s.rank;
-            for (int d = 0; d < s.rank; ++d) {
-                const int dg = d - (s.rank - g.shape.rank);
-                slot.strides[d] = (dg >= 0 && g.shape[dg] != 1) ? g.strides[dg] : 0;
-            }
+            slot = broadcast_view(g, broadcast_shapes(g.shape, ref, "broadcast_like"));
         } else {
             const auto def = rewrite_children<mat>(M{});
-            const dims s = shape_of_expression(def, users, ws);
+            const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = shape_of_expression(def, users, ws));
             T* p = reinterpret_cast<T*>(grow(buf, s.size()));
-            run_elementwise(def, users, ws, strided<T>(p, s, row_major_strides(s)), s);
-            slot = strided<const T>(p, s, row_major_strides(s));
+            run_elementwise(def, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
+            slot = strided<const T>(p, s, contiguous_strides(s));
             (void)sizeof(B);
         }
     }
@@ -286,8 +287,9 @@ struct plan {
         }
     }
 
+    // A leaf operand's view by reference; a shape-only operand's (shape, no data) by value.
     template <class Op, std::size_t J, class A>
-    static auto operand_view(const A& a, const user_bound_t& users, const workspace& ws) {
+    static decltype(auto) operand_view(const A& a, const user_bound_t& users, const workspace& ws) {
         using R = decltype(rewrite<mat>(a));
         if constexpr (is_leaf_v<R>) {
             return leaf_view<R>(users, ws);
@@ -295,12 +297,19 @@ struct plan {
             static_assert(static_cast<int>(J) == shape_only_arg<Op>(), "kiln: internal: an operand was not materialized");
             using T = value_type_t<A>;
             const dims s = shape_of_expression(rewrite<mat>(a), users, ws);
-            return strided<const T>(nullptr, s, row_major_strides(s));
+            return strided<const T>(nullptr, s, contiguous_strides(s));
         }
     }
 
     // Computes every materialized node, in topological order.
     static void prepare(const user_bound_t& users, workspace& ws) {
+        bool same = ws.primed;
+        [&]<std::size_t... U>(std::index_sequence<U...>) {
+            ((same = same && ws.user_shapes[U] == std::get<U>(users).shape), ...);
+            if (!same) ((ws.user_shapes[U] = std::get<U>(users).shape), ...);
+        }(std::make_index_sequence<user_leaves::size>{});
+        ws.same = same;
+        ws.primed = true;
         [&]<std::size_t... K>(std::index_sequence<K...>) { (materialize<K>(users, ws), ...); }(std::make_index_sequence<NM>{});
     }
 

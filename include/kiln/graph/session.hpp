@@ -347,12 +347,12 @@ private:
         }
         auto& buf = st.grad_buffers[I];
         if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
-        const dims gs = Plan::shape_of_expression(r, users, st.ws);
+        const dims gs = st.ws.same ? ps : Plan::shape_of_expression(r, users, st.ws);  // checked on new shapes
         dims b;
         if (!detail::broadcast_into(gs, ps, b) || !(b == ps))
             throw shape_error("kiln::session: the gradient of parameter '" + std::string(P::name.view()) +
                               "' has shape " + to_string(gs) + ", which does not fit the parameter's " + to_string(ps));
-        const dims rs = detail::row_major_strides(ps);
+        const dims rs = detail::contiguous_strides(ps);
         Plan::run_elementwise(r, users, st.ws, detail::strided<T>(buf.data(), ps, rs), ps);
         st.grads[I] = detail::strided<const T>(buf.data(), ps, rs);
     }
@@ -363,7 +363,7 @@ private:
         tensor& p = *st.params[I];
         const dims& ps = p.shape();
         const auto roots = st.rule.template roots<T>();
-        const dims rs = detail::row_major_strides(ps);
+        const dims rs = detail::contiguous_strides(ps);
         if (!p.is_contiguous()) throw value_error("kiln::session: parameter '" + std::string(P::name.view()) + "' is not contiguous");
         using roots_t = std::remove_cvref_t<decltype(roots)>;
         std::apply([&](const auto&... r) {
@@ -376,7 +376,7 @@ private:
             for (std::size_t s = 0; s + 1 < std::tuple_size_v<roots_t>; ++s)
                 in[2 + s] = detail::strided<const T>(st.slots[I][s].template data<T>(), ps, rs);
             const auto bound = [&]<class... L>(detail::types<L...>) {
-                return std::tuple<detail::strided<const typename L::value_type>...>{in[leaf_number<L>::value]...};
+                return std::tuple<const detail::strided<const typename L::value_type>&...>{in[leaf_number<L>::value]...};
             }(detail::leaves_t<list>{});
             typename loop::outs_t outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
                 return typename loop::outs_t{detail::strided<T>(

@@ -46,18 +46,6 @@ struct shape_dims_of<shape<D...>> {
     static dims get() { return dims{D...}; }
 };
 
-// Row-major strides of a shape.
-inline dims row_major_strides(const dims& shape) {
-    dims s;
-    s.rank = shape.rank;
-    std::ptrdiff_t k = 1;
-    for (int i = shape.rank - 1; i >= 0; --i) {
-        s[i] = k;
-        k *= shape[i];
-    }
-    return s;
-}
-
 template <class T>
 bool is_row_major(const strided<T>& v) {
     std::ptrdiff_t expect = 1;
@@ -66,6 +54,18 @@ bool is_row_major(const strided<T>& v) {
         expect *= v.shape[d];
     }
     return true;
+}
+
+// A view of `a` repeated to `shape` (NumPy broadcasting): zero strides along the repeated dimensions.
+template <class T>
+strided<T> broadcast_view(const strided<T>& a, const dims& shape) {
+    strided<T> out(a.data, shape, dims{});
+    out.strides.rank = shape.rank;
+    for (int d = 0; d < shape.rank; ++d) {
+        const int da = d - (shape.rank - a.shape.rank);
+        out.strides[d] = (da >= 0 && a.shape[da] != 1) ? a.strides[da] : 0;
+    }
+    return out;
 }
 
 // Copies a strided view into contiguous row-major memory.
@@ -112,7 +112,7 @@ void reduce_strided(const strided<const T>& x, const dims& keep, Acc* acc, F f) 
         f(acc[0], x.data[0]);
         return;
     }
-    dims os = row_major_strides(keep);
+    dims os = contiguous_strides(keep);
     for (int d = 0; d < r; ++d)
         if (keep[d] == 1) os[d] = 0;
     std::ptrdiff_t idx[max_rank] = {};
@@ -546,6 +546,21 @@ struct matmul {
 
     static constexpr std::ptrdiff_t small_gemm_limit = 64 * 64 * 64;
 
+    // row[0 .. NB batches) = sum over p of a[p * acs] * b[p * brs + 0 .. NB batches).
+    template <int NB, class T>
+    KILN_INLINE static void strip(T* row, const T* a, std::ptrdiff_t acs, const T* b, std::ptrdiff_t brs, std::ptrdiff_t k) {
+        using batch = xsimd::batch<T>;
+        constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
+        batch acc[NB];
+        for (int q = 0; q < NB; ++q) acc[q] = batch(T(0));
+        for (std::ptrdiff_t p = 0; p < k; ++p) {
+            const batch va(a[p * acs]);
+            const T* bp = b + p * brs;
+            for (int q = 0; q < NB; ++q) acc[q] = xsimd::fma(va, batch::load_unaligned(bp + q * W), acc[q]);
+        }
+        for (int q = 0; q < NB; ++q) acc[q].store_unaligned(row + q * W);
+    }
+
     template <class T>
     static void small_gemm(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const detail::strided<const T>& a,
                            const detail::strided<const T>& b) {
@@ -560,27 +575,10 @@ struct matmul {
                 if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
                     using batch = xsimd::batch<T>;
                     constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
-                    for (; j + 4 * W <= n; j += 4 * W) {
-                        batch c0(T(0)), c1(T(0)), c2(T(0)), c3(T(0));
-                        for (std::ptrdiff_t p = 0; p < k; ++p) {
-                            const batch va(arow[p * acs]);
-                            const T* bp = b.data + p * brs + j;
-                            c0 = xsimd::fma(va, batch::load_unaligned(bp), c0);
-                            c1 = xsimd::fma(va, batch::load_unaligned(bp + W), c1);
-                            c2 = xsimd::fma(va, batch::load_unaligned(bp + 2 * W), c2);
-                            c3 = xsimd::fma(va, batch::load_unaligned(bp + 3 * W), c3);
-                        }
-                        c0.store_unaligned(row + j);
-                        c1.store_unaligned(row + j + W);
-                        c2.store_unaligned(row + j + 2 * W);
-                        c3.store_unaligned(row + j + 3 * W);
-                    }
-                    for (; j + W <= n; j += W) {
-                        batch c0(T(0));
-                        for (std::ptrdiff_t p = 0; p < k; ++p)
-                            c0 = xsimd::fma(batch(arow[p * acs]), batch::load_unaligned(b.data + p * brs + j), c0);
-                        c0.store_unaligned(row + j);
-                    }
+                    // Eight accumulators hide the FMA latency; narrower strips finish the row.
+                    for (; j + 8 * W <= n; j += 8 * W) strip<8>(row + j, arow, acs, b.data + j, brs, k);
+                    for (; j + 2 * W <= n; j += 2 * W) strip<2>(row + j, arow, acs, b.data + j, brs, k);
+                    for (; j + W <= n; j += W) strip<1>(row + j, arow, acs, b.data + j, brs, k);
                 }
                 for (; j < n; ++j) {
                     T acc = 0;
@@ -670,7 +668,7 @@ struct reshape_base {
     template <class T>
     static bool try_view(detail::strided<const T>& out, const dims& shape, const detail::strided<const T>& a) {
         if (!detail::is_row_major(a)) return false;
-        out = detail::strided<const T>(a.data, shape, detail::row_major_strides(shape));
+        out = detail::strided<const T>(a.data, shape, detail::contiguous_strides(shape));
         return true;
     }
     template <class T>
@@ -814,14 +812,7 @@ struct broadcast_to {
     }
     template <class T>
     static bool try_view(detail::strided<const T>& out, const detail::strided<const T>& a) {
-        const dims s = shape(a.shape);
-        out.data = a.data;
-        out.shape = s;
-        out.strides.rank = s.rank;
-        for (int d = 0; d < s.rank; ++d) {
-            const int da = d - (s.rank - a.shape.rank);
-            out.strides[d] = (da >= 0 && a.shape[da] != 1) ? a.strides[da] : 0;
-        }
+        out = detail::broadcast_view(a, shape(a.shape));
         return true;
     }
     template <class A, class Y, class G>
@@ -935,30 +926,22 @@ constexpr auto make_reduce(const E& e) {
 
 
 // Graph-mode reductions: kiln::sum(x) over all axes, kiln::sum<0>(x) over axis 0, kiln::mean<-1>(x, kiln::keep_dims).
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto sum(const E& e) { return detail::make_reduce<ops::reduction::sum, false, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto sum(const E& e, keep_dims_t) { return detail::make_reduce<ops::reduction::sum, true, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto mean(const E& e) { return detail::make_reduce<ops::reduction::mean, false, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto mean(const E& e, keep_dims_t) { return detail::make_reduce<ops::reduction::mean, true, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto max(const E& e) { return detail::make_reduce<ops::reduction::max, false, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto max(const E& e, keep_dims_t) { return detail::make_reduce<ops::reduction::max, true, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto min(const E& e) { return detail::make_reduce<ops::reduction::min, false, Axes...>(e); }
-template <int... Axes, class E>
-    requires is_graph_v<E>
-constexpr auto min(const E& e, keep_dims_t) { return detail::make_reduce<ops::reduction::min, true, Axes...>(e); }
+#define KILN_GRAPH_REDUCTION(fn, kind)                                                                             \
+    template <int... Axes, class E>                                                                                 \
+        requires is_graph_v<E>                                                                                      \
+    constexpr auto fn(const E& e) {                                                                                 \
+        return detail::make_reduce<ops::reduction::kind, false, Axes...>(e);                                        \
+    }                                                                                                               \
+    template <int... Axes, class E>                                                                                 \
+        requires is_graph_v<E>                                                                                      \
+    constexpr auto fn(const E& e, keep_dims_t) {                                                                    \
+        return detail::make_reduce<ops::reduction::kind, true, Axes...>(e);                                         \
+    }
+KILN_GRAPH_REDUCTION(sum, sum)
+KILN_GRAPH_REDUCTION(mean, mean)
+KILN_GRAPH_REDUCTION(max, max)
+KILN_GRAPH_REDUCTION(min, min)
+#undef KILN_GRAPH_REDUCTION
 
 // The matrix product of two graph-mode matrices.
 template <class A, class B>

@@ -64,13 +64,13 @@ public:
 
     void step(const std::vector<tensor>& grads) {
         detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
-            using kiln::make_node;
-            const kiln::detail::indexed_leaf<0, T> P;
-            const kiln::detail::indexed_leaf<1, T> G;
-            const kiln::detail::indexed_leaf<2, T> V;
-            const auto v = make_node<ops::add>(make_node<ops::mul>(scalar<T>{static_cast<T>(momentum_)}, V), G);
-            const auto p_new = make_node<ops::sub>(P, make_node<ops::mul>(scalar<T>{static_cast<T>(lr_)}, v));
-            detail::fused_update({p, g, velocity_[i]}, {&p, &velocity_[i]}, p_new, v);
+            // The update graphs of graph mode's sgd_rule and momentum_rule.
+            if (momentum_ == 0.0)
+                std::apply([&](const auto&... roots) { detail::fused_update({p, g}, {&p}, roots...); },
+                           sgd_rule{lr_}.template roots<T>());
+            else
+                std::apply([&](const auto&... roots) { detail::fused_update({p, g, velocity_[i]}, {&p, &velocity_[i]}, roots...); },
+                           momentum_rule{lr_, momentum_}.template roots<T>());
         });
     }
 

@@ -52,7 +52,7 @@ struct fused_loop {
     struct leaf_ptrs;
     template <class... S>
     struct leaf_ptrs<std::tuple<S...>> {
-        using type = std::tuple<decltype(S::data)...>;
+        using type = std::tuple<decltype(std::remove_cvref_t<S>::data)...>;
     };
     template <class Bound>
     using leaf_ptrs_t = typename leaf_ptrs<Bound>::type;
@@ -206,8 +206,9 @@ struct fused_loop {
             std::array<std::ptrdiff_t, NO> offset{};
             std::ptrdiff_t rest = o;
             for (int d = inner_dim - 1; d >= 0; --d) {
-                const std::ptrdiff_t idx = rest % l.extent[d];
-                rest /= l.extent[d];
+                // The outermost index needs no division (rows of a matrix: the common case).
+                const std::ptrdiff_t idx = d == 0 ? rest : rest % l.extent[d];
+                if (d != 0) rest /= l.extent[d];
                 for (std::size_t k = 0; k < NO; ++k) offset[k] += idx * l.stride[k][d];
             }
             auto lp = [&]<std::size_t... K>(std::index_sequence<K...>) {
