@@ -115,6 +115,14 @@ constexpr auto adjoint_of() {
     }
 }
 
+// Every adjoint starts empty except the loss's: the seed 1, uniform (a non-scalar loss is summed).
+template <std::size_t Root, class Seq>
+struct seed_list;
+template <std::size_t Root, std::size_t... I>
+struct seed_list<Root, std::index_sequence<I...>> {
+    using type = types<std::conditional_t<I == Root, constant<1>, no_adjoint>...>;
+};
+
 template <class Loss, class... Params>
 constexpr auto gradients(const Loss&, const Params&...) {
     static_assert(is_graph_v<Loss>, "kiln::grad: the loss must be a graph-mode expression.");
@@ -129,10 +137,7 @@ constexpr auto gradients(const Loss&, const Params&...) {
     } else {
         constexpr std::size_t N = List::size;
         constexpr std::size_t root = index_of<Loss, List>::value;
-        // Every adjoint starts empty except the loss's: the seed 1, uniform (a non-scalar loss is summed).
-        using start = decltype([]<std::size_t... I>(std::index_sequence<I...>) {
-            return types<std::conditional_t<I == root, constant<1>, no_adjoint>...>{};
-        }(std::make_index_sequence<N>{}));
+        using start = typename seed_list<root, std::make_index_sequence<N>>::type;
         using adj = typename backprop<List, start, N>::type;
         return std::make_tuple(adjoint_of<adj, List, Params>()...);
     }

@@ -104,6 +104,10 @@ KILN_HD constexpr const T& get_arg(const arg_slot<I, T>& s) noexcept {
 // An op applied to its operands.
 template <class Op, class... Args>
 struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
+    // Declared, so that a node is not an aggregate: `node{}` then value-initializes through each type's own
+    // (memoized) constructor, where aggregate initialization would build an initializer for every subobject of the
+    // whole expression tree, exponentially many for the shared subtrees of a gradient.
+    constexpr node() = default;
     using op = Op;
     static constexpr std::size_t arity = sizeof...(Args);
 

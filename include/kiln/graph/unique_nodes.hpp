@@ -70,13 +70,23 @@ struct collect_args<Acc, A, Rest...> {
     using type = typename collect_args<typename collect<A, Acc>::type, Rest...>::type;
 };
 
+// A node already listed is not walked again. (The walk must not even be named for it: naming collect_args<...>::type
+// in both branches of a conditional instantiates it, and on a graph whose nodes are shared, such as a gradient, the
+// walk would then grow exponentially with depth.)
+template <bool Listed, class E, class List>
+struct collect_node {
+    using type = List;
+};
+template <class Op, class... A, class List>
+struct collect_node<false, node<Op, A...>, List> {
+    using E = node<Op, A...>;
+    using walked = typename collect_args<List, A...>::type;
+    using type = std::conditional_t<is_listed_v<E>, typename append<walked, E>::type, walked>;
+};
+
 template <class Op, class... A, class List>
 struct collect<node<Op, A...>, List> {
-    using E = node<Op, A...>;
-    template <class L>
-    using with_self = std::conditional_t<is_listed_v<E>, typename append<L, E>::type, L>;
-    using type = typename std::conditional_t<contains<E, List>::value, std::type_identity<List>,
-                                             std::type_identity<with_self<typename collect_args<List, A...>::type>>>::type;
+    using type = typename collect_node<contains<node<Op, A...>, List>::value, node<Op, A...>, List>::type;
 };
 
 template <class... Roots>

@@ -1,0 +1,148 @@
+// Graph mode's structural ops (reductions, matmul, views) and compile-time gradients, against hand-computed values,
+// central differences and the eager tape. (Sessions, optimizers and training: training.cpp.)
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "check.hpp"
+#include "tensor_check.hpp"
+
+using namespace kiln::literals;
+using kiln_test::check_all_close;
+
+namespace {
+
+using X = kiln::input<"x", double>;
+using W = kiln::input<"w", double>;
+constexpr X x{};
+constexpr W w{};
+
+template <class C>
+std::vector<double> flat(const C& c) {
+    return std::vector<double>(c.begin(), c.end());
+}
+
+// The gradient of `loss` with respect to x (shape xs) at xv, by the compile-time rule and by central differences.
+template <class Loss, class... Feeds>
+void check_gradient(const Loss& loss, std::vector<double> xv, kiln::dims xs, const Feeds&... feeds) {
+    auto g = kiln::run(kiln::grad(loss, x), x = kiln::view(xv.data(), xs), feeds...);
+    std::vector<double> got = flat(g);
+    if (got.size() == 1 && xv.size() > 1) got.assign(xv.size(), got[0]);  // a uniform gradient (a constant)
+    std::vector<double> fd(xv.size());
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+        const double h = 1e-6 * std::max(1.0, std::abs(xv[i])), keep = xv[i];
+        xv[i] = keep + h;
+        const double up = kiln::run(loss, x = kiln::view(xv.data(), xs), feeds...)();
+        xv[i] = keep - h;
+        const double down = kiln::run(loss, x = kiln::view(xv.data(), xs), feeds...)();
+        xv[i] = keep;
+        fd[i] = (up - down) / (2 * h);
+    }
+    check_all_close(got, fd, 1e-6, 1e-8);
+}
+
+}  // namespace
+
+TEST_CASE("reductions over axes, with and without keepdims") {
+    std::vector<double> v{1, 5, 3, 4, 2, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    CHECK(kiln::run(kiln::sum(x), x = X6)() == 21);
+    CHECK(kiln::run(kiln::mean(x), x = X6)() == 3.5);
+    CHECK(kiln::run(kiln::max(x), x = X6)() == 6);
+    CHECK(kiln::run(kiln::min(x), x = X6)() == 1);
+    check_all_close(flat(kiln::run(kiln::sum<0>(x), x = X6)), std::vector<double>{5, 7, 9}, 0);
+    check_all_close(flat(kiln::run(kiln::max<1>(x), x = X6)), std::vector<double>{5, 6}, 0);
+    check_all_close(flat(kiln::run(kiln::min<-1>(x), x = X6)), std::vector<double>{1, 2}, 0);
+    const auto m = kiln::run(kiln::mean<1>(x, kiln::keep_dims), x = X6);
+    CHECK(m.shape().size() == 2);
+    CHECK(m.shape()[1] == 1);
+    check_all_close(flat(m), std::vector<double>{3, 4}, 1e-15);
+    // Reductions compose with elementwise work on either side.
+    check_all_close(flat(kiln::run(x - kiln::mean<1>(x, kiln::keep_dims), x = X6)), std::vector<double>{-2, 2, 0, 0, -2, 2}, 1e-15);
+    // NaN is sticky in max; an empty max is an error; a bad axis is a shape error naming the op.
+    std::vector<double> n{1, NAN, 3};
+    CHECK(std::isnan(kiln::run(kiln::max(x), x = kiln::view(n.data(), {3}))()));
+    CHECK_THROWS_AS(kiln::run(kiln::max(x), x = kiln::view(n.data(), {0})), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::sum<2>(x), x = X6), doctest::Contains("kiln::sum: axis 2 is out of range"),
+                         kiln::shape_error);
+    // Static shapes flow through: (dyn, 10) summed over axis 1 is (dyn,).
+    using S = kiln::detail::shape_of_t<decltype(kiln::sum<1>(kiln::input<"a", float, kiln::shape<kiln::dyn, 10>>{}))>;
+    static_assert(std::is_same_v<S, kiln::shape<kiln::dyn>>);
+}
+
+TEST_CASE("matmul, transpose, reshape and broadcast_to") {
+    std::vector<double> a{1, 2, 3, 4, 5, 6}, b{1, 0, 2, 1, 0, 1};  // (2, 3) and (3, 2)
+    const auto A = kiln::view(a.data(), {2, 3}), B = kiln::view(b.data(), {3, 2});
+    check_all_close(flat(kiln::run(kiln::matmul(x, w), x = A, w = B)), std::vector<double>{5, 5, 14, 11}, 0);
+    // Transposed operands are views; the product with its own transpose.
+    check_all_close(flat(kiln::run(kiln::matmul(x, kiln::transpose(x)), x = A)), std::vector<double>{14, 32, 32, 77}, 0);
+    check_all_close(flat(kiln::run(kiln::transpose(x), x = A)), std::vector<double>{1, 4, 2, 5, 3, 6}, 0);
+    static_assert(std::is_same_v<decltype(kiln::transpose(kiln::transpose(x))), X>);
+    const auto r = kiln::run(kiln::reshape<3, kiln::dyn>(x), x = A);
+    CHECK(r.shape()[0] == 3);
+    CHECK(r.shape()[1] == 2);
+    check_all_close(flat(r), a, 0);
+    // A reshape of a transposed (non-contiguous) view copies in row-major order.
+    check_all_close(flat(kiln::run(kiln::reshape<6>(kiln::transpose(x)), x = A)), std::vector<double>{1, 4, 2, 5, 3, 6}, 0);
+    std::vector<double> row{1, 2, 3};
+    check_all_close(flat(kiln::run(kiln::broadcast_to<2, 3>(x) * 2_c, x = kiln::view(row.data(), {3}))),
+                    std::vector<double>{2, 4, 6, 2, 4, 6}, 0);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::matmul(x, w), x = A, w = A),
+                         doctest::Contains("kiln::matmul: cannot multiply (2, 3) by (2, 3)"), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::run(kiln::reshape<4>(x), x = A), kiln::shape_error);
+    // Larger products go through BLAS (or the portable kernel) and agree with a naive loop.
+    const std::ptrdiff_t M = 70, K = 65, N = 80;
+    std::vector<double> p(M * K), q(K * N), expect(M * N, 0.0);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.1 * static_cast<double>(i));
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::cos(0.07 * static_cast<double>(i));
+    for (std::ptrdiff_t i = 0; i < M; ++i)
+        for (std::ptrdiff_t k = 0; k < K; ++k)
+            for (std::ptrdiff_t j = 0; j < N; ++j) expect[i * N + j] += p[i * K + k] * q[k * N + j];
+    check_all_close(flat(kiln::run(kiln::matmul(x, w), x = kiln::view(p.data(), {M, K}), w = kiln::view(q.data(), {K, N}))),
+                    expect, 1e-12, 1e-12);
+}
+
+TEST_CASE("gradients are simplified expressions, visible in their types") {
+    static_assert(std::is_same_v<decltype(kiln::grad(x * 2_c, x)), kiln::constant<2>>);
+    static_assert(std::is_same_v<decltype(kiln::grad(x + 3_c * x, x)), kiln::constant<4>>);
+    static_assert(std::is_same_v<decltype(kiln::grad(-x, x)), kiln::constant<-1>>);
+    static_assert(std::is_same_v<decltype(kiln::grad(w * 3_c, x)), kiln::constant<0>>);  // x does not occur
+    // d/da (a * v) is v when the static shapes say that nothing broadcasts; several parameters give a tuple.
+    const kiln::input<"a", double, kiln::shape<3>> a;
+    const kiln::param<"v", double, kiln::shape<3>> v;
+    static_assert(std::is_same_v<decltype(kiln::grad(a * v, a)), std::remove_const_t<decltype(v)>>);
+    auto [ga, gv] = kiln::grad(a * v, a, v);
+    static_assert(std::is_same_v<decltype(ga), std::remove_const_t<decltype(v)>> &&
+                  std::is_same_v<decltype(gv), std::remove_const_t<decltype(a)>>);
+    // Where x and w may broadcast against each other, the gradient sums back to x's shape.
+    std::vector<double> xv{1, 2}, wv{1, 2, 3, 4, 5, 6};
+    check_all_close(flat(kiln::run(kiln::grad(x * w, x), x = kiln::view(xv.data(), {2}), w = kiln::view(wv.data(), {3, 2}))),
+                    std::vector<double>{9, 12}, 0);
+}
+
+TEST_CASE("gradients through matmul, broadcasting, views and reductions (float64)") {
+    const std::vector<double> xv{0.3, -1.2, 0.7, 2.0, -0.5, 0.1, 1.1, -0.8};  // (2, 4)
+    std::vector<double> wv{0.5, -0.3, 0.8, 0.1, -0.6, 0.4, 0.9, 0.2, -0.7, 0.3, 0.6, -0.1};  // (4, 3)
+    std::vector<double> bv{0.1, -0.2, 0.3};
+    const kiln::dims xs{2, 4};
+    const auto Wv = kiln::view(wv.data(), {4, 3});
+    const kiln::input<"b", double> b{};
+    const auto Bv = kiln::view(bv.data(), {3});
+    // A dense layer with a broadcast bias, a nonlinearity and a mean.
+    check_gradient(kiln::mean(kiln::square(kiln::tanh(kiln::matmul(x, w) + b))), xv, xs, w = Wv, b = Bv);
+    check_gradient(kiln::sum(kiln::matmul(kiln::transpose(x), x) * 0.5_c), xv, xs);
+    // Reductions over one axis, keepdims, max with its arg, a softmax-like normalization.
+    check_gradient(kiln::sum(kiln::square(x - kiln::mean<1>(x, kiln::keep_dims))), xv, xs);
+    check_gradient(kiln::sum(kiln::max<0>(x) * kiln::min<1>(x, kiln::keep_dims)), xv, xs);
+    check_gradient(kiln::sum(kiln::exp(x) / kiln::sum<1>(kiln::exp(x), kiln::keep_dims) * x), xv, xs);
+    check_gradient(kiln::sum(kiln::sum<0>(x) * kiln::sum<1>(kiln::transpose(x))), xv, xs);
+    // Views: reshape and broadcast_to.
+    check_gradient(kiln::sum(kiln::square(kiln::reshape<4, 2>(x)) * kiln::reshape<4, 2>(kiln::exp(x))), xv, xs);
+    std::vector<double> rv{0.2, -0.4, 0.9, 1.3};
+    check_gradient(kiln::sum(kiln::square(kiln::broadcast_to<3, 4>(x))), rv, kiln::dims{4});
+    // A broadcast operand gets its gradient summed back to its own shape.
+    check_gradient(kiln::sum(kiln::matmul(w, kiln::transpose(w)) * kiln::sum<0>(x)), rv, kiln::dims{1, 4}, w = Wv);
+    check_gradient(kiln::mean(kiln::square(w * x)), rv, kiln::dims{4, 1}, w = Wv);
+}
+
