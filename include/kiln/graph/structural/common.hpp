@@ -1,0 +1,305 @@
+#pragma once
+// What every structural op shares: strided-view helpers, the reduction kernel, axis masks, shape keys, and the
+// declarations of the constructors that gradient rules call. See graph/structural.hpp for the op protocol.
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../build.hpp"
+#include "../feed.hpp"
+
+namespace kiln {
+
+// kiln::sum<1>(x, kiln::keep_dims): keep the reduced axes with extent 1.
+struct keep_dims_t {};
+inline constexpr keep_dims_t keep_dims{};
+
+namespace detail {
+
+template <class S>
+inline constexpr bool fully_static_v = false;
+template <std::ptrdiff_t... D>
+inline constexpr bool fully_static_v<shape<D...>> = ((D != dyn) && ...);
+
+template <class S>
+struct shape_dims_of;
+template <std::ptrdiff_t... D>
+struct shape_dims_of<shape<D...>> {
+    static dims get() { return dims{D...}; }
+};
+
+template <class T>
+bool is_row_major(const strided<T>& v) {
+    std::ptrdiff_t expect = 1;
+    for (int d = v.shape.rank - 1; d >= 0; --d) {
+        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
+        expect *= v.shape[d];
+    }
+    return true;
+}
+
+// A view of `a` repeated to `shape` (NumPy broadcasting): zero strides along the repeated dimensions.
+template <class T>
+strided<T> broadcast_view(const strided<T>& a, const dims& shape) {
+    strided<T> out(a.data, shape, dims{});
+    out.strides.rank = shape.rank;
+    for (int d = 0; d < shape.rank; ++d) {
+        const int da = d - (shape.rank - a.shape.rank);
+        out.strides[d] = (da >= 0 && a.shape[da] != 1) ? a.strides[da] : 0;
+    }
+    return out;
+}
+
+// Copies a strided view into contiguous row-major memory.
+template <class T>
+void copy_row_major(T* out, const strided<const T>& in) {
+    const std::ptrdiff_t n = in.shape.size();
+    if (n == 0) return;
+    const int r = in.shape.rank;
+    if (r == 0) {
+        *out = *in.data;
+        return;
+    }
+    std::ptrdiff_t idx[max_rank] = {};
+    std::ptrdiff_t off = 0;
+    const std::ptrdiff_t inner = in.shape[r - 1], is = in.strides[r - 1];
+    for (std::ptrdiff_t done = 0; done < n; done += inner) {
+        for (std::ptrdiff_t j = 0; j < inner; ++j) *out++ = in.data[off + j * is];
+        for (int d = r - 2; d >= 0; --d) {
+            if (++idx[d] < in.shape[d]) {
+                off += in.strides[d];
+                break;
+            }
+            off -= (idx[d] - 1) * in.strides[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+// Scratch memory that grows and is then reused: a reduction's accumulators, a copy for BLAS.
+template <class T>
+T* scratch(std::size_t n) {
+    thread_local std::vector<T> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+// Folds x into acc (laid out row-major over `keep`, x's shape with reduced dimensions set to 1): f(acc, value).
+template <class T, class Acc, class F>
+void reduce_strided(const strided<const T>& x, const dims& keep, Acc* acc, F f) {
+    const std::ptrdiff_t n = x.shape.size();
+    if (n == 0) return;
+    const int r = x.shape.rank;
+    if (r == 0) {
+        f(acc[0], x.data[0]);
+        return;
+    }
+    dims os = contiguous_strides(keep);
+    for (int d = 0; d < r; ++d)
+        if (keep[d] == 1) os[d] = 0;
+    std::ptrdiff_t idx[max_rank] = {};
+    std::ptrdiff_t in_off = 0, out_off = 0;
+    const std::ptrdiff_t inner = x.shape[r - 1], is = x.strides[r - 1], ios = os[r - 1];
+    for (std::ptrdiff_t done = 0; done < n; done += inner) {
+        if (ios == 0) {
+            Acc& a = acc[out_off];
+            for (std::ptrdiff_t j = 0; j < inner; ++j) f(a, x.data[in_off + j * is]);
+        } else {
+            for (std::ptrdiff_t j = 0; j < inner; ++j) f(acc[out_off + j * ios], x.data[in_off + j * is]);
+        }
+        for (int d = r - 2; d >= 0; --d) {
+            if (++idx[d] < x.shape[d]) {
+                in_off += x.strides[d];
+                out_off += os[d];
+                break;
+            }
+            in_off -= (idx[d] - 1) * x.strides[d];
+            out_off -= (idx[d] - 1) * os[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+// The reduced axes of a rank-`rank` operand as a mask; `ok` is false when an axis is out of range.
+struct axis_mask {
+    std::array<bool, max_rank> reduced{};
+    bool ok = true;
+    int bad = 0;
+};
+template <int... Axes>
+constexpr axis_mask make_axis_mask(int rank) {
+    axis_mask m;
+    if constexpr (sizeof...(Axes) == 0) {
+        for (int i = 0; i < rank && i < max_rank; ++i) m.reduced[i] = true;
+    } else {
+        for (int a : {Axes...}) {
+            const int n = a < 0 ? a + rank : a;
+            if (n < 0 || n >= rank) {
+                m.ok = false;
+                m.bad = a;
+            } else {
+                m.reduced[n] = true;
+            }
+        }
+    }
+    return m;
+}
+
+template <class S, int... Axes>
+struct axis_out_of_range_for_static_shape {
+    static_assert(sizeof(S) == 0,
+                  "kiln: a reduction axis is out of range for the operand's static shape (see S and Axes above).");
+    using type = dynamic;
+};
+
+template <class S, bool Keep, int... Axes>
+struct reduced_static_shape {
+    using type = dynamic;
+};
+template <std::ptrdiff_t... D, bool Keep, int... Axes>
+struct reduced_static_shape<shape<D...>, Keep, Axes...> {
+    static constexpr int r = sizeof...(D);
+    static constexpr axis_mask m = make_axis_mask<Axes...>(r);
+    static constexpr std::array<std::ptrdiff_t, (r > 0 ? r : 1)> in{D...};
+    static constexpr int out_rank = [] {
+        int k = 0;
+        for (int i = 0; i < r; ++i) k += (Keep || !m.reduced[i]) ? 1 : 0;
+        return k;
+    }();
+    static constexpr std::array<std::ptrdiff_t, (out_rank > 0 ? out_rank : 1)> out = [] {
+        std::array<std::ptrdiff_t, (out_rank > 0 ? out_rank : 1)> o{};
+        int k = 0;
+        for (int i = 0; i < r; ++i) {
+            if (m.reduced[i]) {
+                if (Keep) o[k++] = 1;
+            } else {
+                o[k++] = in[i];
+            }
+        }
+        return o;
+    }();
+    template <std::size_t... I>
+    static auto make(std::index_sequence<I...>) -> shape<out[I]...>;
+    using type = typename std::conditional_t<m.ok, std::type_identity<decltype(make(std::make_index_sequence<out_rank>{}))>,
+                                             axis_out_of_range_for_static_shape<shape<D...>, Axes...>>::type;
+};
+
+
+// A shape key identifies a node's shape symbolically: two nodes with the same key have the same shape at run time.
+// Fully static shapes are their own key; a dynamic leaf is its own key; an elementwise node takes the key of the
+// operand that decides its shape (operands of rank 0, or absorbed by another's static shape, decide nothing).
+template <class E, class = void>
+struct shape_key {
+    using type = shape<>;  // constants and run-time scalars
+};
+template <class L>
+struct shape_key<L, std::enable_if_t<is_leaf_v<L>>> {
+    using type = std::conditional_t<fully_static_v<typename L::shape_type>, typename L::shape_type, L>;
+};
+
+// True when static shape B broadcast against A leaves A unchanged whatever A's unknown extents are.
+template <class A, class B>
+inline constexpr bool absorbs_v = false;
+template <std::ptrdiff_t... A, std::ptrdiff_t... B>
+inline constexpr bool absorbs_v<shape<A...>, shape<B...>> = [] {
+    constexpr int ra = sizeof...(A), rb = sizeof...(B);
+    if (rb > ra) return false;
+    constexpr std::array<std::ptrdiff_t, (ra > 0 ? ra : 1)> a{A...};
+    constexpr std::array<std::ptrdiff_t, (rb > 0 ? rb : 1)> b{B...};
+    for (int i = 0; i < rb; ++i) {
+        const std::ptrdiff_t x = a[ra - rb + i], y = b[i];
+        if (y == dyn) return false;
+        if (y != 1 && y != x) return false;
+    }
+    return true;
+}();
+
+template <class Op, class... A>
+struct shape_key<node<Op, A...>> {
+    using self = node<Op, A...>;
+    using own_shape = shape_of_t<self>;
+    template <std::size_t I>
+    using arg_t = std::tuple_element_t<I, std::tuple<A...>>;
+    // An operand decides nothing when its key is rank 0 or another operand's static shape absorbs its shape.
+    static constexpr std::array<bool, sizeof...(A)> rank0{std::is_same_v<typename shape_key<A>::type, shape<>>...};
+    template <class X>
+    static constexpr bool absorbed = ((!std::is_same_v<X, A> && absorbs_v<shape_of_t<A>, shape_of_t<X>> &&
+                                       !absorbs_v<shape_of_t<X>, shape_of_t<A>>) ||
+                                      ...);
+    static constexpr std::array<bool, sizeof...(A)> absorbed_arg{absorbed<A>...};
+    template <std::size_t I>
+    static constexpr bool decides() {
+        return !rank0[I] && !absorbed_arg[I];
+    }
+    template <class Acc, std::size_t I>
+    using step = std::conditional_t<!decides<I>(), Acc,
+                                    std::conditional_t<std::is_same_v<Acc, void>, typename shape_key<arg_t<I>>::type,
+                                                       std::conditional_t<std::is_same_v<Acc, typename shape_key<arg_t<I>>::type>,
+                                                                          Acc, self>>>;
+    template <class Acc, std::size_t... I>
+    struct fold;
+    template <class Acc>
+    struct fold<Acc> {
+        using type = Acc;
+    };
+    template <class Acc, std::size_t I, std::size_t... Rest>
+    struct fold<Acc, I, Rest...> {
+        using type = typename fold<step<Acc, I>, Rest...>::type;
+    };
+    template <class Seq>
+    struct elementwise_key;
+    template <std::size_t... I>
+    struct elementwise_key<std::index_sequence<I...>> {
+        using k = typename fold<void, I...>::type;
+        using type = std::conditional_t<std::is_same_v<k, void>, shape<>, k>;
+    };
+    using computed = std::conditional_t<structural_op<Op>, self,
+                                        typename elementwise_key<std::index_sequence_for<A...>>::type>;
+    using type = std::conditional_t<fully_static_v<own_shape>, own_shape, computed>;
+};
+template <class E>
+using shape_key_t = typename shape_key<E>::type;
+
+template <class A, class B>
+inline constexpr bool same_shape_v = std::is_same_v<shape_key_t<A>, shape_key_t<B>>;
+
+template <class Op, class... A>
+constexpr auto structural(const A&... a) {
+    static_assert((is_graph_v<A> && ...), "kiln: structural ops take graph-mode expressions.");
+    using result = node<Op, A...>;
+    static_assert(sizeof(value_type_t<result>) > 0 && sizeof(shape_of_t<result>) > 0);
+    return make_node<Op>(a...);
+}
+
+// Internal constructors used by gradient rules (defined below the ops).
+template <class G, class R>
+constexpr auto like(const G& g, const R& ref);
+template <class G, class R>
+constexpr auto sum_to(const G& g, const R& ref);
+template <class G, class R>
+constexpr auto reshape_as(const G& g, const R& ref);
+template <bool Keep, int... Axes, class G, class R>
+constexpr auto expand(const G& g, const R& ref);
+template <int... Axes, class R>
+constexpr auto reduced_count(const R& ref);
+
+}  // namespace detail
+
+namespace ops {
+
+enum class reduction { sum, mean, max, min };
+
+// Declared here, defined below: the graph-mode constructors that gradient rules call.
+template <reduction K, bool Keep, int... Axes>
+struct reduce;
+
+}  // namespace ops
+
+namespace detail {
+template <ops::reduction K, bool Keep, int... Axes, class E>
+constexpr auto make_reduce(const E& e);
+}
+
+
+}  // namespace kiln
