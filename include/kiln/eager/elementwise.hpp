@@ -113,28 +113,12 @@ tensor convert(const tensor& t) {
     U* dst = out.data<U>();
     dispatch(t.dtype(), [&]<class T>() {
         const T* src = t.data<const T>();
-        const dims& shape = t.shape();
-        const dims& st = t.strides();
-        const std::ptrdiff_t n = shape.size();
-        if (n == 0) return;
+        const std::ptrdiff_t n = t.numel();
         if (t.is_contiguous()) {
             for (std::ptrdiff_t i = 0; i < n; ++i) dst[i] = static_cast<U>(src[i]);
             return;
         }
-        const int r = shape.rank;
-        std::ptrdiff_t idx[max_rank] = {};
-        std::ptrdiff_t off = 0;
-        for (std::ptrdiff_t i = 0; i < n; ++i) {
-            dst[i] = static_cast<U>(src[off]);
-            for (int d = r - 1; d >= 0; --d) {
-                if (++idx[d] < shape[d]) {
-                    off += st[d];
-                    break;
-                }
-                off -= (idx[d] - 1) * st[d];
-                idx[d] = 0;
-            }
-        }
+        copy_row_major(dst, strided<const T>(src, t.shape(), t.strides()));
     });
     return out;
 }

@@ -51,32 +51,6 @@ strided<T> broadcast_view(const strided<T>& a, const dims& shape) {
     return out;
 }
 
-// Copies a strided view into contiguous row-major memory.
-template <class T>
-void copy_row_major(T* out, const strided<const T>& in) {
-    const std::ptrdiff_t n = in.shape.size();
-    if (n == 0) return;
-    const int r = in.shape.rank;
-    if (r == 0) {
-        *out = *in.data;
-        return;
-    }
-    std::ptrdiff_t idx[max_rank] = {};
-    std::ptrdiff_t off = 0;
-    const std::ptrdiff_t inner = in.shape[r - 1], is = in.strides[r - 1];
-    for (std::ptrdiff_t done = 0; done < n; done += inner) {
-        for (std::ptrdiff_t j = 0; j < inner; ++j) *out++ = in.data[off + j * is];
-        for (int d = r - 2; d >= 0; --d) {
-            if (++idx[d] < in.shape[d]) {
-                off += in.strides[d];
-                break;
-            }
-            off -= (idx[d] - 1) * in.strides[d];
-            idx[d] = 0;
-        }
-    }
-}
-
 // Scratch memory that grows and is then reused: a reduction's accumulators, a copy for BLAS.
 template <class T>
 T* scratch(std::size_t n) {
