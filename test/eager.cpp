@@ -120,6 +120,45 @@ TEST_CASE("views share storage and alias") {
     CHECK(tr.contiguous().is_contiguous());
 }
 
+TEST_CASE("xtensor adaptors are zero-copy views in both directions") {
+    auto t = kiln::arange(0, 12, 1, kiln::float64).reshape({3, 4});
+    auto xa = kiln::as_xtensor<double>(t);
+    CHECK(xa.dimension() == 2);
+    CHECK(xa.shape()[0] == 3);
+    CHECK(xa.shape()[1] == 4);
+    CHECK(xa(2, 1) == 9.0);
+    xa(0, 3) = -1.0;  // writes reach the tensor
+    CHECK(t.at<double>({0, 3}) == -1.0);
+    t += 1;  // and the tensor's writes reach the adaptor
+    CHECK(xa(1, 0) == 5.0);
+
+    // Strided kiln views stay views: a transpose, a stepped slice, a broadcast (stride 0).
+    auto tr = kiln::as_xtensor<double, 2>(t.transpose(0, 1));
+    CHECK(tr.shape()[0] == 4);
+    CHECK(tr(3, 0) == 0.0);  // t[0][3] = -1 + 1
+    CHECK(tr(1, 2) == 10.0);
+    auto sl = kiln::as_xtensor<double>(t.slice(1, 1, 4, 2));
+    CHECK(sl(2, 1) == 12.0);
+    sl(0, 0) = 50.0;
+    CHECK(t.at<double>({0, 1}) == 50.0);
+    auto b = kiln::as_xtensor<double>(kiln::arange(0, 3, 1, kiln::float64).broadcast_to({2, 3}));
+    CHECK(b(1, 2) == 2.0);
+    const xt::xarray<double> b_copy = b, sl_copy = sl;  // whole-array reads follow the strides
+    CHECK(std::vector<double>(b_copy.begin(), b_copy.end()) == std::vector<double>{0, 1, 2, 0, 1, 2});
+    CHECK(std::vector<double>(sl_copy.begin(), sl_copy.end()) == std::vector<double>{50, 0, 6, 8, 10, 12});
+    // xtensor expressions over the adaptor read the tensor's memory.
+    const xt::xarray<double> doubled = 2.0 * kiln::as_xtensor<double>(t.select(0, 2));
+    CHECK(doubled(3) == 24.0);
+    // Whole-array assignment writes through.
+    auto whole = kiln::as_xtensor<double>(t);
+    xt::noalias(whole) = xt::zeros<double>({3, 4});
+    CHECK(kiln::sum(t).item<double>() == 0.0);
+    CHECK(kiln::as_xtensor<float>(kiln::zeros({0, 3})).size() == 0);
+
+    CHECK_THROWS_WITH_AS(kiln::as_xtensor<float>(t), doctest::Contains("float64"), kiln::dtype_error);
+    CHECK_THROWS_AS((kiln::as_xtensor<double, 3>(t)), kiln::shape_error);
+}
+
 TEST_CASE("elementwise ops broadcast and promote like PyTorch") {
     const auto i32 = kiln::from_values<std::int32_t>({1, 2, 3}, {3});
     const auto i64 = kiln::from_values<std::int64_t>({10, 20, 30}, {3});

@@ -102,6 +102,25 @@ TEST_CASE("compositions with broadcasting, reductions, views and matmul") {
     const auto batch = f64({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2}, {2, 2, 3});
     check_gradient([&](const kiln::tensor& b) { return kiln::matmul(batch, b); }, w);
     check_gradient([&](const kiln::tensor& a) { return kiln::matmul(a, w); }, batch);
+    // concat and stack: each part gets its slice of the gradient, including a part used twice.
+    const auto k = f64({1.0, -2.0, 0.5, 3.0, -1.5, 2.5}, {2, 3});
+    const auto weights = f64({0.5, 1.0, -1.0, 2.0, 0.25, -0.5, 1.5, 3.0, -2.0}, {9});
+    check_gradient([&](const kiln::tensor& a) { return kiln::concat({a, k * 2, kiln::exp(a)}, 1) * weights; }, x);
+    check_gradient([&](const kiln::tensor& a) { return kiln::square(kiln::concat({k, a}, 0)); }, x);
+    const auto kk = f64({0.5, -1.0, 2.0, 1.5, 0.25, -0.75, 1.0, 3.0, -2.0}, {3, 3});
+    check_gradient([&](const kiln::tensor& r) { return kiln::stack({r, r * r, k.select(0, 1)}, 1) * kk; }, row);
+    check_gradient([&](const kiln::tensor& a) { return kiln::sum(kiln::stack({a, k}, 0) * kiln::stack({k, a * a}, 0), {0}); }, x);
+    {
+        // A float32 part joined with float64 ones: its gradient comes back in float32; integer parts get none.
+        kiln::gradient_tape tape;
+        const kiln::tensor p = kiln::from_values<float>({1, 2}, {2});
+        tape.watch(p);
+        const kiln::tensor joined = kiln::concat({p, f64({3, 4, 5}, {3}), kiln::from_values<int>({7}, {1})}, 0);
+        CHECK(joined.dtype() == kiln::float64);
+        const auto g = tape.gradient(kiln::sum(joined * joined), p);
+        CHECK(g.dtype() == kiln::float32);
+        CHECK(values(g) == std::vector<double>{2, 4});
+    }
 }
 
 TEST_CASE("matmul values: vectors, matrices, batches, transposed operands") {

@@ -8,3 +8,4 @@
 #include "reduce.hpp"
 #include "tape.hpp"
 #include "tensor.hpp"
+#include "xtensor.hpp"

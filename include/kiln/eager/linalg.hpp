@@ -15,6 +15,8 @@ namespace detail {
 
 // Records a matrix product on the active tapes (defined with the tape).
 void record_matmul(const tensor& a, const tensor& b, const tensor& y);
+// Records a concatenation on the active tapes (defined with the tape).
+void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis);
 
 // A matrix operand as BLAS sees it: rows x cols with a leading dimension, possibly transposed in memory.
 struct matrix_layout {
@@ -146,7 +148,7 @@ inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     return out;
 }
 
-// Joins tensors of one shape but the axis along an existing axis.
+// Joins tensors along an existing axis; their shapes must agree elsewhere. Dtypes promote.
 inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
     if (ts.empty()) throw value_error("kiln::concat: no tensors to join");
     const tensor& first = ts.front();
@@ -175,6 +177,7 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
         detail::dispatch(d, [&]<class T>() { detail::run_eager_into(part, detail::indexed_leaf<0, T>{}, src); });
         at += t.shape()[ax];
     }
+    if (detail::recording_tapes > 0) detail::record_concat(ts, out, ax);
     return out;
 }
 

@@ -234,6 +234,23 @@ inline void record_matmul(const tensor& a, const tensor& b, const tensor& y) {
                   }});
 }
 
+// Each part's gradient is its slice of the output's gradient along the joined axis.
+inline void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis) {
+    std::vector<std::ptrdiff_t> starts;
+    std::vector<dtype> types;
+    std::ptrdiff_t at = 0;
+    for (const tensor& p : parts) starts.push_back(at), types.push_back(p.dtype()), at += p.shape()[axis];
+    starts.push_back(at);
+    record_entry({parts, y, [starts = std::move(starts), types = std::move(types), axis](const tensor& g) {
+                      std::vector<std::optional<tensor>> out;
+                      for (std::size_t i = 0; i < types.size(); ++i) {
+                          if (!is_floating(types[i])) out.emplace_back();
+                          else out.emplace_back(g.slice(axis, starts[i], starts[i + 1]).to(types[i]));
+                      }
+                      return out;
+                  }});
+}
+
 }  // namespace detail
 
 // A tensor that gradient tapes watch without being told (trainable state). Updates through assign() keep its
