@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "check.hpp"
@@ -308,6 +309,29 @@ TEST_CASE("the caching allocator reuses freed blocks") {
     CHECK(reinterpret_cast<std::uintptr_t>(b.raw_data()) % 64 == 0);
     kiln::empty_cache();
     CHECK(kiln::cache_stats().cached_bytes == 0);
+}
+
+TEST_CASE("small blocks are cached per thread and may be freed on another thread") {
+    const auto before = kiln::cache_stats();
+    std::vector<kiln::tensor> handed_over(64);
+    std::thread producer([&] {
+        for (int i = 0; i < 200; ++i) {
+            const auto t = kiln::full({16}, i) + 1;  // allocated and freed on this thread: reused
+            CHECK(t.at<float>({3}) == static_cast<float>(i + 1));
+        }
+        for (auto& t : handed_over) t = kiln::full({8}, 2.0);
+    });
+    producer.join();
+    // Blocks made on the finished thread are freed here, into this thread's cache.
+    double total = 0;
+    for (const auto& t : handed_over) total += kiln::sum(t).item<double>();
+    CHECK(total == 64 * 16.0);
+    handed_over.clear();
+    const auto after = kiln::cache_stats();
+    CHECK(after.hits >= before.hits + 150);  // the producer's loop reused its own blocks
+    const auto a = kiln::ones({8});            // served from the blocks handed over
+    CHECK(kiln::cache_stats().hits == after.hits + 1);
+    CHECK(reinterpret_cast<std::uintptr_t>(a.raw_data()) % 64 == 0);
 }
 
 TEST_CASE(".npy files: the bytes numpy.save writes, round trips, other orders, bad files") {

@@ -2,6 +2,8 @@
 // Reverse-mode gradients in eager mode: kiln::gradient_tape records the ops applied to watched tensors and
 // trainable variables, and gradient() walks them backwards with each op's rule from the vocabulary. Tapes nest:
 // while one tape computes a gradient, the tapes around it record that computation, which gives higher derivatives.
+#include <array>
+#include <bit>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,11 +21,150 @@ namespace detail {
 
 inline thread_local std::vector<gradient_tape*> tape_stack;
 
-// One recorded op: its tensor inputs, its output, and the map from the output's gradient to the inputs'.
+// The tensor inputs of a tape entry: up to three inline (no allocation for the ops of the vocabulary), more on
+// the heap (concat of many parts).
+class tensor_list {
+public:
+    tensor_list() = default;
+    tensor_list(std::initializer_list<tensor> ts) {
+        for (const tensor& t : ts) push_back(t);
+    }
+    tensor_list(const std::vector<tensor>& ts) {
+        for (const tensor& t : ts) push_back(t);
+    }
+    tensor_list(const tensor_list& o) {
+        for (const tensor& t : o) push_back(t);
+    }
+    tensor_list(tensor_list&& o) noexcept { take(o); }
+    tensor_list& operator=(const tensor_list& o) {
+        if (this != &o) {
+            clear();
+            for (const tensor& t : o) push_back(t);
+        }
+        return *this;
+    }
+    tensor_list& operator=(tensor_list&& o) noexcept {
+        if (this != &o) {
+            clear();
+            take(o);
+        }
+        return *this;
+    }
+    ~tensor_list() { clear(); }
+
+    void push_back(const tensor& t) {
+        if (n_ < N) {
+            new (inline_at(n_)) tensor(t);
+        } else {
+            if (n_ == N) {
+                heap_.reserve(2 * N);
+                for (std::size_t i = 0; i < N; ++i) {
+                    heap_.push_back(std::move(*inline_at(i)));
+                    inline_at(i)->~tensor();
+                }
+            }
+            heap_.push_back(t);
+        }
+        ++n_;
+    }
+    std::size_t size() const noexcept { return n_; }
+    const tensor& operator[](std::size_t i) const noexcept { return begin()[i]; }
+    const tensor* begin() const noexcept { return n_ > N ? heap_.data() : inline_at(0); }
+    const tensor* end() const noexcept { return begin() + n_; }
+
+private:
+    static constexpr std::size_t N = 3;
+    tensor* inline_at(std::size_t i) noexcept { return std::launder(reinterpret_cast<tensor*>(buf_)) + i; }
+    const tensor* inline_at(std::size_t i) const noexcept {
+        return std::launder(reinterpret_cast<const tensor*>(buf_)) + i;
+    }
+    void clear() noexcept {
+        if (n_ <= N)
+            for (std::size_t i = 0; i < n_; ++i) inline_at(i)->~tensor();
+        heap_.clear();
+        n_ = 0;
+    }
+    void take(tensor_list& o) noexcept {
+        if (o.n_ > N) {
+            heap_ = std::move(o.heap_);
+        } else {
+            for (std::size_t i = 0; i < o.n_; ++i) {
+                new (inline_at(i)) tensor(std::move(*o.inline_at(i)));
+                o.inline_at(i)->~tensor();
+            }
+        }
+        n_ = o.n_;
+        o.n_ = 0;
+        o.heap_.clear();
+    }
+
+    alignas(tensor) std::byte buf_[N * sizeof(tensor)];
+    std::vector<tensor> heap_;
+    std::size_t n_ = 0;
+};
+
+struct tape_entry;
+using gradient_list = std::vector<std::optional<tensor>>;
+// The gradient rule of an entry recorded by record_op: reads the entry's inputs, output and numbers.
+using entry_rule = gradient_list (*)(const tape_entry& e, const tensor& g);
+
+// One recorded op: its tensor inputs, its output, and the map from the output's gradient to the inputs'. Ops of
+// the vocabulary keep a plain function and their numeric operands (no closure to allocate); views, reductions,
+// products and joins keep a closure.
 struct tape_entry {
-    std::vector<tensor> inputs;
+    tensor_list inputs;
     tensor output;
-    std::function<std::vector<std::optional<tensor>>(const tensor& g)> backward;
+    std::function<gradient_list(const tensor& g)> backward;
+    entry_rule rule = nullptr;
+    std::array<std::uint64_t, 2> numbers{};  // the op's number operands, bit for bit
+
+    gradient_list operator()(const tensor& g) const { return rule ? rule(*this, g) : backward(g); }
+};
+
+// A list of entries kept from the last tape destroyed on this thread.
+inline thread_local std::vector<tape_entry> spare_entries;
+
+// A set of tensor ids (never 0): open addressing in one array, with room for a few ids before it allocates.
+class id_set {
+public:
+    bool contains(std::uint64_t id) const noexcept {
+        const std::uint64_t* k = keys();
+        for (std::size_t i = slot(id);; i = (i + 1) & mask()) {
+            if (k[i] == id) return true;
+            if (k[i] == 0) return false;
+        }
+    }
+    void insert(std::uint64_t id) {
+        if ((count_ + 1) * 4 > capacity_ * 3) grow();
+        std::uint64_t* k = keys();
+        std::size_t i = slot(id);
+        for (; k[i] != 0; i = (i + 1) & mask())
+            if (k[i] == id) return;
+        k[i] = id;
+        ++count_;
+    }
+
+private:
+    static constexpr std::size_t inline_capacity = 16;
+    std::size_t mask() const noexcept { return capacity_ - 1; }
+    std::size_t slot(std::uint64_t id) const noexcept {
+        return static_cast<std::size_t>((id * 0x9E3779B97F4A7C15ull) >> 40) & mask();
+    }
+    std::uint64_t* keys() noexcept { return heap_.empty() ? small_.data() : heap_.data(); }
+    const std::uint64_t* keys() const noexcept { return heap_.empty() ? small_.data() : heap_.data(); }
+    void grow() {
+        std::vector<std::uint64_t> old(keys(), keys() + capacity_);
+        capacity_ *= 2;
+        heap_.assign(capacity_, 0);
+        count_ = 0;
+        for (std::uint64_t id : old)
+            if (id != 0) insert(id);
+    }
+
+    std::array<std::uint64_t, inline_capacity> small_{};
+    std::vector<std::uint64_t> heap_;
+    std::size_t capacity_ = inline_capacity;
+    std::size_t count_ = 0;
 };
 
 }  // namespace detail
@@ -32,17 +173,23 @@ class gradient_tape {
 public:
     // Starts recording on this thread until destroyed. A persistent tape allows several gradient() calls.
     explicit gradient_tape(bool persistent = false) : persistent_(persistent) {
+        entries_.swap(detail::spare_entries);
         detail::tape_stack.push_back(this);
         ++detail::recording_tapes;
     }
     gradient_tape(const gradient_tape&) = delete;
     gradient_tape& operator=(const gradient_tape&) = delete;
-    ~gradient_tape() { stop_recording(); }
+    ~gradient_tape() {
+        stop_recording();
+        // The cleared list of entries goes to the next tape on this thread: recording allocates no list per tape.
+        entries_.clear();
+        if (entries_.capacity() > detail::spare_entries.capacity()) detail::spare_entries.swap(entries_);
+    }
 
     // Records ops on t from now on.
     void watch(const tensor& t) { watched_.insert(t.id()); }
 
-    bool watches(const tensor& t) const { return t.trainable() || watched_.count(t.id()) > 0; }
+    bool watches(const tensor& t) const { return t.trainable() || watched_.contains(t.id()); }
 
     // Stops recording (gradient() still works on what was recorded).
     void stop_recording() {
@@ -70,7 +217,7 @@ public:
             auto found = grads.find(it->output.id());
             if (found == grads.end()) continue;
             const tensor g = found->second;
-            const auto in_grads = it->backward(g);
+            const auto in_grads = (*it)(g);
             for (std::size_t i = 0; i < it->inputs.size(); ++i) {
                 if (!in_grads[i]) continue;
                 const std::uint64_t id = it->inputs[i].id();
@@ -116,7 +263,7 @@ private:
 
     bool persistent_;
     bool used_ = false;
-    std::unordered_set<std::uint64_t> watched_;
+    detail::id_set watched_;
     std::vector<detail::tape_entry> entries_;
 };
 
@@ -173,6 +320,47 @@ std::optional<tensor> operand_gradient(const tensor& a, const G& g) {
     }
 }
 
+// A number operand of an op, kept bit for bit in a tape entry.
+template <class S>
+std::uint64_t number_bits(const S& v) {
+    if constexpr (std::is_floating_point_v<S>) return std::bit_cast<std::uint64_t>(static_cast<double>(v));
+    else return static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
+}
+template <class S>
+S number_from_bits(std::uint64_t b) {
+    if constexpr (std::is_floating_point_v<S>) return static_cast<S>(std::bit_cast<double>(b));
+    else return static_cast<S>(static_cast<std::int64_t>(b));
+}
+
+// The gradient of an op of the vocabulary from its rule: Op::gradient(args..., y, g), with the tensor operands
+// taken from the entry's inputs and the numbers from its number slots, in the order of Args.
+template <class Op, class... Args>
+gradient_list op_rule(const tape_entry& e, const tensor& g) {
+    constexpr std::size_t n = sizeof...(Args);
+    constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
+    // Where operand I lives: its index among the tensors, or among the numbers.
+    constexpr auto where = [is_tensor] {
+        std::array<std::size_t, n> at{};
+        std::size_t t = 0, v = 0;
+        for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? t++ : v++;
+        return at;
+    }();
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        auto arg = [&]<std::size_t K>() -> decltype(auto) {
+            using A = std::tuple_element_t<K, std::tuple<Args...>>;
+            if constexpr (std::is_same_v<A, tensor>) return (e.inputs[where[K]]);
+            else return number_from_bits<A>(e.numbers[where[K]]);
+        };
+        const auto rule = Op::gradient(arg.template operator()<I>()..., e.output, g);
+        gradient_list out;
+        out.reserve(e.inputs.size());
+        ([&] {
+            if constexpr (is_tensor[I]) out.push_back(operand_gradient(e.inputs[where[I]], std::get<I>(rule)));
+        }(), ...);
+        return out;
+    }(std::index_sequence_for<Args...>{});
+}
+
 // Records Op(args...) -> y on the active tapes. Numbers among args are constants of the op.
 template <class Op, class... Args>
 void record_op(const tensor& y, const Args&... args) {
@@ -181,25 +369,16 @@ void record_op(const tensor& y, const Args&... args) {
     ([&] {
         if constexpr (std::is_same_v<Args, tensor>) watched = watched || watched_by_a_tape(args);
     }(), ...);
-    if (!watched) return;  // nothing to record: no closure, no allocation
-    tape_entry e;
-    e.output = y;
+    if (!watched) return;  // nothing to record: no entry, no allocation
+    static_assert(((std::is_same_v<Args, tensor> ? 0 : 1) + ... + 0) <= 2, "kiln: an op records at most two numbers");
+    tensor_list inputs;
+    std::array<std::uint64_t, 2> numbers{};
+    std::size_t v = 0;
     ([&] {
-        if constexpr (std::is_same_v<Args, tensor>) e.inputs.push_back(args);
+        if constexpr (std::is_same_v<Args, tensor>) inputs.push_back(args);
+        else numbers[v++] = number_bits(args);
     }(), ...);
-    e.backward = [args..., y](const tensor& g) {
-        const auto rule = Op::gradient(args..., y, g);
-        std::vector<std::optional<tensor>> out;
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ([&] {
-                using A = std::tuple_element_t<I, std::tuple<Args...>>;
-                if constexpr (std::is_same_v<A, tensor>)
-                    out.push_back(operand_gradient(std::get<I>(std::tie(args...)), std::get<I>(rule)));
-            }(), ...);
-        }(std::index_sequence_for<Args...>{});
-        return out;
-    };
-    record_entry(std::move(e));
+    record_entry(tape_entry{std::move(inputs), y, {}, &op_rule<Op, Args...>, numbers});
 }
 
 inline void record_reduction(const tensor& x, const tensor& y, const dims& keep, fold_kind kind) {

@@ -35,21 +35,29 @@ inline std::string to_string(const device& d) {
 
 namespace detail {
 
-// Reference-counted bytes, 64-byte aligned when kiln allocates them; external memory is wrapped with the
+// Reference-counted bytes, 64-byte aligned when kiln allocates them (then they return to the caching allocator
+// with the storage: one allocation for the control block and the record); external memory is wrapped with the
 // caller's keeper (or none, when the caller guarantees the lifetime).
 struct storage {
     std::byte* data = nullptr;
     std::size_t bytes = 0;
     kiln::device dev{};
     std::shared_ptr<void> keeper;
+    bool cached = false;  // data came from the caching allocator
+
+    storage() = default;
+    storage(const storage&) = delete;
+    storage& operator=(const storage&) = delete;
+    ~storage() {
+        if (cached) caching_allocator::instance().release(data, bytes);
+    }
 };
 
 inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
-    auto s = std::make_shared<storage>();
-    void* p = caching_allocator::instance().allocate(bytes);
-    s->keeper = std::shared_ptr<void>(p, [bytes](void* q) { caching_allocator::instance().release(q, bytes); });
-    s->data = static_cast<std::byte*>(p);
+    auto s = std::allocate_shared<storage>(pooled_allocator<storage>{});
+    s->data = static_cast<std::byte*>(caching_allocator::instance().allocate(bytes));
     s->bytes = bytes;
+    s->cached = true;
     return s;
 }
 
@@ -68,9 +76,17 @@ decltype(auto) dispatch(dtype d, F&& f) {
 
 inline std::string shape_text(const dims& s) { return to_string(s); }
 
+// Tensor identities for gradient tapes: unique across threads. Each thread takes a block of ids at a time, so
+// a new tensor costs no locked instruction.
 inline std::uint64_t next_tensor_id() {
     static std::atomic<std::uint64_t> counter{1};
-    return counter.fetch_add(1, std::memory_order_relaxed);
+    constexpr std::uint64_t block = 1 << 16;
+    thread_local std::uint64_t next = 0, end = 0;
+    if (next == end) {
+        next = counter.fetch_add(block, std::memory_order_relaxed);
+        end = next + block;
+    }
+    return next++;
 }
 
 // How many gradient tapes record on this thread; views consult it before building a backward function.

@@ -135,6 +135,15 @@ struct fused_loop {
         const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
             return std::tuple<root_type_t<Roots>*...>{std::get<J>(outs).data...};
         }(std::make_index_sequence<NR>{});
+        run_flat_ptrs(roots, lp, op, n);
+    }
+
+    // Every operand dense and of one shape, given by its first element: one flat range (eager mode calls this
+    // directly for contiguous operands, without building views).
+    template <class LeafPtrs>
+    static void run_flat_ptrs(const roots_t& roots, const LeafPtrs& lp, const std::tuple<root_type_t<Roots>*...>& op,
+                              std::ptrdiff_t n) {
+        if (n == 0) return;
         std::array<std::ptrdiff_t, NO> unit;
         unit.fill(1);
         const bool stream = n * static_cast<std::ptrdiff_t>(NR * sizeof(T)) >= streaming_threshold();
@@ -142,8 +151,9 @@ struct fused_loop {
             if constexpr (vectorized) simd_row(roots, lp, op, unit, true, b, e, stream);
             else scalar_row<true>(roots, lp, op, unit, b, e);
         };
+        if (n < parallel_threshold()) return range(0, n);
         const int threads = num_threads();
-        if (n < parallel_threshold() || threads <= 1) return range(0, n);
+        if (threads <= 1) return range(0, n);
         const std::ptrdiff_t chunk = ((n + threads - 1) / threads + 63) / 64 * 64;
         const int tasks = static_cast<int>((n + chunk - 1) / chunk);
         thread_pool::instance().parallel_for(tasks, [&](int t) { range(t * chunk, std::min(n, (t + 1) * chunk)); });
