@@ -46,6 +46,37 @@ TEST_CASE("reductions over axes, with and without keepdims") {
     static_assert(std::is_same_v<S, kiln::shape<kiln::dyn>>);
 }
 
+TEST_CASE("sums over leading, trailing and inner axes agree with eager mode's reductions") {
+    // (3, 5, 37): column sums (leading axes, blocks of 16 columns and a tail), row sums (trailing axes, a length
+    // that is not a multiple of 4), an inner axis (the general fold) and everything; float32 and int32.
+    kiln::generator g(11);
+    const kiln::tensor tf = kiln::uniform({3, 5, 37}, -2, 2, kiln::float32, g);
+    const kiln::tensor ti = (kiln::uniform({3, 5, 37}, -50, 50, kiln::float64, g)).to(kiln::int32);
+    constexpr kiln::input<"a", float> af{};
+    constexpr kiln::input<"b", std::int32_t> ai{};
+    const auto fv = kiln::view(tf.data<float>(), {3, 5, 37});
+    const auto iv = kiln::view(ti.data<std::int32_t>(), {3, 5, 37});
+    auto same = [](const auto& graph_result, const kiln::tensor& eager, double tol) {
+        CHECK(graph_result.shape().size() == static_cast<std::size_t>(eager.dim()));
+        check_all_close(flat(graph_result), kiln_test::values(eager), tol);
+    };
+    same(kiln::run(kiln::sum<0>(af), af = fv), kiln::sum(tf, {0}), 1e-6);
+    same(kiln::run(kiln::sum<0, 1>(af), af = fv), kiln::sum(tf, {0, 1}), 1e-6);
+    same(kiln::run(kiln::sum<2>(af), af = fv), kiln::sum(tf, {2}), 1e-6);
+    same(kiln::run(kiln::sum<1, 2>(af, kiln::keep_dims), af = fv), kiln::sum(tf, {1, 2}, true), 1e-6);
+    same(kiln::run(kiln::sum<1>(af), af = fv), kiln::sum(tf, {1}), 1e-6);
+    same(kiln::run(kiln::mean<0>(af), af = fv), kiln::mean(tf, {0}), 1e-6);
+    same(kiln::run(kiln::mean<-1>(af), af = fv), kiln::mean(tf, {2}), 1e-6);
+    CHECK(kiln::run(kiln::sum(af), af = fv)() == doctest::Approx(kiln::sum(tf).item<double>()).epsilon(1e-6));
+    // A transposed view is not row-major: the general fold.
+    same(kiln::run(kiln::sum<0>(kiln::transpose(kiln::reshape<15, 37>(af))), af = fv),
+         kiln::sum(tf.reshape({15, 37}).transpose(0, 1), {0}), 1e-6);
+    // Integers sum exactly.
+    same(kiln::run(kiln::sum<0, 1>(ai), ai = iv), kiln::sum(ti, {0, 1}), 0);
+    same(kiln::run(kiln::sum<2>(ai), ai = iv), kiln::sum(ti, {2}), 0);
+    same(kiln::run(kiln::sum<1>(ai), ai = iv), kiln::sum(ti, {1}), 0);
+}
+
 TEST_CASE("matmul, transpose, reshape and broadcast_to") {
     std::vector<double> a{1, 2, 3, 4, 5, 6}, b{1, 0, 2, 1, 0, 1};  // (2, 3) and (3, 2)
     const auto A = kiln::view(a.data(), {2, 3}), B = kiln::view(b.data(), {3, 2});

@@ -20,3 +20,11 @@
 #else
 #define KILN_INLINE inline
 #endif
+
+// The same for the index-sequence lambdas inside those functions (host code only): an outlined lambda would take
+// the frame of computed values by reference, which keeps every value in memory instead of in registers.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define KILN_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define KILN_LAMBDA_INLINE
+#endif

@@ -78,9 +78,13 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
     KILN_HD KILN_INLINE auto evaluate_node(const node<Op, A...>& e) const {
         using own = operand_type_t<node<Op, A...>>;
         using ctx = std::conditional_t<std::is_same_v<own, weak>, D, own>;
-        return [&]<std::size_t... J>(std::index_sequence<J...>) {
-            return Op::apply(evaluate<ctx>(e.template arg<J>())...);
-        }(std::index_sequence_for<A...>{});
+        return apply_op<ctx>(e, std::index_sequence_for<A...>{});
+    }
+
+    // A member, not a lambda, so that it is always inlined like the rest of the evaluation.
+    template <class Ctx, class Op, class... A, std::size_t... J>
+    KILN_HD KILN_INLINE auto apply_op(const node<Op, A...>& e, std::index_sequence<J...>) const {
+        return Op::apply(evaluate<Ctx>(e.template arg<J>())...);
     }
 };
 

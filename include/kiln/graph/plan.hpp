@@ -37,6 +37,7 @@ struct structural_is_pure<node<Op, A...>>
 // The value of materialized node K: a leaf that the fused loop reads from the slot's view.
 template <std::size_t K, class T>
 struct slot_leaf : leaf_base {
+    static constexpr std::size_t slot = K;
     using value_type = T;
     using shape_type = dynamic;
     using kind = input_kind;
@@ -149,6 +150,9 @@ struct slot_views<types<M...>> {
 };
 
 template <class T>
+using aligned_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
+
+template <class T>
 struct not_bool {
     using type = T;
 };
@@ -170,8 +174,10 @@ struct plan {
     using user_bound_t = typename bound_leaves<user_leaves>::type;
     using slots_t = typename slot_views<mat>::type;
 
+    // 64-byte aligned, so that rows of a power-of-two width start on a vector boundary and the fused loops need
+    // no peeled partial batch per row.
     template <class M>
-    using buffer_t = std::vector<typename not_bool<value_type_t<M>>::type>;
+    using buffer_t = aligned_buffer<typename not_bool<value_type_t<M>>::type>;
     template <class L>
     struct buffers_of;
     template <class... M>
@@ -209,8 +215,8 @@ struct plan {
         }
     };
 
-    template <class T>
-    static T* grow(std::vector<T>& buf, std::ptrdiff_t n) {
+    template <class T, class A>
+    static T* grow(std::vector<T, A>& buf, std::ptrdiff_t n) {
         if (static_cast<std::ptrdiff_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
         return buf.data();
     }

@@ -51,7 +51,9 @@ constexpr int precedence() {
 template <class E>
 std::string text(const E& e) {
     if constexpr (is_leaf_v<E>) {
-        return std::string(E::name.view());
+        if constexpr (requires { E::name.view(); }) return std::string(E::name.view());
+        else if constexpr (requires { E::slot; }) return "$" + std::to_string(E::slot);  // a planner's slot
+        else return "?";
     } else if constexpr (is_constant_v<E>) {
         return constant_text<E>();
     } else if constexpr (is_scalar_node<E>::value) {

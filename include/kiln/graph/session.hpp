@@ -145,7 +145,7 @@ public:
         struct state : cache_base {
             typename plan_t::workspace ws;
             std::array<tensor*, sizeof...(Params)> params{};
-            std::array<std::vector<T>, sizeof...(Params)> grad_buffers;
+            std::array<detail::aligned_buffer<T>, sizeof...(Params)> grad_buffers;
             std::array<detail::strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
             std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
             Rule rule;
@@ -363,26 +363,29 @@ private:
         tensor& p = *st.params[I];
         const dims& ps = p.shape();
         const auto roots = st.rule.template roots<T>();
-        const dims rs = detail::contiguous_strides(ps);
         if (!p.is_contiguous()) throw value_error("kiln::session: parameter '" + std::string(P::name.view()) + "' is not contiguous");
         using roots_t = std::remove_cvref_t<decltype(roots)>;
         std::apply([&](const auto&... r) {
             using list = detail::unique_nodes_t<std::remove_cvref_t<decltype(r)>...>;
             using loop = detail::fused_loop<list, std::remove_cvref_t<decltype(r)>...>;
-            // Leaves: 0 the parameter, 1 the gradient, 2... the slots; outputs: the parameter, then the slots.
-            std::array<detail::strided<const T>, 2 + std::tuple_size_v<roots_t> - 1> in;
-            in[0] = detail::strided<const T>(p.template data<T>(), ps, rs);
-            in[1] = st.grads[I];
-            for (std::size_t s = 0; s + 1 < std::tuple_size_v<roots_t>; ++s)
-                in[2 + s] = detail::strided<const T>(st.slots[I][s].template data<T>(), ps, rs);
-            const auto bound = [&]<class... L>(detail::types<L...>) {
-                return std::tuple<const detail::strided<const typename L::value_type>&...>{in[leaf_number<L>::value]...};
+            // Every operand is dense and of the parameter's shape (the gradient is a row-major slot or buffer):
+            // one flat loop over pointers. Leaves: 0 the parameter, 1 the gradient, 2... the slots; outputs: the
+            // parameter, then the slots.
+            constexpr std::size_t nroots = std::tuple_size_v<roots_t>;
+            std::array<T*, nroots> out;
+            out[0] = p.template data<T>();
+            for (std::size_t s = 0; s + 1 < nroots; ++s) out[1 + s] = st.slots[I][s].template data<T>();
+            std::array<const T*, nroots + 1> in;
+            in[0] = out[0];
+            in[1] = st.grads[I].data;
+            for (std::size_t s = 0; s + 1 < nroots; ++s) in[2 + s] = out[1 + s];
+            const auto lp = [&]<class... L>(detail::types<L...>) {
+                return std::tuple<const typename L::value_type*...>{in[leaf_number<L>::value]...};
             }(detail::leaves_t<list>{});
-            typename loop::outs_t outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
-                return typename loop::outs_t{detail::strided<T>(
-                    J == 0 ? p.template data<T>() : st.slots[I][J == 0 ? 0 : J - 1].template data<T>(), ps, rs)...};
-            }(std::make_index_sequence<std::tuple_size_v<roots_t>>{});
-            loop::run(roots, bound, outs, ps);
+            const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
+                return std::tuple<decltype((void)J, static_cast<T*>(nullptr))...>{out[J]...};
+            }(std::make_index_sequence<nroots>{});
+            loop::run_flat_ptrs(roots, lp, op, ps.size());
         }, roots);
     }
 

@@ -211,6 +211,29 @@ struct fused_loop {
             simd_ok = simd_ok && (k < NL ? inner_stride[k] <= 1 && inner_stride[k] >= 0 : inner_stride[k] == 1);
         }
 
+        if constexpr (vectorized) {
+            // Rows of a matrix (the common broadcast: (rows, n) with (n,) or (rows, 1)): one call runs every row,
+            // with the operands' pointers kept in registers from row to row.
+            if (simd_ok && l.rank == 2) {
+                std::array<const T*, NL> lp;
+                std::array<std::ptrdiff_t, NL> ls, los;
+                std::array<T*, NR> op;
+                std::array<std::ptrdiff_t, NR> oos;
+                [&]<std::size_t... K>(std::index_sequence<K...>) {
+                    ((lp[K] = std::get<K>(bound).data + ob * l.stride[K][0], ls[K] = inner_stride[K],
+                      los[K] = l.stride[K][0]), ...);
+                }(std::make_index_sequence<NL>{});
+                [&]<std::size_t... J>(std::index_sequence<J...>) {
+                    ((op[J] = std::get<J>(outs).data + ob * l.stride[NL + J][0], oos[J] = l.stride[NL + J][0]), ...);
+                }(std::make_index_sequence<NR>{});
+                for (std::ptrdiff_t o = ob; o < oe; ++o) {
+                    simd_span(roots, lp, ls, op, unit, ib, ie);
+                    for (std::size_t k = 0; k < NL; ++k) lp[k] += los[k];
+                    for (std::size_t j = 0; j < NR; ++j) op[j] += oos[j];
+                }
+                return;
+            }
+        }
         for (std::ptrdiff_t o = ob; o < oe; ++o) {
             // Offsets of this row in every operand.
             std::array<std::ptrdiff_t, NO> offset{};
@@ -242,7 +265,7 @@ struct fused_loop {
     template <class Frame>
     KILN_INLINE static void store_roots(const roots_t& roots, const Frame& f, const std::array<T*, NR>& op,
                                         std::ptrdiff_t i) {
-        [&]<std::size_t... J>(std::index_sequence<J...>) {
+        [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
             (f.template evaluate<T>(std::get<J>(roots)).store_unaligned(op[J] + i), ...);
         }(std::make_index_sequence<NR>{});
     }
@@ -266,10 +289,11 @@ struct fused_loop {
         std::ptrdiff_t i = ib;
         if (unit) {
             // Peel up to the first output's vector alignment, so that its stores never split a cache line (the
-            // inputs usually share the output's offset and become aligned too).
+            // inputs usually share the output's offset and become aligned too). Short rows skip it: there a
+            // padded partial batch costs more than the split stores it saves.
             constexpr std::size_t align = W * sizeof(T);
             const auto misalign = reinterpret_cast<std::uintptr_t>(op[0] + i) % align;
-            if (misalign != 0 && misalign % sizeof(T) == 0 && ie - i >= 4 * W) {
+            if (misalign != 0 && misalign % sizeof(T) == 0 && ie - i >= 32 * W) {
                 const std::ptrdiff_t head =
                     std::min<std::ptrdiff_t>(ie - i, static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)));
                 partial_batch(roots, lp, ls, op, i, head);
@@ -280,13 +304,23 @@ struct fused_loop {
             if (stream && aligned) {
                 for (const std::ptrdiff_t last = ie - W; i <= last; i += W) {
                     const frame_t f(contiguous_loader<T, NL>{lp, i});
-                    [&]<std::size_t... J>(std::index_sequence<J...>) {
+                    [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
                         (stream_store(op[J] + i, f.template evaluate<T>(std::get<J>(roots))), ...);
                     }(std::make_index_sequence<NR>{});
                 }
                 stream_fence();
             }
-            // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
+        }
+        simd_span(roots, lp, ls, op, unit, i, ie);
+    }
+
+    // Elements [i, ie) of one row in full batches, then one padded partial batch.
+    KILN_INLINE static void simd_span(const roots_t& roots, const std::array<const T*, NL>& lp,
+                                      const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
+                                      std::ptrdiff_t i, std::ptrdiff_t ie) {
+        using frame_t = frame<simd_mode<T>, List>;
+        // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
+        if (unit) {
             for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
                 store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
         } else {
@@ -317,7 +351,7 @@ struct fused_loop {
             bp[k] = in[k];
         }
         const frame_t f(contiguous_loader<T, NL>{bp, 0});
-        [&]<std::size_t... J>(std::index_sequence<J...>) {
+        [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
             (f.template evaluate<T>(std::get<J>(roots)).store_aligned(out[J]), ...);
             ([&] {
                 for (std::ptrdiff_t e = 0; e < count; ++e) op[J][i + e] = out[J][e];
@@ -333,7 +367,7 @@ struct fused_loop {
         for (std::size_t k = 0; k < NL; ++k) ls[k] = inner_stride[k];
         for (std::ptrdiff_t i = ib; i < ie; ++i) {
             const frame_t f(strided_loader<LeafPtrs, NL, Unit>{lp, ls, i});
-            [&]<std::size_t... J>(std::index_sequence<J...>) {
+            [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
                 ((std::get<J>(op)[Unit ? i : i * inner_stride[NL + J]] =
                       f.template evaluate<root_type_t<Roots>>(std::get<J>(roots))),
                  ...);

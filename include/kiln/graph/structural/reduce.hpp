@@ -60,19 +60,9 @@ struct reduce {
                 if (a == a && (v != v || (K == reduction::max ? v > a : v < a))) a = v;  // NaN is sticky
             });
         } else {
-            // Floating sums accumulate in double, integer sums in int64, as in eager mode.
-            using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
-            Acc* acc = detail::scratch<Acc>(static_cast<std::size_t>(m));
-            std::fill(acc, acc + m, Acc(0));
-            detail::reduce_strided(x, keep, acc, [](Acc& a, T v) { a += static_cast<Acc>(v); });
-            for (std::ptrdiff_t i = 0; i < m; ++i) {
-                const T s = static_cast<T>(acc[i]);
-                if constexpr (K == reduction::mean) out[i] = s / static_cast<T>(count);
-                else out[i] = s;
-            }
+            detail::sum_reduce(x, keep, out, K == reduction::mean, count);
         }
     }
-
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& x, const Y& y, const G& g) {
         const auto gx = detail::like(detail::expand<Keep, Axes...>(g, x), x);

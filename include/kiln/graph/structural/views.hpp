@@ -238,12 +238,7 @@ struct sum_to {
             const int ir = i - (g.shape.rank - s.rank);
             if (ir < 0 || s[ir] == 1) keep[i] = 1;
         }
-        using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
-        const std::ptrdiff_t m = s.size();
-        Acc* acc = detail::scratch<Acc>(static_cast<std::size_t>(m));
-        std::fill(acc, acc + m, Acc(0));
-        detail::reduce_strided(g, keep, acc, [](Acc& a, T v) { a += static_cast<Acc>(v); });
-        for (std::ptrdiff_t i = 0; i < m; ++i) out[i] = static_cast<T>(acc[i]);
+        detail::sum_reduce(g, keep, out);
     }
     template <class A, class B, class Y, class G>
     static constexpr auto gradient(const A& a, const B&, const Y& y, const G& g) {
