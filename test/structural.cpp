@@ -2,6 +2,7 @@
 // central differences and the eager tape. (Sessions, optimizers and training: training.cpp.)
 #include <kiln/kiln.hpp>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -107,6 +108,30 @@ TEST_CASE("matmul, transpose, reshape and broadcast_to") {
             for (std::ptrdiff_t j = 0; j < N; ++j) expect[i * N + j] += p[i * K + k] * q[k * N + j];
     check_all_close(flat(kiln::run(kiln::matmul(x, w), x = kiln::view(p.data(), {M, K}), w = kiln::view(q.data(), {K, N}))),
                     expect, 1e-12, 1e-12);
+    // Every path of the small kernel against a naive loop: contiguous rows of B (strips of 8, 2 and 1 batches and a
+    // scalar tail), a transposed A times a column (a weight gradient's shape), narrow outputs, dot products.
+    auto naive = [](const std::vector<double>& a, std::ptrdiff_t m, std::ptrdiff_t k, bool a_t, const std::vector<double>& b,
+                    std::ptrdiff_t n) {
+        std::vector<double> c(static_cast<std::size_t>(m * n), 0.0);
+        for (std::ptrdiff_t i = 0; i < m; ++i)
+            for (std::ptrdiff_t j = 0; j < n; ++j)
+                for (std::ptrdiff_t t = 0; t < k; ++t) c[i * n + j] += (a_t ? a[t * m + i] : a[i * k + t]) * b[t * n + j];
+        return c;
+    };
+    auto filled = [](std::ptrdiff_t count, double f) {
+        std::vector<double> v(static_cast<std::size_t>(count));
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(f * static_cast<double>(i + 1));
+        return v;
+    };
+    for (const auto [m, k, n] : {std::array<std::ptrdiff_t, 3>{5, 7, 83}, {3, 4, 1}, {75, 9, 1}, {6, 5, 3}, {4, 33, 2}}) {
+        const auto av = filled(m * k, 0.31), bv = filled(k * n, 0.17);
+        check_all_close(flat(kiln::run(kiln::matmul(x, w), x = kiln::view(av.data(), {m, k}), w = kiln::view(bv.data(), {k, n}))),
+                        naive(av, m, k, false, bv, n), 1e-12, 1e-12);
+        // A stored as (k, m) and used transposed: its columns are contiguous.
+        check_all_close(flat(kiln::run(kiln::matmul(kiln::transpose(x), w), x = kiln::view(av.data(), {k, m}),
+                                       w = kiln::view(bv.data(), {k, n}))),
+                        naive(av, m, k, true, bv, n), 1e-12, 1e-12);
+    }
 }
 
 TEST_CASE("gradients are simplified expressions, visible in their types") {

@@ -167,6 +167,21 @@ struct matmul {
                     row[j] = acc;
                 }
             }
+        } else if (ars == 1 && n == 1) {
+            // A matrix times a vector with A's columns contiguous (a transposed operand): strips of C stay in
+            // registers while they accumulate b[p] * A[strip, p] over p.
+            std::ptrdiff_t i = 0;
+            if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+                constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(xsimd::batch<T>::size);
+                for (; i + 8 * W <= m; i += 8 * W) strip<8>(c + i, b.data, brs, a.data + i, acs, k);
+                for (; i + 2 * W <= m; i += 2 * W) strip<2>(c + i, b.data, brs, a.data + i, acs, k);
+                for (; i + W <= m; i += W) strip<1>(c + i, b.data, brs, a.data + i, acs, k);
+            }
+            for (; i < m; ++i) {
+                T acc = 0;
+                for (std::ptrdiff_t p = 0; p < k; ++p) acc += a.data[i + p * acs] * b.data[p * brs];
+                c[i] = acc;
+            }
         } else if (ars == 1 && n <= 4) {
             // Columns of A are contiguous and C is narrow: C[:, j] accumulates B[p, j] * A[:, p], vectorized along
             // the column.
