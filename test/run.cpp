@@ -175,6 +175,34 @@ TEST_CASE("run_into writes in place and does not reallocate") {
     std::vector<float> v{1, 2, 3};
     kiln::run_into(v, x * 10_c, x = v);
     check_all_close(v, std::vector<double>{10, 20, 30}, 0);
+    // Long enough to peel a head up to alignment (the view starts one element in) and with a partial tail: in
+    // place the head and tail are padded batches, out of place they are full batches stored twice; both must give
+    // every element once.
+    for (const std::ptrdiff_t n : {1003, 1000, 300, 13}) {
+        std::vector<float> mem(static_cast<std::size_t>(n) + 1), src(static_cast<std::size_t>(n)), other(src.size());
+        std::vector<double> expect(src.size());
+        for (std::size_t i = 0; i < src.size(); ++i) {
+            src[i] = static_cast<float>(i % 17) - 8.f;
+            expect[i] = static_cast<double>(src[i]) * 3 + 1;
+        }
+        std::copy(src.begin(), src.end(), mem.begin() + 1);
+        const auto in_place = kiln::view(mem.data() + 1, {n});
+        kiln::run_into(in_place, x * 3_c + 1_c, x = in_place);
+        check_all_close(std::vector<float>(mem.begin() + 1, mem.end()), expect, 0);
+        kiln::run_into(kiln::view(other.data(), {n}), x * 3_c + 1_c, x = kiln::view(mem.data() + 1, {n}));
+        for (auto& e : expect) e = e * 3 + 1;
+        check_all_close(other, expect, 0);
+    }
+    // Rows of a matrix with a broadcast row, in place and not: (37, 13) * (13,).
+    std::vector<float> m(37 * 13), row(13), product(m.size());
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i % 11);
+    for (std::size_t j = 0; j < row.size(); ++j) row[j] = static_cast<float>(j) - 6.f;
+    std::vector<double> prod(m.size());
+    for (std::size_t i = 0; i < m.size(); ++i) prod[i] = static_cast<double>(m[i]) * row[i % 13];
+    kiln::run_into(kiln::view(product.data(), {37, 13}), x * y, x = kiln::view(m.data(), {37, 13}), y = row);
+    check_all_close(product, prod, 0);
+    kiln::run_into(kiln::view(m.data(), {37, 13}), x * y, x = kiln::view(m.data(), {37, 13}), y = row);
+    check_all_close(m, prod, 0);
 }
 
 TEST_CASE("run-time shape errors name the op and both shapes") {

@@ -227,7 +227,7 @@ struct fused_loop {
                     ((op[J] = std::get<J>(outs).data + ob * l.stride[NL + J][0], oos[J] = l.stride[NL + J][0]), ...);
                 }(std::make_index_sequence<NR>{});
                 for (std::ptrdiff_t o = ob; o < oe; ++o) {
-                    simd_span(roots, lp, ls, op, unit, ib, ie);
+                    simd_span(roots, lp, ls, op, unit, ib, ie, ib);
                     for (std::size_t k = 0; k < NL; ++k) lp[k] += los[k];
                     for (std::size_t j = 0; j < NR; ++j) op[j] += oos[j];
                 }
@@ -296,7 +296,10 @@ struct fused_loop {
             if (misalign != 0 && misalign % sizeof(T) == 0 && ie - i >= 32 * W) {
                 const std::ptrdiff_t head =
                     std::min<std::ptrdiff_t>(ie - i, static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)));
-                partial_batch(roots, lp, ls, op, i, head);
+                // Without aliasing, the head is one full unaligned batch whose extra lanes the aligned loop
+                // writes again with the same values; with aliasing, a padded partial batch.
+                if (disjoint(lp, ls, op, i, ie)) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+                else partial_batch(roots, lp, ls, op, i, head);
                 i += head;
             }
             bool aligned = true;
@@ -311,23 +314,50 @@ struct fused_loop {
                 stream_fence();
             }
         }
-        simd_span(roots, lp, ls, op, unit, i, ie);
+        simd_span(roots, lp, ls, op, unit, i, ie, ib);
+    }
+
+    // True when no output overlaps an input over elements [b, e): then a batch may be computed and stored twice.
+    KILN_INLINE static bool disjoint(const std::array<const T*, NL>& lp, const std::array<std::ptrdiff_t, NL>& ls,
+                                     const std::array<T*, NR>& op, std::ptrdiff_t b, std::ptrdiff_t e) {
+        for (std::size_t j = 0; j < NR; ++j) {
+            const auto ob = reinterpret_cast<std::uintptr_t>(op[j] + b), oe = reinterpret_cast<std::uintptr_t>(op[j] + e);
+            for (std::size_t k = 0; k < NL; ++k) {
+                const auto ib = reinterpret_cast<std::uintptr_t>(lp[k] + (ls[k] != 0 ? b : 0));
+                const auto ie = reinterpret_cast<std::uintptr_t>(lp[k] + (ls[k] != 0 ? e : 1));
+                if (ib < oe && ob < ie) return false;
+            }
+        }
+        return true;
     }
 
     // Elements [i, ie) of one row in full batches, then one padded partial batch.
+    // `lo` is where the span's row starts: a last batch ending at ie may reach back to it when nothing aliases.
     KILN_INLINE static void simd_span(const roots_t& roots, const std::array<const T*, NL>& lp,
                                       const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
-                                      std::ptrdiff_t i, std::ptrdiff_t ie) {
+                                      std::ptrdiff_t i, std::ptrdiff_t ie, std::ptrdiff_t lo) {
         using frame_t = frame<simd_mode<T>, List>;
         // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
         if (unit) {
+            // Two batches per iteration: their chains of operations interleave.
+            for (const std::ptrdiff_t last = ie - 2 * W; i <= last; i += 2 * W) {
+                store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+                store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i + W}), op, i + W);
+            }
             for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
                 store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
         } else {
             for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
                 store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, i}), op, i);
         }
-        if (i < ie) partial_batch(roots, lp, ls, op, i, ie - i);
+        if (i < ie) {
+            if (ie - lo >= W && disjoint(lp, ls, op, lo, ie)) {
+                if (unit) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, ie - W}), op, ie - W);
+                else store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, ie - W}), op, ie - W);
+            } else {
+                partial_batch(roots, lp, ls, op, i, ie - i);
+            }
+        }
     }
 
     // Fewer than W elements run as one padded batch, so every element gets the same arithmetic whatever the size
