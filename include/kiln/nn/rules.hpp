@@ -45,10 +45,21 @@ struct adam_rule {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     static constexpr int slots = 2;
     double step = 0, eps_hat = 0;
+    // beta1^t and beta2^t, carried from step to step (std::pow only when t does not follow the last step).
+    double beta1_t = 1, beta2_t = 1;
+    int last_t = 0;
     // t counts from 1.
     void next_step(int t) {
-        step = lr * std::sqrt(1 - std::pow(beta2, t)) / (1 - std::pow(beta1, t));
-        eps_hat = eps * std::sqrt(1 - std::pow(beta2, t));
+        if (t == last_t + 1) {
+            beta1_t *= beta1;
+            beta2_t *= beta2;
+        } else {
+            beta1_t = std::pow(beta1, t);
+            beta2_t = std::pow(beta2, t);
+        }
+        last_t = t;
+        step = lr * std::sqrt(1 - beta2_t) / (1 - beta1_t);
+        eps_hat = eps * std::sqrt(1 - beta2_t);
     }
     template <class T>
     auto roots() const {
