@@ -298,7 +298,7 @@ struct fused_loop {
                     std::min<std::ptrdiff_t>(ie - i, static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)));
                 // Without aliasing, the head is one full unaligned batch whose extra lanes the aligned loop
                 // writes again with the same values; with aliasing, a padded partial batch.
-                if (disjoint(lp, ls, op, i, ie)) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+                if (disjoint(lp, ls, op, i, ie)) one_batch(roots, lp, ls, op, i);
                 else partial_batch(roots, lp, ls, op, i, head);
                 i += head;
             }
@@ -315,6 +315,14 @@ struct fused_loop {
             }
         }
         simd_span(roots, lp, ls, op, unit, i, ie, ib);
+    }
+
+    // One full batch at element i (strides 1 or 0), out of line: the head and the tail of a span share it, so the
+    // expression is not inlined once more for each of them (compile time of large expressions).
+    __attribute__((noinline)) static void one_batch(const roots_t& roots, const std::array<const T*, NL>& lp,
+                                                    const std::array<std::ptrdiff_t, NL>& ls,
+                                                    const std::array<T*, NR>& op, std::ptrdiff_t i) {
+        store_roots(roots, frame<simd_mode<T>, List>(broadcast_loader<T, NL>{lp, ls, i}), op, i);
     }
 
     // True when no output overlaps an input over elements [b, e): then a batch may be computed and stored twice.
@@ -339,11 +347,6 @@ struct fused_loop {
         using frame_t = frame<simd_mode<T>, List>;
         // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
         if (unit) {
-            // Two batches per iteration: their chains of operations interleave.
-            for (const std::ptrdiff_t last = ie - 2 * W; i <= last; i += 2 * W) {
-                store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
-                store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i + W}), op, i + W);
-            }
             for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
                 store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
         } else {
@@ -352,8 +355,7 @@ struct fused_loop {
         }
         if (i < ie) {
             if (ie - lo >= W && disjoint(lp, ls, op, lo, ie)) {
-                if (unit) store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, ie - W}), op, ie - W);
-                else store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, ie - W}), op, ie - W);
+                one_batch(roots, lp, ls, op, ie - W);
             } else {
                 partial_batch(roots, lp, ls, op, i, ie - i);
             }
