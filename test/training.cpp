@@ -57,6 +57,21 @@ TEST_CASE("a session creates parameters from static shapes and initializers") {
     CHECK_THROWS_WITH_AS(s.run(kiln::sum(dynamic_param)), doctest::Contains("has no static shape"), kiln::value_error);
 }
 
+TEST_CASE("a session's cached shapes survive a feed whose layout changes but not its shape") {
+    // reshape of row-major data is a view; of a transposed feed, a copy. With the same shapes both runs reuse one
+    // workspace, so the copy must not rely on a shape the view never recorded.
+    constexpr kiln::input<"m", double> m{};
+    kiln::session s;
+    std::vector<double> a{1, 2, 3, 4, 5, 6};
+    const auto plain = kiln::view(a.data(), {2, 3});
+    const auto expr = kiln::reshape<6>(m) * 2_c;
+    check_all_close(s.run(expr, m = plain), std::vector<double>{2, 4, 6, 8, 10, 12}, 0);
+    std::vector<double> t{1, 4, 2, 5, 3, 6};  // (3, 2) row-major, read as its (2, 3) transpose
+    const auto transposed = kiln::view(t.data(), {2, 3}, {1, 2});
+    check_all_close(s.run(expr, m = transposed), std::vector<double>{2, 4, 6, 8, 10, 12}, 0);
+    check_all_close(s.run(expr, m = plain), std::vector<double>{2, 4, 6, 8, 10, 12}, 0);
+}
+
 TEST_CASE("sgd, momentum and adam steps in graph mode follow their formulas") {
     // loss = sum(w * x): the gradient is x, whatever w is.
     kiln::param<"w", double, kiln::shape<2>> pw;

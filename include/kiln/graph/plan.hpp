@@ -258,29 +258,42 @@ struct plan {
                 const std::tuple<decltype(operand_view<Op, J>(M{}.template arg<J>(), users, ws))...> args(
                     operand_view<Op, J>(M{}.template arg<J>(), users, ws)...);
                 if constexpr (requires { Op::try_view(slot, std::get<J>(args)...); }) {
-                    if (Op::try_view(slot, std::get<J>(args)...)) return;
+                    if (Op::try_view(slot, std::get<J>(args)...)) {
+                        if (!ws.same) ws.shapes[K] = slot.shape;  // a later run may need the compute path
+                        return;
+                    }
                 }
                 if constexpr (requires { Op::compute(static_cast<T*>(nullptr), dims{}, std::get<J>(args)...); }) {
                     // Same user shapes as the last run: same shapes everywhere (checked then).
                     const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = Op::shape(std::get<J>(args).shape...));
                     T* p = reinterpret_cast<T*>(grow(buf, s.size()));
                     Op::compute(p, s, std::get<J>(args)...);
-                    slot = strided<const T>(p, s, contiguous_strides(s));
+                    set_contiguous(slot, p, s);
                 }
             }(std::make_index_sequence<M::arity>{});
         } else if constexpr (is_like_of_slot<M>()) {
             // broadcast_like of a materialized value: a view with zero strides along the repeated dimensions.
             const auto& g = leaf_view<decltype(rewrite<mat>(M{}.template arg<0>()))>(users, ws);
-            const dims ref = shape_of_expression(rewrite<mat>(M{}.template arg<1>()), users, ws);
-            slot = broadcast_view(g, broadcast_shapes(g.shape, ref, "broadcast_like"));
+            if (!ws.same)
+                ws.shapes[K] = broadcast_shapes(g.shape, shape_of_expression(rewrite<mat>(M{}.template arg<1>()), users, ws),
+                                                "broadcast_like");
+            slot = broadcast_view(g, ws.shapes[K]);
         } else {
             const auto def = rewrite_children<mat>(M{});
             const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = shape_of_expression(def, users, ws));
             T* p = reinterpret_cast<T*>(grow(buf, s.size()));
             run_elementwise(def, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
-            slot = strided<const T>(p, s, contiguous_strides(s));
+            set_contiguous(slot, p, s);
             (void)sizeof(B);
         }
+    }
+
+    // Fills a slot's view field by field: assigning a whole 150-byte view compiles to a call to memcpy.
+    template <class T>
+    static void set_contiguous(strided<const T>& v, const T* p, const dims& s) {
+        v.data = p;
+        v.shape = s;
+        v.strides = contiguous_strides(s);
     }
 
     template <class M>
