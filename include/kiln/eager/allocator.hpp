@@ -23,6 +23,20 @@ struct allocator_stats {
 
 namespace detail {
 
+// This thread's T, created on first use; nullptr once the thread has begun destroying it (a tensor freed during
+// thread exit then goes straight to the system instead of into a destroyed cache).
+template <class T>
+T* thread_instance() {
+    thread_local bool gone = false;  // trivially destructible: readable until the thread ends
+    if (gone) return nullptr;
+    struct holder {
+        T value;
+        ~holder() { gone = true; }
+    };
+    thread_local holder h;
+    return &h.value;
+}
+
 class caching_allocator {
 public:
     static constexpr std::size_t small_limit = 4096;
@@ -145,7 +159,6 @@ private:
             a.retired_.hits += hits.load(std::memory_order_relaxed);
             a.retired_.misses += misses.load(std::memory_order_relaxed);
             std::erase(a.caches_, this);
-            closed() = true;  // blocks freed later on this thread (at exit) go straight to the system
         }
         void empty() {
             for (auto& l : free) {
@@ -160,16 +173,7 @@ private:
         c.store(c.load(std::memory_order_relaxed) + static_cast<std::size_t>(by), std::memory_order_relaxed);
     }
 
-    static bool& closed() {
-        thread_local bool gone = false;  // trivially destructible: readable while the cache is being destroyed
-        return gone;
-    }
-
-    static thread_cache* local() {
-        if (closed()) return nullptr;
-        thread_local thread_cache cache;
-        return &cache;
-    }
+    static thread_cache* local() { return thread_instance<thread_cache>(); }
 
     std::mutex m_;
     std::map<std::size_t, std::vector<void*>> free_;
@@ -205,18 +209,9 @@ private:
         list() { blocks.reserve(depth); }
         ~list() {
             for (void* p : blocks) ::operator delete(p);
-            closed() = true;
         }
     };
-    static bool& closed() {
-        thread_local bool gone = false;
-        return gone;
-    }
-    static list* local() {
-        if (closed()) return nullptr;
-        thread_local list l;
-        return &l;
-    }
+    static list* local() { return thread_instance<list>(); }
 };
 
 template <class T>
