@@ -12,17 +12,27 @@ from collections import defaultdict
 def main(path):
     with open(path) as f:
         data = json.load(f)
-    # Prefer medians when repetitions were run.
-    rows = defaultdict(dict)
+    # Every repetition of every contender, interleaved in random order by the run script, so that the VM's drifts
+    # in speed fall on all contenders alike. The first table uses medians; the second compares kiln with the peers
+    # by the median and by the minimum (the run least disturbed by other load) of the same run.
+    runs = defaultdict(lambda: defaultdict(list))
     for b in data["benchmarks"]:
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+        if b.get("run_type") == "aggregate":
             continue
-        name = b["run_name"] if "run_name" in b else b["name"]
-        parts = name.split("/")
+        parts = b["run_name"].split("/") if "run_name" in b else b["name"].split("/")
         contender = parts[0]
         n = int(parts[1].split(":")[1])
         threads = int(parts[2].split(":")[1])
-        rows[(n, threads)][contender] = (b["real_time"], b.get("bytes_per_second", 0.0))
+        runs[(n, threads)][contender].append((b["real_time"], b.get("bytes_per_second", 0.0)))
+
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2]
+
+    rows = {}
+    for key, by in runs.items():
+        rows[key] = {c: (median([t for t, _ in v]), median([bw for _, bw in v]), min(t for t, _ in v))
+                     for c, v in by.items()}
     contenders = ["kiln_run_into", "kiln_run", "hand_loop", "eigen_array", "xtensor_noalias", "unfused"]
     print("| n | threads | hand loop | triad GB/s | " + " | ".join(c for c in contenders) + " |")
     print("|---|---|---|---|" + "---|" * len(contenders))
@@ -32,12 +42,25 @@ def main(path):
         triad_bw = r["stream_triad"][1]
         cells = []
         for c in contenders:
-            t, bw = r[c]
+            t, bw, _ = r[c]
             cells.append(f"{t / hand_t:.2f}x time, {bw / triad_bw:.0%} bw")
         unit = "us" if hand_t >= 1000 else "ns"
         shown = hand_t / 1000 if unit == "us" else hand_t
         print(f"| 2^{n.bit_length() - 1} | {threads} | {shown:.1f} {unit} | {triad_bw / 1e9:.1f} | " +
               " | ".join(cells) + " |")
+    reps = min(len(v) for by in runs.values() for v in by.values())
+    print()
+    print(f"kiln_run_into's time over each peer's ({reps} interleaved repetitions; below 1.00 kiln is faster):")
+    print()
+    print("| n | threads | / Eigen, median | / Eigen, min | / xtensor, median | / xtensor, min |")
+    print("|---|---|---|---|---|---|")
+    for (n, threads) in sorted(rows):
+        r = rows[(n, threads)]
+        k = r["kiln_run_into"]
+        e = r["eigen_array"]
+        x = r["xtensor_noalias"]
+        print(f"| 2^{n.bit_length() - 1} | {threads} | {k[0] / e[0]:.2f} | {k[2] / e[2]:.2f} | "
+              f"{k[0] / x[0]:.2f} | {k[2] / x[2]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 // kind of feed and output, and the run-time errors.
 #include <kiln/kiln.hpp>
 
+#include <array>
 #include <numeric>
 #include <span>
 #include <vector>
@@ -203,6 +204,59 @@ TEST_CASE("run_into writes in place and does not reallocate") {
     check_all_close(product, prod, 0);
     kiln::run_into(kiln::view(m.data(), {37, 13}), x * y, x = kiln::view(m.data(), {37, 13}), y = row);
     check_all_close(m, prod, 0);
+}
+
+TEST_CASE("run_into over dense containers takes raw pointers only when every shape agrees") {
+    // xtensor row-major containers of one shape: the chain, element by element.
+    xt::xtensor<float, 2> a = xt::zeros<float>({std::size_t{7}, std::size_t{37}}), b = a, out = a;
+    std::vector<double> expected(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        a.data()[i] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)) * 3);
+        b.data()[i] = static_cast<float>(std::cos(0.7 * static_cast<double>(i)));
+        expected[i] = chain_ref(a.data()[i], b.data()[i]);
+    }
+    kiln::run_into(out, chain(x, y), x = a, y = b);
+    check_all_close(std::vector<float>(out.begin(), out.end()), expected, 8e-7, 1e-6);
+    // std::span, std::array and an xtensor<T, 1> output mix.
+    const std::array<float, 5> arr{1, 2, 3, 4, 5};
+    const std::vector<float> vec{10, 20, 30, 40, 50};
+    xt::xtensor<float, 1> o1 = xt::zeros<float>({std::size_t{5}});
+    kiln::run_into(o1, x * y - x, x = std::span<const float>(arr), y = vec);
+    check_all_close(std::vector<float>(o1.begin(), o1.end()), std::vector<double>{9, 38, 87, 156, 245}, 0);
+    // A column-major feed is not one row-major range: it is read by its strides.
+    xt::xarray<float, xt::layout_type::column_major> cm = {{1, 2, 3}, {4, 5, 6}};
+    xt::xtensor<float, 2> rm = {{10, 20, 30}, {40, 50, 60}}, sum = xt::zeros<float>({2, 3});
+    kiln::run_into(sum, x + y, x = cm, y = rm);
+    check_all_close(std::vector<float>(sum.begin(), sum.end()), std::vector<double>{11, 22, 33, 44, 55, 66}, 0);
+    // A row broadcast over a dense matrix takes the strided path.
+    const std::vector<float> row{1, 2, 3};
+    kiln::run_into(sum, x * y, x = rm, y = row);
+    check_all_close(std::vector<float>(sum.begin(), sum.end()), std::vector<double>{10, 40, 90, 40, 100, 180}, 0);
+    // Same element count, other shape: an error, not a flat run.
+    std::vector<float> flat(6, 7.f);
+    CHECK_THROWS_WITH_AS(kiln::run_into(flat, x + y, x = rm, y = rm),
+                         "kiln::run_into: the output has shape (6,) but the expression gives shape (2, 3)",
+                         kiln::shape_error);
+    CHECK(flat[0] == 7.f);
+    const std::vector<float> four(4), six(6);
+    CHECK_THROWS_WITH_AS(kiln::run_into(flat, x + y, x = six, y = four),
+                         "kiln: shape_error in 'add': cannot broadcast shapes (6,) and (4,)", kiln::shape_error);
+    // A statically shaped input keeps its declared-shape check.
+    const auto s = kiln::input<"s", float, kiln::shape<kiln::dyn, 3>>{};
+    CHECK_THROWS_WITH_AS(kiln::run_into(flat, s * 2_c, s = six),
+                         "kiln::run: input 's' is declared with shape (?, 3) but was fed shape (6,)",
+                         kiln::shape_error);
+    // In place through the unrolled loop, at sizes around two batches.
+    for (std::size_t n : {std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{33}, std::size_t{1001}}) {
+        std::vector<float> v(n);
+        std::vector<double> want(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            v[i] = static_cast<float>(i % 13) - 6.f;
+            want[i] = static_cast<double>(v[i]) * 3 + 1;
+        }
+        kiln::run_into(v, x * 3_c + 1_c, x = v);
+        check_all_close(v, want, 0);
+    }
 }
 
 TEST_CASE("run-time shape errors name the op and both shapes") {

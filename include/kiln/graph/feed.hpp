@@ -240,10 +240,16 @@ template <class... Leaves>
 struct bound_leaves<types<Leaves...>> {
     using type = std::tuple<strided<const typename Leaves::value_type>...>;
 
+    // The compile-time checks of a set of feeds: names, types and use; a failure is a static_assert naming it.
+    template <class... Feeds>
+    static constexpr bool check() {
+        return (check_name_unique<Leaves, Leaves...>() && ...) && (check_leaf_feed<Leaves, Feeds...>() && ...) &&
+               (check_feed_used<Feeds, Leaves...>() && ...);
+    }
+
     template <class... Feeds>
     static type bind(const Feeds&... feeds) {
-        constexpr bool ok = (check_name_unique<Leaves, Leaves...>() && ...) &&
-                            (check_leaf_feed<Leaves, Feeds...>() && ...) && (check_feed_used<Feeds, Leaves...>() && ...);
+        constexpr bool ok = check<Feeds...>();
         if constexpr (ok) return bind_checked(feeds...);
         else return type{};
     }

@@ -46,6 +46,11 @@ struct fused_loop {
                                        (std::is_same_v<root_type_t<Roots>, T> && ...);
     static constexpr std::ptrdiff_t W = vectorized ? static_cast<std::ptrdiff_t>(xsimd::batch<T>::size) : 1;
 
+    // Expressions of up to 16 nodes run two batches per loop iteration; those of more than 32 keep one copy of
+    // each loop (their evaluation is long enough that neither the unrolling nor streaming stores pay, and each
+    // inlined copy costs compile time).
+    static constexpr std::size_t unroll_nodes = 16;
+    static constexpr bool large = List::size > 32;
     using roots_t = std::tuple<Roots...>;
     using outs_t = std::tuple<strided<root_type_t<Roots>>...>;
     template <class Bound>
@@ -139,24 +144,48 @@ struct fused_loop {
     }
 
     // Every operand dense and of one shape, given by its first element: one flat range (eager mode calls this
-    // directly for contiguous operands, without building views).
+    // directly for contiguous operands, without building views). Inline, with the threaded case out of line: a
+    // small loop goes straight to its row, its pointers passed in registers rather than through a closure.
     template <class LeafPtrs>
-    static void run_flat_ptrs(const roots_t& roots, const LeafPtrs& lp, const std::tuple<root_type_t<Roots>*...>& op,
-                              std::ptrdiff_t n) {
-        if (n == 0) return;
-        std::array<std::ptrdiff_t, NO> unit;
-        unit.fill(1);
-        const bool stream = n * static_cast<std::ptrdiff_t>(NR * sizeof(T)) >= streaming_threshold();
-        auto range = [&](std::ptrdiff_t b, std::ptrdiff_t e) {
-            if constexpr (vectorized) simd_row(roots, lp, op, unit, true, b, e, stream);
-            else scalar_row<true>(roots, lp, op, unit, b, e);
-        };
-        if (n < parallel_threshold()) return range(0, n);
+    KILN_INLINE static void run_flat_ptrs(const roots_t& roots, const LeafPtrs& lp,
+                                          const std::tuple<root_type_t<Roots>*...>& op, std::ptrdiff_t n) {
+        if (n < parallel_threshold()) {
+            if (n > 0) flat_range(roots, lp, op, 0, n, stream_output(n));
+        } else {
+            run_flat_threaded(roots, lp, op, n);
+        }
+    }
+
+    static constexpr std::array<std::ptrdiff_t, NO> unit_strides = [] {
+        std::array<std::ptrdiff_t, NO> a{};
+        a.fill(1);
+        return a;
+    }();
+
+    // Outputs larger than the streaming threshold skip the caches.
+    static bool stream_output(std::ptrdiff_t n) noexcept {
+        return n * static_cast<std::ptrdiff_t>(NR * sizeof(T)) >= streaming_threshold();
+    }
+
+    template <class LeafPtrs>
+    KILN_INLINE static void flat_range(const roots_t& roots, const LeafPtrs& lp,
+                                       const std::tuple<root_type_t<Roots>*...>& op, std::ptrdiff_t b,
+                                       std::ptrdiff_t e, bool stream) {
+        if constexpr (vectorized) simd_row(roots, lp, op, unit_strides, true, b, e, stream);
+        else scalar_row<true>(roots, lp, op, unit_strides, b, e);
+    }
+
+    template <class LeafPtrs>
+    __attribute__((noinline)) static void run_flat_threaded(const roots_t& roots, const LeafPtrs& lp,
+                                                            const std::tuple<root_type_t<Roots>*...>& op,
+                                                            std::ptrdiff_t n) {
+        const bool stream = stream_output(n);
         const int threads = num_threads();
-        if (threads <= 1) return range(0, n);
+        if (threads <= 1) return flat_range(roots, lp, op, 0, n, stream);
         const std::ptrdiff_t chunk = ((n + threads - 1) / threads + 63) / 64 * 64;
         const int tasks = static_cast<int>((n + chunk - 1) / chunk);
-        thread_pool::instance().parallel_for(tasks, [&](int t) { range(t * chunk, std::min(n, (t + 1) * chunk)); });
+        thread_pool::instance().parallel_for(
+            tasks, [&](int t) { flat_range(roots, lp, op, t * chunk, std::min(n, (t + 1) * chunk), stream); });
     }
 
     template <class Bound>
@@ -257,7 +286,8 @@ struct fused_loop {
                     continue;
                 }
             }
-            if (unit) scalar_row<true>(roots, lp, op, inner_stride, ib, ie);
+            // A vectorized loop with unit strides always takes batches above: only the strided rows are left.
+            if (!vectorized && unit) scalar_row<true>(roots, lp, op, inner_stride, ib, ie);
             else scalar_row<false>(roots, lp, op, inner_stride, ib, ie);
         }
     }
@@ -304,7 +334,8 @@ struct fused_loop {
             }
             bool aligned = true;
             for (std::size_t j = 0; j < NR; ++j) aligned = aligned && reinterpret_cast<std::uintptr_t>(op[j] + i) % align == 0;
-            if (stream && aligned) {
+            // Large expressions compute more than they move, and skip the streaming copy of the loop.
+            if (!large && stream && aligned) {
                 for (const std::ptrdiff_t last = ie - W; i <= last; i += W) {
                     const frame_t f(contiguous_loader<T, NL>{lp, i});
                     [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
@@ -341,12 +372,35 @@ struct fused_loop {
 
     // Elements [i, ie) of one row in full batches, then one padded partial batch.
     // `lo` is where the span's row starts: a last batch ending at ie may reach back to it when nothing aliases.
+    // Inline for small expressions; large ones share one out-of-line copy between the flat and the row loops.
     KILN_INLINE static void simd_span(const roots_t& roots, const std::array<const T*, NL>& lp,
+                                      const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
+                                      std::ptrdiff_t i, std::ptrdiff_t ie, std::ptrdiff_t lo) {
+        if constexpr (large) simd_span_outlined(roots, lp, ls, op, unit, i, ie, lo);
+        else simd_span_body(roots, lp, ls, op, unit, i, ie, lo);
+    }
+
+    __attribute__((noinline)) static void simd_span_outlined(const roots_t& roots, const std::array<const T*, NL>& lp,
+                                                             const std::array<std::ptrdiff_t, NL>& ls,
+                                                             const std::array<T*, NR>& op, bool unit, std::ptrdiff_t i,
+                                                             std::ptrdiff_t ie, std::ptrdiff_t lo) {
+        simd_span_body(roots, lp, ls, op, unit, i, ie, lo);
+    }
+
+    KILN_INLINE static void simd_span_body(const roots_t& roots, const std::array<const T*, NL>& lp,
                                       const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
                                       std::ptrdiff_t i, std::ptrdiff_t ie, std::ptrdiff_t lo) {
         using frame_t = frame<simd_mode<T>, List>;
         // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
         if (unit) {
+            // Small expressions run two batches per iteration: half the loop overhead, and the two batches'
+            // chains overlap. Large ones do not (compile time; their arithmetic hides the overhead anyway).
+            if constexpr (List::size <= unroll_nodes) {
+                for (const std::ptrdiff_t last = ie - 2 * W; i <= last; i += 2 * W) {
+                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i + W}), op, i + W);
+                }
+            }
             for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
                 store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
         } else {

@@ -1,6 +1,9 @@
 #pragma once
 // kiln::run, kiln::run_into and kiln::fetch on the CPU.
+#include <array>
+#include <span>
 #include <tuple>
+#include <vector>
 
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
@@ -115,6 +118,68 @@ void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feed
     loop::run(std::tuple<Root>(root), bound, outs, shape);
 }
 
+// Containers that are always one dense row-major range: std::vector, std::span, std::array (rank 1) and xtensor's
+// row-major containers and adaptors. For these a pointer and the shape say everything, so run_into can skip the
+// strided views (their binding and checks are a tenth of a 2^10-element chain).
+template <class C>
+inline constexpr bool std_range_v = false;
+template <class T, class A>
+inline constexpr bool std_range_v<std::vector<T, A>> = true;
+template <class T, std::size_t E>
+inline constexpr bool std_range_v<std::span<T, E>> = true;
+template <class T, std::size_t N>
+inline constexpr bool std_range_v<std::array<T, N>> = true;
+
+template <class C>
+concept dense_range = std_range_v<std::remove_cv_t<C>> || requires(const C& c) {
+    requires C::static_layout == xt::layout_type::row_major;
+    c.storage();
+    c.shape();
+};
+
+template <class C>
+std::size_t dense_rank(const C& c) noexcept {
+    if constexpr (std_range_v<std::remove_cv_t<C>>) return 1;
+    else return c.shape().size();
+}
+template <class C>
+std::size_t dense_extent(const C& c, std::size_t d) noexcept {
+    if constexpr (std_range_v<std::remove_cv_t<C>>) return (void)d, c.size();
+    else return c.shape()[d];
+}
+template <class A, class B>
+bool dense_same_shape(const A& a, const B& b) noexcept {
+    if constexpr (std_range_v<std::remove_cv_t<A>> && std_range_v<std::remove_cv_t<B>>) {
+        return a.size() == b.size();
+    } else {
+        const std::size_t r = dense_rank(a);
+        if (r != dense_rank(b)) return false;
+        for (std::size_t d = 0; d < r; ++d)
+            if (dense_extent(a, d) != dense_extent(b, d)) return false;
+        return true;
+    }
+}
+
+template <class LeafList>
+struct dense_leaves;
+template <class... Leaves>
+struct dense_leaves<types<Leaves...>> {
+    // Statically shaped leaves need their declared shapes checked: they take the general path.
+    static constexpr bool all_dynamic = (std::is_same_v<typename Leaves::shape_type, dynamic> && ...);
+
+    using pointer_tuple = std::tuple<const typename Leaves::value_type*...>;
+
+    // The leaves' first elements when every feed has the output's shape, otherwise false.
+    template <class Out, class... Feeds>
+    static bool pointers(pointer_tuple& lp, const Out& out,
+                         const Feeds&... feeds) {
+        [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
+        const bool same = (dense_same_shape(*std::get<feed_index<Leaves, Feeds...>()>(all).data, out) && ...);
+        if (same) lp = {std::get<feed_index<Leaves, Feeds...>()>(all).data->data()...};
+        return same;
+    }
+};
+
 }  // namespace detail
 
 // Runs an expression: one fused pass over memory; the result is an xtensor container.
@@ -154,6 +219,20 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
         return;
     }
     using loop = detail::fused_loop<list, E>;
+    using dense = detail::dense_leaves<leaves>;
+    if constexpr (leaves::size > 0 && dense::all_dynamic && detail::dense_range<std::remove_reference_t<Out>> &&
+                  (detail::dense_range<const typename Feeds::container_type> && ...)) {
+        // Dense containers of one shape: raw pointers, no views. Feeds that fail the compile-time checks take
+        // the general path, whose static_assert names the problem.
+        if constexpr (detail::bound_leaves<leaves>::template check<Feeds...>()) {
+            typename dense::pointer_tuple lp;
+            if (dense::pointers(lp, out, feeds...)) {
+                loop::run_flat_ptrs(std::tuple<E>(expr), lp, std::tuple<R*>(out.data()),
+                                    static_cast<std::ptrdiff_t>(out.size()));
+                return;
+            }
+        }
+    }
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
     auto& o = std::get<0>(outs);
     detail::fill_strided(o, out);
