@@ -67,6 +67,56 @@ TEST_CASE("a gradient's size grows linearly with depth, and its run shares the f
                    w = kiln::view(wv.data(), {2, 2}));
 }
 
+namespace {
+// h_{k+1} = h_k + tanh(h_k): each layer uses its input twice, so the expression written out as a tree has 2^depth
+// leaves. Its type, its size and its compile time must follow the unique nodes instead.
+template <int Depth, class H>
+constexpr auto residual(const H& h) {
+    if constexpr (Depth == 0) return h;
+    else return residual<Depth - 1>(h + kiln::tanh(h));
+}
+}  // namespace
+
+TEST_CASE("a residual chain 24 layers deep: empty nodes, linear plans, values and gradient") {
+    constexpr auto h = residual<24>(x);
+    static_assert(std::is_empty_v<decltype(h)>);  // empty children are not stored: no 2^24-byte expression
+    static_assert(kiln::detail::unique_nodes_t<std::remove_const_t<decltype(h)>>::size == 1 + 2 * 24);
+    const std::vector<double> in{-1.2, -0.3, 0.0, 0.4, 0.9, 1.7, -2.0};
+    std::vector<double> want(in.size()), dwant(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        double v = in[i], d = 1;
+        for (int k = 0; k < 24; ++k) {
+            const double t = std::tanh(v);
+            d *= 2 - t * t;  // d(v + tanh v)/dv
+            v += t;
+        }
+        want[i] = v;
+        dwant[i] = d;
+    }
+    const auto xv = kiln::view(in.data(), {static_cast<std::ptrdiff_t>(in.size())});
+    check_all_close(kiln::run(h, x = xv), want, 1e-12);
+    std::vector<double> out(in.size());
+    kiln::run_into(out, h, x = in);
+    check_all_close(out, want, 1e-12);
+    // The gradient of sum(h) by x, and both in one fetch.
+    const auto g = kiln::grad(kiln::sum(h), x);
+    check_all_close(kiln::run(g, x = xv), dwant, 1e-10);
+    const auto [value, slope] = kiln::run(kiln::fetch(h, g), x = xv);
+    check_all_close(value, want, 1e-12);
+    check_all_close(slope, dwant, 1e-10);
+    // Shapes that broadcast go through shape inference, once per unique node: (3, 1) * (2,) gives (3, 2).
+    const std::vector<double> col{-0.3, 0.4, 1.7}, row{0.5, -2.0};
+    const auto y = kiln::input<"y", double>{};
+    const auto r = kiln::run(h * y, x = kiln::view(col.data(), {3, 1}), y = row);
+    REQUIRE(r.dimension() == 2);
+    CHECK(r.shape()[0] == 3);
+    CHECK(r.shape()[1] == 2);
+    for (std::size_t i = 0; i < 3; ++i)
+        for (std::size_t j = 0; j < 2; ++j) CHECK(r(i, j) == doctest::Approx(want[1 + 2 * i] * row[j]).epsilon(1e-12));
+    CHECK_THROWS_WITH_AS((void)kiln::run(h * y, x = in, y = row),
+                         "kiln: shape_error in 'mul': cannot broadcast shapes (7,) and (2,)", kiln::shape_error);
+}
+
 TEST_CASE("graph gradients agree with the eager tape") {
     const std::vector<double> xv{0.3, -1.2, 0.7, 2.0, -0.5, 0.1, 1.1, -0.8};
     std::vector<double> wv{0.5, -0.3, 0.8, 0.1, -0.6, 0.4, 0.9, 0.2, -0.7, 0.3, 0.6, -0.1};

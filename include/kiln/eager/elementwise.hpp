@@ -98,7 +98,7 @@ void run_eager_into(tensor& out, const E& expr, const In&... inputs) {
         return std::tuple<strided<const typename L::value_type>...>(
             strided_of<typename L::value_type>(std::get<leaf_position<L>::value>(all))...);
     }(leaves_t<list>{});
-    loop::run(std::tuple<E>(expr), bound, typename loop::outs_t{strided_out<R>(out)}, out.shape());
+    loop::run(root_pack<E>(expr), bound, typename loop::outs_t{strided_out<R>(out)}, out.shape());
 }
 
 // The common case of eager ops on small tensors: every input contiguous and of the result's shape. The fused
@@ -115,7 +115,7 @@ bool run_eager_flat(tensor& out, const E& expr, const In&... inputs) {
             static_cast<const typename L::value_type*>(std::get<leaf_position<L>::value>(all).raw_data())...);
     }(leaves_t<list>{});
     using R = root_type_t<E>;
-    loop::run_flat_ptrs(std::tuple<E>(expr), lp, std::tuple<R*>(static_cast<R*>(out.raw_data())), shape.size());
+    loop::run_flat_ptrs(root_pack<E>(expr), lp, std::tuple<R*>(static_cast<R*>(out.raw_data())), shape.size());
     return true;
 }
 

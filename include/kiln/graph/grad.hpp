@@ -133,13 +133,14 @@ constexpr auto gradients(const Loss&, const Params&...) {
                   "kiln::grad: differentiate with respect to inputs, parameters or nodes of the loss.");
     using List = unique_nodes_t<Loss>;
     if constexpr (!contains<Loss, List>::value) {
-        return std::make_tuple(((void)sizeof(Params), constant<0>{})...);  // a constant loss
+        return std::tuple<decltype((void)sizeof(Params), constant<0>{})...>{};  // a constant loss
     } else {
         constexpr std::size_t N = List::size;
         constexpr std::size_t root = index_of<Loss, List>::value;
         using start = typename seed_list<root, std::make_index_sequence<N>>::type;
         using adj = typename backprop<List, start, N>::type;
-        return std::make_tuple(adjoint_of<adj, List, Params>()...);
+        // Adjoints are pure: their types are their values (see detail::grads on building tuples of them).
+        return std::tuple<decltype(adjoint_of<adj, List, Params>())...>{};
     }
 }
 

@@ -81,12 +81,19 @@ struct scalar {
 namespace detail {
 
 // Storage for a node's children, by value.
-// Empty children (leaves, constants, nodes made only of them) take no space, so an expression's size is that of
-// the run-time scalars it holds, not of its tree.
-template <std::size_t I, class T>
+// Empty children (leaves, constants, nodes made only of them) are not stored at all: a child is rebuilt from its
+// type when asked for. Storing them, even as [[no_unique_address]] members, would not do: two subobjects of one
+// type need two addresses, so a residual chain `h = h + relu(h)` grew to 2^depth bytes and its compile time
+// exploded with it. An expression's size is that of the run-time scalars it holds.
+template <class T>
+inline constexpr bool stored_arg_v = !(std::is_empty_v<T> && std::is_trivially_default_constructible_v<T>);
+
+template <std::size_t I, class T, bool Stored = stored_arg_v<T>>
 struct arg_slot {
-    [[no_unique_address]] T value;
+    T value;
 };
+template <std::size_t I, class T>
+struct arg_slot<I, T, false> {};
 
 template <class Seq, class... Args>
 struct arg_pack;
@@ -94,10 +101,31 @@ struct arg_pack;
 template <std::size_t... I, class... Args>
 struct arg_pack<std::index_sequence<I...>, Args...> : arg_slot<I, Args>... {};
 
-template <std::size_t I, class T>
-KILN_HD constexpr const T& get_arg(const arg_slot<I, T>& s) noexcept {
-    return s.value;
+// A stored child by reference, an empty one by value.
+template <std::size_t I, class T, bool Stored>
+KILN_HD constexpr std::conditional_t<Stored, const T&, T> get_arg(const arg_slot<I, T, Stored>& s) noexcept {
+    if constexpr (Stored) return s.value;
+    else return (void)s, T{};
 }
+
+// The roots of one fused loop, stored like a node's children. (Not std::tuple: constructing a std::tuple of an
+// expression type costs GCC time exponential in the depth of a graph with shared subtrees.)
+template <class... Roots>
+struct root_pack : arg_pack<std::index_sequence_for<Roots...>, Roots...> {
+    static constexpr std::size_t size = sizeof...(Roots);
+    constexpr root_pack() = default;
+    KILN_HD constexpr explicit root_pack(const Roots&... roots) {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ([&] {
+                if constexpr (stored_arg_v<Roots>) static_cast<arg_slot<I, Roots>&>(*this).value = roots;
+            }(), ...);
+        }(std::index_sequence_for<Roots...>{});
+    }
+    template <std::size_t J>
+    KILN_HD constexpr decltype(auto) get() const noexcept {
+        return get_arg<J>(*this);
+    }
+};
 
 }  // namespace detail
 
@@ -112,7 +140,7 @@ struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
     static constexpr std::size_t arity = sizeof...(Args);
 
     template <std::size_t I>
-    KILN_HD constexpr const auto& arg() const noexcept {
+    KILN_HD constexpr decltype(auto) arg() const noexcept {
         return detail::get_arg<I>(*this);
     }
 };
@@ -121,7 +149,9 @@ template <class Op, class... Args>
 constexpr node<Op, Args...> make_node(const Args&... args) {
     node<Op, Args...> n{};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((static_cast<detail::arg_slot<I, Args>&>(n).value = args), ...);
+        ([&] {
+            if constexpr (detail::stored_arg_v<Args>) static_cast<detail::arg_slot<I, Args>&>(n).value = args;
+        }(), ...);
     }(std::index_sequence_for<Args...>{});
     return n;
 }

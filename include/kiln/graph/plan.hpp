@@ -229,7 +229,7 @@ struct plan {
         using loop = fused_loop<l, E>;
         const auto bound = binder<leaves_t<l>>::bind(users, ws);
         typename loop::outs_t outs{out};
-        loop::run(std::tuple<E>(e), bound, outs, shape);
+        loop::run(root_pack<E>(e), bound, outs, shape);
     }
 
     template <class E>

@@ -126,11 +126,11 @@ public:
     template <class E, class... Feeds>
     auto run(const E& expr, const Feeds&... feeds) {
         if constexpr (requires { expr.roots; }) {
-            return std::apply([&](const auto&... r) { return run_roots(std::tuple(r...), feeds...); }, expr.roots);
+            return run_roots(expr.roots, feeds...);
         } else {
             static_assert(is_graph_v<E>, "kiln::session::run: the first argument must be a graph-mode expression, "
                                          "kiln::fetch or a training step.");
-            return std::get<0>(run_roots(std::tuple<E>(expr), feeds...));
+            return std::get<0>(run_roots(detail::root_pack<E>(expr), feeds...));
         }
     }
 
@@ -306,7 +306,7 @@ private:
     }
 
     template <class... Roots, class... Feeds>
-    auto run_roots(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+    auto run_roots(const detail::root_pack<Roots...>& roots, const Feeds&... feeds) {
         using plan_t = detail::plan<Roots...>;
         struct state : cache_base {
             typename plan_t::workspace ws;
@@ -317,7 +317,7 @@ private:
         return [&]<std::size_t... J>(std::index_sequence<J...>) {
             return std::tuple<detail::result_container_t<Roots>...>([&] {
                 using R = detail::result_container_t<Roots>;
-                const auto r = plan_t::rewritten(std::get<J>(roots));
+                const auto r = plan_t::rewritten(roots.template get<J>());
                 const dims s = plan_t::shape_of_expression(r, users, st.ws);
                 R out = detail::allocate_result<R>(s);
                 plan_t::run_elementwise(r, users, st.ws, detail::as_strided<detail::root_type_t<Roots>>(out), s);
@@ -385,7 +385,7 @@ private:
             const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
                 return std::tuple<decltype((void)J, static_cast<T*>(nullptr))...>{out[J]...};
             }(std::make_index_sequence<nroots>{});
-            loop::run_flat_ptrs(roots, lp, op, ps.size());
+            loop::run_flat_ptrs(typename loop::roots_t(r...), lp, op, ps.size());
         }, roots);
     }
 

@@ -35,7 +35,7 @@ void fused_update(const std::vector<tensor>& inputs, const std::vector<tensor*>&
     auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
         return typename loop::outs_t{strided_out<root_type_t<Roots>>(*outputs[J])...};
     }(std::index_sequence_for<Roots...>{});
-    loop::run(std::tuple<Roots...>(roots...), bound, outs, outputs[0]->shape());
+    loop::run(root_pack<Roots...>(roots...), bound, outs, outputs[0]->shape());
 }
 
 // Calls f.template operator()<T>(i, parameter, gradient) for each parameter, T its floating element type; the

@@ -86,7 +86,13 @@ struct no_grad {};
 
 template <class... G>
 constexpr auto grads(const G&... g) {
-    return std::tuple<G...>(g...);
+    if constexpr ((std::is_empty_v<G> && ...)) {
+        // Graph mode (and no_grad): every contribution is an empty expression whose type is its value. Building
+        // the tuple from the values would cost GCC time exponential in the depth of shared subtrees.
+        return std::tuple<G...>{};
+    } else {
+        return std::tuple<G...>(g...);
+    }
 }
 
 // Number mode: all operands are numbers or constants; the op runs now. Constants take the numbers' type.

@@ -51,7 +51,7 @@ struct fused_loop {
     // inlined copy costs compile time).
     static constexpr std::size_t unroll_nodes = 16;
     static constexpr bool large = List::size > 32;
-    using roots_t = std::tuple<Roots...>;
+    using roots_t = root_pack<Roots...>;
     using outs_t = std::tuple<strided<root_type_t<Roots>>...>;
     template <class Bound>
     struct leaf_ptrs;
@@ -120,8 +120,8 @@ struct fused_loop {
         return true;
     }
 
-    template <class Bound>
-    static void run(const roots_t& roots, const Bound& bound, const outs_t& outs, const dims& shape) {
+    template <class Bound, class Rp>
+    static void run(const Rp& roots, const Bound& bound, const outs_t& outs, const dims& shape) {
         const std::ptrdiff_t n = shape.size();
         if (n == 0) return;
         // The common case, every operand dense and of one shape, is one flat range: no layout to compute.
@@ -132,8 +132,8 @@ struct fused_loop {
         run_strided(roots, bound, outs, shape, n);
     }
 
-    template <class Bound>
-    static void run_flat(const roots_t& roots, const Bound& bound, const outs_t& outs, std::ptrdiff_t n) {
+    template <class Bound, class Rp>
+    static void run_flat(const Rp& roots, const Bound& bound, const outs_t& outs, std::ptrdiff_t n) {
         const auto lp = [&]<std::size_t... K>(std::index_sequence<K...>) {
             return leaf_ptrs_t<Bound>{std::get<K>(bound).data...};
         }(std::make_index_sequence<NL>{});
@@ -146,8 +146,8 @@ struct fused_loop {
     // Every operand dense and of one shape, given by its first element: one flat range (eager mode calls this
     // directly for contiguous operands, without building views). Inline, with the threaded case out of line: a
     // small loop goes straight to its row, its pointers passed in registers rather than through a closure.
-    template <class LeafPtrs>
-    KILN_INLINE static void run_flat_ptrs(const roots_t& roots, const LeafPtrs& lp,
+    template <class LeafPtrs, class Rp>
+    KILN_INLINE static void run_flat_ptrs(const Rp& roots, const LeafPtrs& lp,
                                           const std::tuple<root_type_t<Roots>*...>& op, std::ptrdiff_t n) {
         if (n < parallel_threshold()) {
             if (n > 0) flat_range(roots, lp, op, 0, n, stream_output(n));
@@ -167,16 +167,16 @@ struct fused_loop {
         return n * static_cast<std::ptrdiff_t>(NR * sizeof(T)) >= streaming_threshold();
     }
 
-    template <class LeafPtrs>
-    KILN_INLINE static void flat_range(const roots_t& roots, const LeafPtrs& lp,
+    template <class LeafPtrs, class Rp>
+    KILN_INLINE static void flat_range(const Rp& roots, const LeafPtrs& lp,
                                        const std::tuple<root_type_t<Roots>*...>& op, std::ptrdiff_t b,
                                        std::ptrdiff_t e, bool stream) {
         if constexpr (vectorized) simd_row(roots, lp, op, unit_strides, true, b, e, stream);
         else scalar_row<true>(roots, lp, op, unit_strides, b, e);
     }
 
-    template <class LeafPtrs>
-    __attribute__((noinline)) static void run_flat_threaded(const roots_t& roots, const LeafPtrs& lp,
+    template <class LeafPtrs, class Rp>
+    __attribute__((noinline)) static void run_flat_threaded(const Rp& roots, const LeafPtrs& lp,
                                                             const std::tuple<root_type_t<Roots>*...>& op,
                                                             std::ptrdiff_t n) {
         const bool stream = stream_output(n);
@@ -188,8 +188,8 @@ struct fused_loop {
             tasks, [&](int t) { flat_range(roots, lp, op, t * chunk, std::min(n, (t + 1) * chunk), stream); });
     }
 
-    template <class Bound>
-    static void run_strided(const roots_t& roots, const Bound& bound, const outs_t& outs, const dims& shape,
+    template <class Bound, class Rp>
+    static void run_strided(const Rp& roots, const Bound& bound, const outs_t& outs, const dims& shape,
                             std::ptrdiff_t n) {
         std::array<dims, NO> strides;
         [&]<std::size_t... K>(std::index_sequence<K...>) {
@@ -227,8 +227,8 @@ struct fused_loop {
         }
     }
 
-    template <class Bound>
-    static void process(const roots_t& roots, const Bound& bound, const outs_t& outs, const layout& l,
+    template <class Bound, class Rp>
+    static void process(const Rp& roots, const Bound& bound, const outs_t& outs, const layout& l,
                         std::ptrdiff_t ob, std::ptrdiff_t oe, std::ptrdiff_t ib, std::ptrdiff_t ie) {
         const int inner_dim = l.rank - 1;
         std::array<std::ptrdiff_t, NO> inner_stride;
@@ -292,16 +292,16 @@ struct fused_loop {
         }
     }
 
-    template <class Frame>
-    KILN_INLINE static void store_roots(const roots_t& roots, const Frame& f, const std::array<T*, NR>& op,
+    template <class Rp, class Frame>
+    KILN_INLINE static void store_roots(const Rp& roots, const Frame& f, const std::array<T*, NR>& op,
                                         std::ptrdiff_t i) {
         [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
-            (f.template evaluate<T>(std::get<J>(roots)).store_unaligned(op[J] + i), ...);
+            (f.template evaluate<T>(roots.template get<J>()).store_unaligned(op[J] + i), ...);
         }(std::make_index_sequence<NR>{});
     }
 
-    template <class LeafPtrs, class Out>
-    static void simd_row(const roots_t& roots, const LeafPtrs& lp_tuple, const Out& op_tuple,
+    template <class LeafPtrs, class Out, class Rp>
+    static void simd_row(const Rp& roots, const LeafPtrs& lp_tuple, const Out& op_tuple,
                          const std::array<std::ptrdiff_t, NO>& inner_stride, bool unit, std::ptrdiff_t ib,
                          std::ptrdiff_t ie, bool stream = false) {
         using frame_t = frame<simd_mode<T>, List>;
@@ -339,7 +339,7 @@ struct fused_loop {
                 for (const std::ptrdiff_t last = ie - W; i <= last; i += W) {
                     const frame_t f(contiguous_loader<T, NL>{lp, i});
                     [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
-                        (stream_store(op[J] + i, f.template evaluate<T>(std::get<J>(roots))), ...);
+                        (stream_store(op[J] + i, f.template evaluate<T>(roots.template get<J>())), ...);
                     }(std::make_index_sequence<NR>{});
                 }
                 stream_fence();
@@ -350,7 +350,8 @@ struct fused_loop {
 
     // One full batch at element i (strides 1 or 0), out of line: the head and the tail of a span share it, so the
     // expression is not inlined once more for each of them (compile time of large expressions).
-    __attribute__((noinline)) static void one_batch(const roots_t& roots, const std::array<const T*, NL>& lp,
+    template <class Rp>
+    __attribute__((noinline)) static void one_batch(const Rp& roots, const std::array<const T*, NL>& lp,
                                                     const std::array<std::ptrdiff_t, NL>& ls,
                                                     const std::array<T*, NR>& op, std::ptrdiff_t i) {
         store_roots(roots, frame<simd_mode<T>, List>(broadcast_loader<T, NL>{lp, ls, i}), op, i);
@@ -373,21 +374,24 @@ struct fused_loop {
     // Elements [i, ie) of one row in full batches, then one padded partial batch.
     // `lo` is where the span's row starts: a last batch ending at ie may reach back to it when nothing aliases.
     // Inline for small expressions; large ones share one out-of-line copy between the flat and the row loops.
-    KILN_INLINE static void simd_span(const roots_t& roots, const std::array<const T*, NL>& lp,
+    template <class Rp>
+    KILN_INLINE static void simd_span(const Rp& roots, const std::array<const T*, NL>& lp,
                                       const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
                                       std::ptrdiff_t i, std::ptrdiff_t ie, std::ptrdiff_t lo) {
         if constexpr (large) simd_span_outlined(roots, lp, ls, op, unit, i, ie, lo);
         else simd_span_body(roots, lp, ls, op, unit, i, ie, lo);
     }
 
-    __attribute__((noinline)) static void simd_span_outlined(const roots_t& roots, const std::array<const T*, NL>& lp,
+    template <class Rp>
+    __attribute__((noinline)) static void simd_span_outlined(const Rp& roots, const std::array<const T*, NL>& lp,
                                                              const std::array<std::ptrdiff_t, NL>& ls,
                                                              const std::array<T*, NR>& op, bool unit, std::ptrdiff_t i,
                                                              std::ptrdiff_t ie, std::ptrdiff_t lo) {
         simd_span_body(roots, lp, ls, op, unit, i, ie, lo);
     }
 
-    KILN_INLINE static void simd_span_body(const roots_t& roots, const std::array<const T*, NL>& lp,
+    template <class Rp>
+    KILN_INLINE static void simd_span_body(const Rp& roots, const std::array<const T*, NL>& lp,
                                       const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
                                       std::ptrdiff_t i, std::ptrdiff_t ie, std::ptrdiff_t lo) {
         using frame_t = frame<simd_mode<T>, List>;
@@ -418,7 +422,8 @@ struct fused_loop {
 
     // Fewer than W elements run as one padded batch, so every element gets the same arithmetic whatever the size
     // and alignment.
-    static void partial_batch(const roots_t& roots, const std::array<const T*, NL>& lp,
+    template <class Rp>
+    static void partial_batch(const Rp& roots, const std::array<const T*, NL>& lp,
                               const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op,
                               std::ptrdiff_t i, std::ptrdiff_t count) {
         using frame_t = frame<simd_mode<T>, List>;
@@ -438,15 +443,15 @@ struct fused_loop {
         }
         const frame_t f(contiguous_loader<T, NL>{bp, 0});
         [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
-            (f.template evaluate<T>(std::get<J>(roots)).store_aligned(out[J]), ...);
+            (f.template evaluate<T>(roots.template get<J>()).store_aligned(out[J]), ...);
             ([&] {
                 for (std::ptrdiff_t e = 0; e < count; ++e) op[J][i + e] = out[J][e];
             }(), ...);
         }(std::make_index_sequence<NR>{});
     }
 
-    template <bool Unit, class LeafPtrs, class Out>
-    static void scalar_row(const roots_t& roots, const LeafPtrs& lp, const Out& op,
+    template <bool Unit, class LeafPtrs, class Out, class Rp>
+    static void scalar_row(const Rp& roots, const LeafPtrs& lp, const Out& op,
                            const std::array<std::ptrdiff_t, NO>& inner_stride, std::ptrdiff_t ib, std::ptrdiff_t ie) {
         using frame_t = frame<scalar_mode, List>;
         std::array<std::ptrdiff_t, NL> ls;
@@ -455,7 +460,7 @@ struct fused_loop {
             const frame_t f(strided_loader<LeafPtrs, NL, Unit>{lp, ls, i});
             [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
                 ((std::get<J>(op)[Unit ? i : i * inner_stride[NL + J]] =
-                      f.template evaluate<root_type_t<Roots>>(std::get<J>(roots))),
+                      f.template evaluate<root_type_t<Roots>>(roots.template get<J>())),
                  ...);
             }(std::make_index_sequence<NR>{});
         }

@@ -16,14 +16,14 @@ namespace kiln {
 // Several roots computed in one pass: kiln::run(kiln::fetch(loss, y), feeds...).
 template <class... Roots>
 struct fetch_t {
-    std::tuple<Roots...> roots;
+    detail::root_pack<Roots...> roots;
 };
 
 template <class... Roots>
 constexpr fetch_t<Roots...> fetch(const Roots&... roots) {
     static_assert(sizeof...(Roots) > 0, "kiln::fetch: name at least one expression to compute.");
     static_assert((is_graph_v<Roots> && ...), "kiln::fetch: every argument must be a graph-mode expression.");
-    return {std::tuple<Roots...>(roots...)};
+    return {detail::root_pack<Roots...>(roots...)};
 }
 
 namespace detail {
@@ -56,11 +56,11 @@ C allocate_result(const dims& shape) {
 }
 
 template <class... Roots, class... Feeds>
-auto run_unplanned(const std::tuple<Roots...>& roots, const Feeds&... feeds);
+auto run_unplanned(const root_pack<Roots...>& roots, const Feeds&... feeds);
 
 // Graphs with reductions, matmul or views: materialized nodes first, then one fused loop per root.
 template <class... Roots, class... Feeds>
-auto run_planned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+auto run_planned(const root_pack<Roots...>& roots, const Feeds&... feeds) {
     using plan_t = plan<Roots...>;
     const auto users = bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
     typename plan_t::workspace ws;
@@ -68,7 +68,7 @@ auto run_planned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
     return [&]<std::size_t... J>(std::index_sequence<J...>) {
         return std::tuple<result_container_t<Roots>...>([&] {
             using R = result_container_t<Roots>;
-            const auto r = plan_t::rewritten(std::get<J>(roots));
+            const auto r = plan_t::rewritten(roots.template get<J>());
             const dims s = plan_t::shape_of_expression(r, users, ws);
             R out = allocate_result<R>(s);
             plan_t::run_elementwise(r, users, ws, as_strided<root_type_t<Roots>>(out), s);
@@ -78,20 +78,20 @@ auto run_planned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
 }
 
 template <class... Roots, class... Feeds>
-auto run_roots(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+auto run_roots(const root_pack<Roots...>& roots, const Feeds&... feeds) {
     if constexpr ((has_structural<Roots>::value || ...)) return run_planned(roots, feeds...);
     else return run_unplanned(roots, feeds...);
 }
 
 template <class... Roots, class... Feeds>
-auto run_unplanned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
+auto run_unplanned(const root_pack<Roots...>& roots, const Feeds&... feeds) {
     using list = unique_nodes_t<Roots...>;
     using leaves = leaves_t<list>;
     const auto bound = bound_leaves<leaves>::bind(feeds...);
     std::array<dims, sizeof...(Roots)> shapes;
     bool same = true;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
-        ((shapes[J] = output_shape<leaves>(bound, std::get<J>(roots)), same = same && shapes[J] == shapes[0]), ...);
+        ((shapes[J] = output_shape<leaves>(bound, roots.template get<J>()), same = same && shapes[J] == shapes[0]), ...);
     }(std::index_sequence_for<Roots...>{});
 
     std::tuple<result_container_t<Roots>...> results;
@@ -103,7 +103,7 @@ auto run_unplanned(const std::tuple<Roots...>& roots, const Feeds&... feeds) {
             loop::run(roots, bound, outs, shapes[0]);
         } else {
             // Roots of different shapes: one loop each.
-            (run_one(std::get<J>(roots), std::get<J>(results), shapes[J], feeds...), ...);
+            (run_one(roots.template get<J>(), std::get<J>(results), shapes[J], feeds...), ...);
         }
     }(std::index_sequence_for<Roots...>{});
     return results;
@@ -115,7 +115,7 @@ void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feed
     using loop = fused_loop<list, Root>;
     const auto bound = bound_leaves<leaves_t<list>>::bind_checked(feeds...);
     typename loop::outs_t outs{as_strided<root_type_t<Root>>(out)};
-    loop::run(std::tuple<Root>(root), bound, outs, shape);
+    loop::run(root_pack<Root>(root), bound, outs, shape);
 }
 
 // Containers that are always one dense row-major range: std::vector, std::span, std::array (rank 1) and xtensor's
@@ -189,7 +189,7 @@ auto run(const E& expr, const Feeds&... feeds) {
         return detail::run_roots(expr.roots, feeds...);
     } else {
         static_assert(is_graph_v<E>, "kiln::run: the first argument must be a graph-mode expression or kiln::fetch.");
-        return std::get<0>(detail::run_roots(std::tuple<E>(expr), feeds...));
+        return std::get<0>(detail::run_roots(detail::root_pack<E>(expr), feeds...));
     }
 }
 
@@ -227,7 +227,7 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
         if constexpr (detail::bound_leaves<leaves>::template check<Feeds...>()) {
             typename dense::pointer_tuple lp;
             if (dense::pointers(lp, out, feeds...)) {
-                loop::run_flat_ptrs(std::tuple<E>(expr), lp, std::tuple<R*>(out.data()),
+                loop::run_flat_ptrs(detail::root_pack<E>(expr), lp, std::tuple<R*>(out.data()),
                                     static_cast<std::ptrdiff_t>(out.size()));
                 return;
             }
@@ -247,7 +247,7 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
             throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
     }
-    loop::run(std::tuple<E>(expr), bound, outs, o.shape);
+    loop::run(detail::root_pack<E>(expr), bound, outs, o.shape);
 }
 
 }  // namespace kiln
