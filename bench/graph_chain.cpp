@@ -9,7 +9,10 @@
 #include <xtensor/xnoalias.hpp>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
+#include <string>
 #include <vector>
 
 using namespace kiln::literals;
@@ -98,17 +101,35 @@ void kiln_run(benchmark::State& state) {
     finish(state, n);
 }
 
-void hand_loop(benchmark::State& state) {
-    baseline(state, [](data& d, std::size_t b, std::size_t e) {
-        const float* __restrict x = d.x.data();
-        const float* __restrict y = d.y.data();
-        float* __restrict o = d.out.data();
-        for (std::size_t i = b; i < e; ++i) {
-            const float t = x[i] * y[i] + 0.5f * x[i] - y[i];
-            o[i] = (t > 0.f ? t : 0.f) * 2.f + y[i];
-        }
-    });
+// The bodies of the baselines: each computes elements [b, e) of the chain from d.
+void hand_body(data& d, std::size_t b, std::size_t e) {
+    const float* __restrict x = d.x.data();
+    const float* __restrict y = d.y.data();
+    float* __restrict o = d.out.data();
+    for (std::size_t i = b; i < e; ++i) {
+        const float t = x[i] * y[i] + 0.5f * x[i] - y[i];
+        o[i] = (t > 0.f ? t : 0.f) * 2.f + y[i];
+    }
 }
+
+void xtensor_body(data& d, std::size_t b, std::size_t e) {
+    const std::array<std::size_t, 1> shape{e - b};
+    auto x = xt::adapt(d.x.data() + b, e - b, xt::no_ownership(), shape);
+    auto y = xt::adapt(d.y.data() + b, e - b, xt::no_ownership(), shape);
+    auto o = xt::adapt(d.out.data() + b, e - b, xt::no_ownership(), shape);
+    xt::noalias(o) = xt::maximum(x * y + 0.5f * x - y, 0.f) * 2.f + y;
+}
+
+void eigen_body(data& d, std::size_t b, std::size_t e) {
+    const auto m = static_cast<Eigen::Index>(e - b);
+    Eigen::Map<const Eigen::ArrayXf> x(d.x.data() + b, m), y(d.y.data() + b, m);
+    Eigen::Map<Eigen::ArrayXf> o(d.out.data() + b, m);
+    o = (x * y + 0.5f * x - y).max(0.f) * 2.f + y;
+}
+
+void hand_loop(benchmark::State& state) { baseline(state, hand_body); }
+void xtensor_noalias(benchmark::State& state) { baseline(state, xtensor_body); }
+void eigen_array(benchmark::State& state) { baseline(state, eigen_body); }
 
 void unfused(benchmark::State& state) {
     // One pass per op, through temporaries, as an op-by-op runtime would.
@@ -128,23 +149,60 @@ void unfused(benchmark::State& state) {
     });
 }
 
-void xtensor_noalias(benchmark::State& state) {
-    baseline(state, [](data& d, std::size_t b, std::size_t e) {
-        const std::array<std::size_t, 1> shape{e - b};
-        auto x = xt::adapt(d.x.data() + b, e - b, xt::no_ownership(), shape);
-        auto y = xt::adapt(d.y.data() + b, e - b, xt::no_ownership(), shape);
-        auto o = xt::adapt(d.out.data() + b, e - b, xt::no_ownership(), shape);
-        xt::noalias(o) = xt::maximum(x * y + 0.5f * x - y, 0.f) * 2.f + y;
-    });
-}
-
-void eigen_array(benchmark::State& state) {
-    baseline(state, [](data& d, std::size_t b, std::size_t e) {
-        const auto m = static_cast<Eigen::Index>(e - b);
-        Eigen::Map<const Eigen::ArrayXf> x(d.x.data() + b, m), y(d.y.data() + b, m);
-        Eigen::Map<Eigen::ArrayXf> o(d.out.data() + b, m);
-        o = (x * y + 0.5f * x - y).max(0.f) * 2.f + y;
-    });
+// Paired rounds: each round times kiln's run_into, Eigen, xtensor and the hand loop once each, in an order that
+// rotates from round to round, and keeps kiln's time over each peer's from that round. The VM's speed drifts over
+// seconds; separate repetitions inherit that drift, but two timings a millisecond apart share it, so the median of
+// per-round ratios settles gaps of a few percent that medians of separate repetitions cannot. Reported as counters:
+// the median ratio and the bounds of its 95% confidence interval (order statistics, no assumed distribution).
+void paired(benchmark::State& state) {
+    setup(state);
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const int threads = static_cast<int>(state.range(1));
+    auto& d = get(n);
+    const auto x = "x"_in;
+    const auto y = "y"_in;
+    const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
+    // Calls per timing: at least about 2^20 elements, so that the clock's resolution and overhead do not count.
+    const std::size_t calls = std::max<std::size_t>(1, (std::size_t{1} << 20) / n);
+    auto one = [&](int c) {
+        // Direct calls, so that no contender pays an indirect call the others do not.
+        switch (c) {
+        case 0: kiln::run_into(d.out, graph, x = d.x, y = d.y); break;
+        case 1: split(n, threads, [&](std::size_t b, std::size_t e) { eigen_body(d, b, e); }); break;
+        case 2: split(n, threads, [&](std::size_t b, std::size_t e) { xtensor_body(d, b, e); }); break;
+        default: split(n, threads, [&](std::size_t b, std::size_t e) { hand_body(d, b, e); }); break;
+        }
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    };
+    constexpr int contenders = 4;
+    std::array<std::vector<double>, contenders> ratios;
+    int round = 0;
+    for (auto _ : state) {
+        std::array<double, contenders> t{};
+        for (int k = 0; k < contenders; ++k) {
+            const int c = (round + k) % contenders;
+            const auto start = std::chrono::steady_clock::now();
+            for (std::size_t r = 0; r < calls; ++r) one(c);
+            t[c] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        for (int c = 1; c < contenders; ++c) ratios[c].push_back(t[0] / t[c]);
+        ++round;
+    }
+    const char* names[contenders] = {"", "eigen", "xtensor", "hand"};
+    for (int c = 1; c < contenders; ++c) {
+        auto& v = ratios[c];
+        std::sort(v.begin(), v.end());
+        const auto m = static_cast<double>(v.size());
+        const double half = 0.98 * std::sqrt(m);  // 1.96 * sqrt(m) / 2 ranks either side of the median
+        const auto at = [&](double rank) {
+            return v[static_cast<std::size_t>(std::clamp(rank, 0.0, m - 1))];
+        };
+        state.counters[std::string("over_") + names[c]] = at(m / 2);
+        state.counters[std::string("over_") + names[c] + "_lo"] = at(std::floor(m / 2 - half));
+        state.counters[std::string("over_") + names[c] + "_hi"] = at(std::ceil(m / 2 + half));
+    }
+    state.counters["rounds"] = static_cast<double>(round);
 }
 
 void stream_triad(benchmark::State& state) {
@@ -171,5 +229,7 @@ BENCHMARK(kiln_run)->Apply(sizes);
 BENCHMARK(xtensor_noalias)->Apply(sizes);
 BENCHMARK(eigen_array)->Apply(sizes);
 BENCHMARK(unfused)->Apply(sizes);
+// Run on its own (see bench/run_graph_chain.sh): its counters, not its time, are the result.
+BENCHMARK(paired)->Apply(sizes)->MinTime(2.0);
 
 BENCHMARK_MAIN();

@@ -9,7 +9,30 @@ import sys
 from collections import defaultdict
 
 
-def main(path):
+def shape(b):
+    parts = b["run_name"].split("/") if "run_name" in b else b["name"].split("/")
+    return parts[0], int(parts[1].split(":")[1]), int(parts[2].split(":")[1])
+
+
+def paired_table(path):
+    # Each round of the paired benchmark times kiln and every peer back to back; the counters are the median of
+    # kiln's time over the peer's across rounds, and the 95% confidence interval of that median.
+    with open(path) as f:
+        data = json.load(f)
+    print()
+    print("kiln_run_into's time over each peer's in paired rounds: median [95% confidence interval] "
+          "(below 1.00 kiln is faster):")
+    print()
+    print("| n | threads | rounds | / Eigen | / xtensor | / hand loop |")
+    print("|---|---|---|---|---|---|")
+    for b in sorted((b for b in data["benchmarks"] if shape(b)[0] == "paired"), key=lambda b: shape(b)[1:]):
+        _, n, threads = shape(b)
+        cells = [f"{b['over_' + p]:.3f} [{b['over_' + p + '_lo']:.3f}, {b['over_' + p + '_hi']:.3f}]"
+                 for p in ("eigen", "xtensor", "hand")]
+        print(f"| 2^{n.bit_length() - 1} | {threads} | {int(b['rounds'])} | " + " | ".join(cells) + " |")
+
+
+def main(path, paired_path=None):
     with open(path) as f:
         data = json.load(f)
     # Every repetition of every contender, interleaved in random order by the run script, so that the VM's drifts
@@ -19,10 +42,7 @@ def main(path):
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate":
             continue
-        parts = b["run_name"].split("/") if "run_name" in b else b["name"].split("/")
-        contender = parts[0]
-        n = int(parts[1].split(":")[1])
-        threads = int(parts[2].split(":")[1])
+        contender, n, threads = shape(b)
         runs[(n, threads)][contender].append((b["real_time"], b.get("bytes_per_second", 0.0)))
 
     def median(v):
@@ -61,7 +81,9 @@ def main(path):
         x = r["xtensor_noalias"]
         print(f"| 2^{n.bit_length() - 1} | {threads} | {k[0] / e[0]:.2f} | {k[2] / e[2]:.2f} | "
               f"{k[0] / x[0]:.2f} | {k[2] / x[2]:.2f} |")
+    if paired_path:
+        paired_table(paired_path)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench_graph_chain.json")
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench_graph_chain.json", sys.argv[2] if len(sys.argv) > 2 else None)

@@ -5,7 +5,11 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCHMARKS=ON -DKILN_BUILD_TESTS=OFF \
       -DKILN_BUILD_EXAMPLES=OFF -DKILN_NATIVE=ON >/dev/null
 cmake --build build-bench --target bench_graph_chain -j"$(nproc)"
-build-bench/bench/bench_graph_chain --benchmark_min_time=0.1 --benchmark_repetitions=15 --benchmark_enable_random_interleaving=true \
-  --benchmark_out=build-bench/bench_graph_chain.json \
-  --benchmark_out_format=json >/dev/null
-python3 bench/report.py build-bench/bench_graph_chain.json
+# Separate repetitions, interleaved in random order: the time and bandwidth tables.
+build-bench/bench/bench_graph_chain --benchmark_filter=-paired --benchmark_min_time=0.1 --benchmark_repetitions=15 \
+  --benchmark_enable_random_interleaving=true \
+  --benchmark_out=build-bench/bench_graph_chain.json --benchmark_out_format=json >/dev/null
+# Paired rounds (kiln and each peer timed back to back, about 2 s per row): the kiln-over-peer table.
+build-bench/bench/bench_graph_chain --benchmark_filter=paired \
+  --benchmark_out=build-bench/bench_graph_chain_paired.json --benchmark_out_format=json >/dev/null
+python3 bench/report.py build-bench/bench_graph_chain.json build-bench/bench_graph_chain_paired.json

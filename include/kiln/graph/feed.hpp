@@ -106,6 +106,11 @@ struct container_element<C> {
 template <class C>
 using container_element_t = typename container_element<C>::type;
 
+template <class C>
+inline constexpr bool is_vector_bool_v = false;
+template <class A>
+inline constexpr bool is_vector_bool_v<std::vector<bool, A>> = true;
+
 // Any container kiln accepts, as a strided view. P is `const T` for feeds and `T` for outputs.
 template <class P, class C>
 void fill_strided(strided<P>& s, C& c) {
@@ -129,6 +134,10 @@ void fill_strided(strided<P>& s, C& c) {
         s.shape.rank = s.strides.rank = 1;
         s.shape[0] = static_cast<std::ptrdiff_t>(c.size());
         s.strides[0] = 1;
+    } else if constexpr (is_vector_bool_v<std::remove_cv_t<C>>) {
+        static_assert(sizeof(C) == 0,
+                      "kiln: std::vector<bool> stores bits, not bools, and cannot be a feed or an output; use "
+                      "xt::xtensor<bool, N> or kiln::view over an array of bool.");
     } else {
         static_assert(sizeof(C) == 0,
                       "kiln: feeds and outputs are xtensor containers, std::vector, std::span or kiln::view(ptr, "

@@ -101,6 +101,14 @@ struct arg_pack;
 template <std::size_t... I, class... Args>
 struct arg_pack<std::index_sequence<I...>, Args...> : arg_slot<I, Args>... {};
 
+// Copies the stored children into their slots (empty ones have none): what a node and a root_pack are built with.
+template <std::size_t... I, class... Args>
+KILN_HD constexpr void store_args(arg_pack<std::index_sequence<I...>, Args...>& p, const Args&... args) {
+    ([&] {
+        if constexpr (stored_arg_v<Args>) static_cast<arg_slot<I, Args>&>(p).value = args;
+    }(), ...);
+}
+
 // A stored child by reference, an empty one by value.
 template <std::size_t I, class T, bool Stored>
 KILN_HD constexpr std::conditional_t<Stored, const T&, T> get_arg(const arg_slot<I, T, Stored>& s) noexcept {
@@ -114,13 +122,7 @@ template <class... Roots>
 struct root_pack : arg_pack<std::index_sequence_for<Roots...>, Roots...> {
     static constexpr std::size_t size = sizeof...(Roots);
     constexpr root_pack() = default;
-    KILN_HD constexpr explicit root_pack(const Roots&... roots) {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ([&] {
-                if constexpr (stored_arg_v<Roots>) static_cast<arg_slot<I, Roots>&>(*this).value = roots;
-            }(), ...);
-        }(std::index_sequence_for<Roots...>{});
-    }
+    KILN_HD constexpr explicit root_pack(const Roots&... roots) { store_args(*this, roots...); }
     template <std::size_t J>
     KILN_HD constexpr decltype(auto) get() const noexcept {
         return get_arg<J>(*this);
@@ -148,11 +150,7 @@ struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
 template <class Op, class... Args>
 constexpr node<Op, Args...> make_node(const Args&... args) {
     node<Op, Args...> n{};
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ([&] {
-            if constexpr (detail::stored_arg_v<Args>) static_cast<detail::arg_slot<I, Args>&>(n).value = args;
-        }(), ...);
-    }(std::index_sequence_for<Args...>{});
+    detail::store_args(n, args...);
     return n;
 }
 

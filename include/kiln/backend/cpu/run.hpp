@@ -123,8 +123,9 @@ void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feed
 // strided views (their binding and checks are a tenth of a 2^10-element chain).
 template <class C>
 inline constexpr bool std_range_v = false;
+// (Not std::vector<bool>: it has no data(); the general path rejects it with kiln's own message.)
 template <class T, class A>
-inline constexpr bool std_range_v<std::vector<T, A>> = true;
+inline constexpr bool std_range_v<std::vector<T, A>> = !is_vector_bool_v<std::vector<T, A>>;
 template <class T, std::size_t E>
 inline constexpr bool std_range_v<std::span<T, E>> = true;
 template <class T, std::size_t N>
