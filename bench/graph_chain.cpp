@@ -152,8 +152,10 @@ void unfused(benchmark::State& state) {
 // Paired rounds: each round times kiln's run_into, Eigen, xtensor and the hand loop once each, in an order that
 // rotates from round to round, and keeps kiln's time over each peer's from that round. The VM's speed drifts over
 // seconds; separate repetitions inherit that drift, but two timings a millisecond apart share it, so the median of
-// per-round ratios settles gaps of a few percent that medians of separate repetitions cannot. Reported as counters:
-// the median ratio and the bounds of its 95% confidence interval (order statistics, no assumed distribution).
+// per-round ratios is stable within a process to a fraction of a percent. Reported as counters: the median ratio and
+// the bounds of its 95% confidence interval (order statistics, no assumed distribution). Separate processes and
+// builds still differ by more than that interval (the same loop at another address, data at other offsets), so the
+// run script runs this benchmark in several processes and reports their spread.
 void paired(benchmark::State& state) {
     setup(state);
     const auto n = static_cast<std::size_t>(state.range(0));

@@ -14,25 +14,41 @@ def shape(b):
     return parts[0], int(parts[1].split(":")[1]), int(parts[2].split(":")[1])
 
 
-def paired_table(path):
-    # Each round of the paired benchmark times kiln and every peer back to back; the counters are the median of
-    # kiln's time over the peer's across rounds, and the 95% confidence interval of that median.
-    with open(path) as f:
-        data = json.load(f)
+def paired_table(paths):
+    # Each round of the paired benchmark times kiln and every peer back to back; a process reports the median of
+    # kiln's time over each peer's across its rounds. The table gives the median over processes and the lowest and
+    # highest process: the spread between processes is what a single process cannot cancel.
+    per = defaultdict(lambda: defaultdict(list))
+    rounds = defaultdict(list)
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for b in data["benchmarks"]:
+            contender, n, threads = shape(b)
+            if contender != "paired":
+                continue
+            rounds[(n, threads)].append(int(b["rounds"]))
+            for p in ("eigen", "xtensor", "hand"):
+                per[(n, threads)][p].append(b["over_" + p])
+
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2]
+
     print()
-    print("kiln_run_into's time over each peer's in paired rounds: median [95% confidence interval] "
-          "(below 1.00 kiln is faster):")
+    print(f"kiln_run_into's time over each peer's in paired rounds, {len(paths)} processes: median over processes "
+          "[lowest, highest] (below 1.00 kiln is faster):")
     print()
-    print("| n | threads | rounds | / Eigen | / xtensor | / hand loop |")
+    print("| n | threads | rounds per process | / Eigen | / xtensor | / hand loop |")
     print("|---|---|---|---|---|---|")
-    for b in sorted((b for b in data["benchmarks"] if shape(b)[0] == "paired"), key=lambda b: shape(b)[1:]):
-        _, n, threads = shape(b)
-        cells = [f"{b['over_' + p]:.3f} [{b['over_' + p + '_lo']:.3f}, {b['over_' + p + '_hi']:.3f}]"
-                 for p in ("eigen", "xtensor", "hand")]
-        print(f"| 2^{n.bit_length() - 1} | {threads} | {int(b['rounds'])} | " + " | ".join(cells) + " |")
+    for key in sorted(per):
+        n, threads = key
+        cells = [f"{median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"
+                 for v in (per[key][p] for p in ("eigen", "xtensor", "hand"))]
+        print(f"| 2^{n.bit_length() - 1} | {threads} | {median(rounds[key])} | " + " | ".join(cells) + " |")
 
 
-def main(path, paired_path=None):
+def main(path, paired_paths=()):
     with open(path) as f:
         data = json.load(f)
     # Every repetition of every contender, interleaved in random order by the run script, so that the VM's drifts
@@ -81,9 +97,9 @@ def main(path, paired_path=None):
         x = r["xtensor_noalias"]
         print(f"| 2^{n.bit_length() - 1} | {threads} | {k[0] / e[0]:.2f} | {k[2] / e[2]:.2f} | "
               f"{k[0] / x[0]:.2f} | {k[2] / x[2]:.2f} |")
-    if paired_path:
-        paired_table(paired_path)
+    if paired_paths:
+        paired_table(paired_paths)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench_graph_chain.json", sys.argv[2] if len(sys.argv) > 2 else None)
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench_graph_chain.json", sys.argv[2:])

@@ -1,4 +1,5 @@
 // expect: kiln::layers::dense: the input's last dimension \(its features\) must be static
+// errors: 1
 #include <kiln/nn/graph_layers.hpp>
 int main() {
     const auto x = kiln::input<"x">{};

@@ -1,4 +1,5 @@
 // expect: input_fed_twice<kiln::fixed_string<2>.?"x"
+// errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>
 using namespace kiln::literals;

@@ -1,4 +1,5 @@
 // expect: kiln::grad: the loss holds a run-time scalar
+// errors: 1
 #include <kiln/graph/grad.hpp>
 int main() {
     const auto x = kiln::input<"x">{};

@@ -1,4 +1,5 @@
 // expect: no_feed_for_input<kiln::fixed_string<2>.?"y"
+// errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>
 using namespace kiln::literals;

@@ -1,4 +1,5 @@
 // expect: incompatible_element_types<kiln::ops::mul, float, double>
+// errors: 1
 #include <kiln/kiln.hpp>
 int main() {
     const auto a = kiln::input<"a", float>{};

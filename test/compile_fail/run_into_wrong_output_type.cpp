@@ -1,4 +1,5 @@
 // expect: run_into: the output's element type differs
+// errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>
 using namespace kiln::literals;

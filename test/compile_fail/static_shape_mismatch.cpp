@@ -1,4 +1,5 @@
 // expect: incompatible_static_shapes<kiln::ops::add, kiln::shape<3>, kiln::shape<4> >
+// errors: 1
 #include <kiln/kiln.hpp>
 int main() {
     const auto a = kiln::input<"a", float, kiln::shape<3>>{};

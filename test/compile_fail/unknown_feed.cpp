@@ -1,4 +1,5 @@
 // expect: feed_names_no_input_of_the_expression<kiln::fixed_string<2>.?"z"
+// errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>
 using namespace kiln::literals;

@@ -1,4 +1,5 @@
 // expect: std::vector<bool> stores bits, not bools
+// errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>
 using namespace kiln::literals;

@@ -1,4 +1,5 @@
 // expect: feed_has_wrong_element_type<kiln::fixed_string<2>.?"x".?, float, double>
+// errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>
 using namespace kiln::literals;

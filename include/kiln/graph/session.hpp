@@ -123,21 +123,71 @@ public:
     explicit session(std::uint64_t seed = 0) : gen_(seed) {}
 
     // Runs an expression or kiln::fetch(...): like kiln::run, with parameters taken from the session unless fed.
+    // The feeds are checked first, as in kiln::run (see detail::feeds_ok): a mistake gives one static_assert.
     template <class E, class... Feeds>
     auto run(const E& expr, const Feeds&... feeds) {
         if constexpr (requires { expr.roots; }) {
-            return run_roots(expr.roots, feeds...);
-        } else {
+            using traits = detail::pack_traits<std::remove_cvref_t<decltype(expr.roots)>>;
+            if constexpr (feeds_ok<typename traits::leaves, Feeds...>()) return run_roots(expr.roots, feeds...);
+            else return typename traits::results{};
+        } else if constexpr (!is_graph_v<E>) {
             static_assert(is_graph_v<E>, "kiln::session::run: the first argument must be a graph-mode expression, "
                                          "kiln::fetch or a training step.");
+        } else if constexpr (feeds_ok<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>()) {
             return std::get<0>(run_roots(detail::root_pack<E>(expr), feeds...));
+        } else {
+            return detail::result_container_t<E>{};
         }
     }
 
     // One training step: the loss and its gradients in one plan, then one fused update per parameter. Returns the
-    // loss before the update.
+    // loss before the update. (The gradients' leaves are among the loss's, so the loss's leaves are checked.)
     template <class Loss, class Rule, class... Params, class... Feeds>
     auto run(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
+        using leaves = detail::leaves_t<detail::unique_nodes_t<Loss>>;
+        if constexpr (feeds_ok<leaves, Feeds...>()) return run_step(step, feeds...);
+        else return detail::root_type_t<Loss>{};
+    }
+
+    // A parameter's tensor (created from its initializer by the first run that uses it, or by set()).
+    tensor& parameter(std::string_view name) {
+        auto it = params_.find(name);
+        if (it == params_.end())
+            throw value_error("kiln::session: no parameter named '" + std::string(name) + "' (it is created by the "
+                              "first run that uses it, or by set())");
+        return it->second;
+    }
+    bool has_parameter(std::string_view name) const { return params_.find(name) != params_.end(); }
+    std::vector<std::string> parameter_names() const {
+        std::vector<std::string> out;
+        for (const auto& kv : params_) out.push_back(kv.first);
+        return out;
+    }
+    // Sets a parameter's value (copied). The shape may change only before a plan has used the parameter.
+    void set(std::string_view name, const tensor& value) {
+        auto it = params_.find(name);
+        if (it == params_.end()) {
+            params_.emplace(std::string(name), copy_of(value));
+            return;
+        }
+        if (!(it->second.shape() == value.shape()) || it->second.dtype() != value.dtype())
+            throw shape_error("kiln::session::set: parameter '" + std::string(name) + "' has shape " +
+                              to_string(it->second.shape()) + " and dtype " + std::string(kiln::name(it->second.dtype())) +
+                              ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
+        run_eager_copy(it->second, value);
+    }
+    // Creates every parameter of an expression that does not exist yet.
+    template <class E>
+    void initialize(const E&) {
+        using leaves = detail::leaves_t<detail::unique_nodes_t<E>>;
+        [&]<class... L>(detail::types<L...>) { ((is_param_v<L> ? (void)parameter_for<L>() : void()), ...); }(leaves{});
+    }
+    generator& rng() noexcept { return gen_; }
+
+private:
+    // The body of run(step, feeds...), once the feeds have passed their checks.
+    template <class Loss, class Rule, class... Params, class... Feeds>
+    auto run_step(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
         using step_t = training_step<Loss, Rule, detail::types<Params...>>;
         using T = detail::root_type_t<Loss>;
         constexpr auto grads = step_t::gradients();
@@ -182,42 +232,16 @@ public:
         return loss_value;
     }
 
-    // A parameter's tensor (created from its initializer by the first run that uses it, or by set()).
-    tensor& parameter(std::string_view name) {
-        auto it = params_.find(name);
-        if (it == params_.end())
-            throw value_error("kiln::session: no parameter named '" + std::string(name) + "' (it is created by the "
-                              "first run that uses it, or by set())");
-        return it->second;
+    // The compile-time checks of feeds against a plan's leaves: as kiln::run's, except that a parameter may go unfed
+    // (the session holds it).
+    template <class LeafList, class... Feeds>
+    static constexpr bool feeds_ok() {
+        return []<class... L>(detail::types<L...>) {
+            return (detail::check_name_unique<L, L...>() && ...) && (detail::check_feed_used<Feeds, L...>() && ...) &&
+                   (check_session_leaf<L, Feeds...>() && ...);
+        }(LeafList{});
     }
-    bool has_parameter(std::string_view name) const { return params_.find(name) != params_.end(); }
-    std::vector<std::string> parameter_names() const {
-        std::vector<std::string> out;
-        for (const auto& kv : params_) out.push_back(kv.first);
-        return out;
-    }
-    // Sets a parameter's value (copied). The shape may change only before a plan has used the parameter.
-    void set(std::string_view name, const tensor& value) {
-        auto it = params_.find(name);
-        if (it == params_.end()) {
-            params_.emplace(std::string(name), copy_of(value));
-            return;
-        }
-        if (!(it->second.shape() == value.shape()) || it->second.dtype() != value.dtype())
-            throw shape_error("kiln::session::set: parameter '" + std::string(name) + "' has shape " +
-                              to_string(it->second.shape()) + " and dtype " + std::string(kiln::name(it->second.dtype())) +
-                              ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
-        run_eager_copy(it->second, value);
-    }
-    // Creates every parameter of an expression that does not exist yet.
-    template <class E>
-    void initialize(const E&) {
-        using leaves = detail::leaves_t<detail::unique_nodes_t<E>>;
-        [&]<class... L>(detail::types<L...>) { ((is_param_v<L> ? (void)parameter_for<L>() : void()), ...); }(leaves{});
-    }
-    generator& rng() noexcept { return gen_; }
 
-private:
     struct cache_base {
         virtual ~cache_base() = default;
     };
@@ -274,8 +298,7 @@ private:
     auto bind(const Feeds&... feeds) {
         return [&]<class... L>(detail::types<L...>) {
             using type = std::tuple<detail::strided<const typename L::value_type>...>;
-            constexpr bool ok = (detail::check_name_unique<L, L...>() && ...) &&
-                                (detail::check_feed_used<Feeds, L...>() && ...) && (check_session_leaf<L, Feeds...>() && ...);
+            constexpr bool ok = feeds_ok<LeafList, Feeds...>();
             type out;
             if constexpr (ok) {
                 [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);

@@ -183,55 +183,63 @@ struct dense_leaves<types<Leaves...>> {
 
 }  // namespace detail
 
+namespace detail {
+// The user leaves of a fetch's roots, and the results it gives.
+template <class Pack>
+struct pack_traits;
+template <class... Roots>
+struct pack_traits<root_pack<Roots...>> {
+    using leaves = leaves_t<unique_nodes_t<Roots...>>;
+    using results = std::tuple<result_container_t<Roots>...>;
+};
+
+// The compile-time checks of the feeds (names, element types, use), made first at each entry point. When one
+// fails, its static_assert is the only error: nothing past the check is instantiated, and the chain of
+// "required from" lines prints the expression's type once, at the entry point, instead of once for every internal
+// function (that printed form doubles with each layer that reuses a subtree).
+template <class Leaves, class... Feeds>
+inline constexpr bool feeds_ok = bound_leaves<Leaves>::template check<Feeds...>();
+}  // namespace detail
+
 // Runs an expression: one fused pass over memory; the result is an xtensor container.
 template <class E, class... Feeds>
 auto run(const E& expr, const Feeds&... feeds) {
     if constexpr (requires { expr.roots; }) {
-        return detail::run_roots(expr.roots, feeds...);
-    } else {
+        using traits = detail::pack_traits<std::remove_cvref_t<decltype(expr.roots)>>;
+        if constexpr (detail::feeds_ok<typename traits::leaves, Feeds...>)
+            return detail::run_roots(expr.roots, feeds...);
+        else return typename traits::results{};
+    } else if constexpr (!is_graph_v<E>) {
         static_assert(is_graph_v<E>, "kiln::run: the first argument must be a graph-mode expression or kiln::fetch.");
+    } else if constexpr (detail::feeds_ok<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>) {
         return std::get<0>(detail::run_roots(detail::root_pack<E>(expr), feeds...));
+    } else {
+        return detail::result_container_t<E>{};
     }
 }
 
-// Runs an expression into existing storage (an xtensor container, std::vector, std::span or kiln::view) of the
-// expression's shape and element type, without allocating.
+namespace detail {
+// An elementwise graph: one fused loop. (The views' extents past their rank are left unset on purpose, as in
+// shape_inference.hpp; GCC's -Wmaybe-uninitialized cannot see that they are never read.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 template <class Out, class E, class... Feeds>
-void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
-    static_assert(is_graph_v<E>, "kiln::run_into: the second argument must be a graph-mode expression.");
-    using R = detail::root_type_t<E>;
-    using list = detail::unique_nodes_t<E>;
-    using leaves = detail::leaves_t<list>;
-    using out_element = std::remove_const_t<detail::container_element_t<std::remove_reference_t<Out>>>;
-    static_assert(std::is_same_v<out_element, R>,
-                  "kiln::run_into: the output's element type differs from the expression's; see R and Out above.");
-    if constexpr (detail::has_structural<E>::value) {
-        using plan_t = detail::plan<E>;
-        const auto users = detail::bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
-        typename plan_t::workspace ws;
-        plan_t::prepare(users, ws);
-        const auto r = plan_t::rewritten(expr);
-        const dims shape = plan_t::shape_of_expression(r, users, ws);
-        auto o = detail::as_strided<R>(out);
-        if (!(o.shape == shape))
-            throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
-                              " but the expression gives shape " + to_string(shape));
-        plan_t::run_elementwise(r, users, ws, o, shape);
-        return;
-    }
+KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... feeds) {
+    using R = root_type_t<E>;
+    using list = unique_nodes_t<E>;
+    using leaves = leaves_t<list>;
     using loop = detail::fused_loop<list, E>;
     using dense = detail::dense_leaves<leaves>;
     if constexpr (leaves::size > 0 && dense::all_dynamic && detail::dense_range<std::remove_reference_t<Out>> &&
                   (detail::dense_range<const typename Feeds::container_type> && ...)) {
-        // Dense containers of one shape: raw pointers, no views. Feeds that fail the compile-time checks take
-        // the general path, whose static_assert names the problem.
-        if constexpr (detail::bound_leaves<leaves>::template check<Feeds...>()) {
-            typename dense::pointer_tuple lp;
-            if (dense::pointers(lp, out, feeds...)) {
-                loop::run_flat_ptrs(detail::root_pack<E>(expr), lp, std::tuple<R*>(out.data()),
-                                    static_cast<std::ptrdiff_t>(out.size()));
-                return;
-            }
+        // Dense containers of one shape: raw pointers, no views.
+        typename dense::pointer_tuple lp;
+        if (dense::pointers(lp, out, feeds...)) {
+            loop::run_flat_ptrs(root_pack<E>(expr), lp, std::tuple<R*>(out.data()),
+                                static_cast<std::ptrdiff_t>(out.size()));
+            return;
         }
     }
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
@@ -248,7 +256,51 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
             throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
     }
-    loop::run(detail::root_pack<E>(expr), bound, outs, o.shape);
+    loop::run(root_pack<E>(expr), bound, outs, o.shape);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+template <class Out, class E, class... Feeds>
+KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds) {
+    using R = root_type_t<E>;
+    if constexpr (detail::has_structural<E>::value) {
+        using plan_t = detail::plan<E>;
+        const auto users = detail::bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
+        typename plan_t::workspace ws;
+        plan_t::prepare(users, ws);
+        const auto r = plan_t::rewritten(expr);
+        const dims shape = plan_t::shape_of_expression(r, users, ws);
+        auto o = detail::as_strided<R>(out);
+        if (!(o.shape == shape))
+            throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
+                              " but the expression gives shape " + to_string(shape));
+        plan_t::run_elementwise(r, users, ws, o, shape);
+    } else {
+        run_into_elementwise(out, expr, feeds...);
+    }
+}
+}  // namespace detail
+
+// Runs an expression into existing storage (an xtensor container, std::vector, std::span or kiln::view) of the
+// expression's shape and element type, without allocating.
+template <class Out, class E, class... Feeds>
+void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
+    // Each check stops what follows it, so a mistake gives one error (see feeds_ok).
+    if constexpr (!is_graph_v<E>) {
+        static_assert(is_graph_v<E>, "kiln::run_into: the second argument must be a graph-mode expression.");
+    } else {
+        using R = detail::root_type_t<E>;
+        using out_element = std::remove_const_t<detail::container_element_t<std::remove_reference_t<Out>>>;
+        if constexpr (!std::is_same_v<out_element, R>) {
+            static_assert(std::is_same_v<out_element, R>,
+                          "kiln::run_into: the output's element type differs from the expression's; see R and Out "
+                          "above.");
+        } else if constexpr (detail::feeds_ok<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>) {
+            detail::run_into_checked(out, expr, feeds...);
+        }
+    }
 }
 
 }  // namespace kiln

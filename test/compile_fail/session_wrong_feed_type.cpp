@@ -1,0 +1,13 @@
+// expect: feed_has_wrong_element_type<kiln::fixed_string<2>.?"x"
+// errors: 1
+#include <kiln/kiln.hpp>
+#include <vector>
+using namespace kiln::literals;
+int main() {
+    std::vector<double> a(4);
+    const auto x = "x"_in;
+    const auto w = kiln::param<"w", float, kiln::shape<4>>{};
+    kiln::session s;
+    auto r = s.run(kiln::sum(x * w), x = a);
+    (void)r;
+}
