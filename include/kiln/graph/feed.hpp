@@ -155,27 +155,27 @@ strided<P> as_strided(C& c) {
 template <fixed_string Name>
 struct no_feed_for_input {
     static_assert(Name.size() == 0 && Name.size() != 0,
-                  "kiln::run: an input of the expression has no feed; its name is the argument of "
+                  "kiln: an input of the expression has no feed; its name is the argument of "
                   "'no_feed_for_input' above. Pass \"name\"_in = data.");
     static constexpr bool value = false;
 };
 template <fixed_string Name>
 struct feed_names_no_input_of_the_expression {
     static_assert(Name.size() == 0 && Name.size() != 0,
-                  "kiln::run: a feed names no input of the expression; its name is the argument of "
+                  "kiln: a feed names no input of the expression; its name is the argument of "
                   "'feed_names_no_input_of_the_expression' above.");
     static constexpr bool value = false;
 };
 template <fixed_string Name>
 struct input_fed_twice {
     static_assert(Name.size() == 0 && Name.size() != 0,
-                  "kiln::run: an input is fed twice; its name is the argument of 'input_fed_twice' above.");
+                  "kiln: an input is fed twice; its name is the argument of 'input_fed_twice' above.");
     static constexpr bool value = false;
 };
 template <fixed_string Name, class Declared, class Fed>
 struct feed_has_wrong_element_type {
     static_assert(sizeof(Declared) == 0,
-                  "kiln::run: the feed for an input has another element type than the input declares; see the "
+                  "kiln: the feed for an input has another element type than the input declares; see the "
                   "input's name, its declared type and the fed type in 'feed_has_wrong_element_type' above.");
     static constexpr bool value = false;
 };
