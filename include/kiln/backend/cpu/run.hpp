@@ -181,9 +181,6 @@ struct dense_leaves<types<Leaves...>> {
     }
 };
 
-}  // namespace detail
-
-namespace detail {
 // The user leaves of a fetch's roots, and the results it gives.
 template <class Pack>
 struct pack_traits;
