@@ -178,7 +178,7 @@ void paired(benchmark::State& state) {
         benchmark::ClobberMemory();
     };
     constexpr int contenders = 4;
-    std::array<std::vector<double>, contenders> ratios;
+    std::array<std::vector<double>, contenders> ratios, times;
     int round = 0;
     for (auto _ : state) {
         std::array<double, contenders> t{};
@@ -189,9 +189,16 @@ void paired(benchmark::State& state) {
             t[c] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
         for (int c = 1; c < contenders; ++c) ratios[c].push_back(t[0] / t[c]);
+        for (int c = 0; c < contenders; ++c) times[c].push_back(t[c] / static_cast<double>(calls));
         ++round;
     }
-    const char* names[contenders] = {"", "eigen", "xtensor", "hand"};
+    const char* names[contenders] = {"kiln", "eigen", "xtensor", "hand"};
+    // Each contender's median time per call, in nanoseconds: what the ratios are ratios of.
+    for (int c = 0; c < contenders; ++c) {
+        auto& v = times[c];
+        std::sort(v.begin(), v.end());
+        state.counters[std::string("ns_") + names[c]] = v[v.size() / 2] * 1e9;
+    }
     for (int c = 1; c < contenders; ++c) {
         auto& v = ratios[c];
         std::sort(v.begin(), v.end());

@@ -317,6 +317,42 @@ TEST_CASE("the thread pool runs every task exactly once, across resizes") {
     CHECK(hits[7].load() == 20000 * 1 / 7 + (20000 % 7 > 6 ? 1 : 0));
 }
 
+TEST_CASE("the flat loop writes every element once at every alignment and size") {
+    // The contiguous loop peels to the output's alignment, computes the head and the last batch first (full
+    // unaligned batches when nothing aliases), then runs software-pipelined batches. Every combination of output
+    // and input offsets, around the batch width and the peel threshold, must give each element and nothing more.
+    threads_guard guard;
+    kiln::set_num_threads(1);
+    const std::ptrdiff_t before = kiln::streaming_threshold();
+    for (const std::ptrdiff_t threshold : {before, std::ptrdiff_t{0}}) {
+        kiln::set_streaming_threshold(threshold);
+        for (const std::size_t n : {1, 7, 8, 9, 16, 17, 24, 31, 255, 256, 257, 263, 1031}) {
+            for (const std::size_t oo : {0, 1, 2, 3, 5, 7}) {
+                for (const std::size_t xo : {0, 1, 4}) {
+                    std::vector<float> xs(n + 8), ys(n + 8), out(n + 16, -99.f);
+                    for (std::size_t i = 0; i < xs.size(); ++i) {
+                        xs[i] = static_cast<float>(i % 23) - 11.f;
+                        ys[i] = static_cast<float>(i % 7);
+                    }
+                    const auto len = static_cast<std::ptrdiff_t>(n);
+                    kiln::run_into(kiln::view(out.data() + oo, {len}), x * 3_c + y,
+                                   x = kiln::view(xs.data() + xo, {len}), y = kiln::view(ys.data() + 1, {len}));
+                    std::size_t wrong = 0, first = out.size();
+                    for (std::size_t i = 0; i < out.size(); ++i) {
+                        const float want =
+                            i >= oo && i < oo + n ? xs[i - oo + xo] * 3.f + ys[i - oo + 1] : -99.f;
+                        if (out[i] != want && wrong++ == 0) first = i;
+                    }
+                    INFO("n " << n << ", output offset " << oo << ", input offset " << xo << ", streaming threshold "
+                              << threshold << ": first wrong element " << first);
+                    CHECK(wrong == 0);
+                }
+            }
+        }
+    }
+    kiln::set_streaming_threshold(before);
+}
+
 TEST_CASE("streaming stores give the same results") {
     threads_guard guard;
     const std::ptrdiff_t before = kiln::streaming_threshold();

@@ -171,8 +171,13 @@ struct fused_loop {
     KILN_INLINE static void flat_range(const Rp& roots, const LeafPtrs& lp,
                                        const std::tuple<root_type_t<Roots>*...>& op, std::ptrdiff_t b,
                                        std::ptrdiff_t e, bool stream) {
-        if constexpr (vectorized) simd_row(roots, lp, op, unit_strides, true, b, e, stream);
-        else scalar_row<true>(roots, lp, op, unit_strides, b, e);
+        if constexpr (vectorized) {
+            [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
+                simd_flat(roots, b, e, stream, static_cast<const T*>(std::get<K>(lp))..., std::get<J>(op)...);
+            }(std::make_index_sequence<NL>{}, std::make_index_sequence<NR>{});
+        } else {
+            scalar_row<true>(roots, lp, op, unit_strides, b, e);
+        }
     }
 
     template <class LeafPtrs, class Rp>
@@ -300,11 +305,11 @@ struct fused_loop {
         }(std::make_index_sequence<NR>{});
     }
 
+    // A row in batches: contiguous rows take the unit path, rows with a broadcast operand (stride 0) the other.
     template <class LeafPtrs, class Out, class Rp>
     static void simd_row(const Rp& roots, const LeafPtrs& lp_tuple, const Out& op_tuple,
                          const std::array<std::ptrdiff_t, NO>& inner_stride, bool unit, std::ptrdiff_t ib,
-                         std::ptrdiff_t ie, bool stream = false) {
-        using frame_t = frame<simd_mode<T>, List>;
+                         std::ptrdiff_t ie) {
         // Plain local arrays: the compiler keeps these pointers in registers across the stores of the loop.
         std::array<const T*, NL> lp;
         std::array<std::ptrdiff_t, NL> ls;
@@ -315,37 +320,110 @@ struct fused_loop {
         [&]<std::size_t... J>(std::index_sequence<J...>) {
             ((op[J] = std::get<J>(op_tuple)), ...);
         }(std::make_index_sequence<NR>{});
-
-        std::ptrdiff_t i = ib;
         if (unit) {
-            // Peel up to the first output's vector alignment, so that its stores never split a cache line (the
-            // inputs usually share the output's offset and become aligned too). Short rows skip it: there a
-            // padded partial batch costs more than the split stores it saves.
-            constexpr std::size_t align = W * sizeof(T);
-            const auto misalign = reinterpret_cast<std::uintptr_t>(op[0] + i) % align;
-            if (misalign != 0 && misalign % sizeof(T) == 0 && ie - i >= 32 * W) {
-                const std::ptrdiff_t head =
-                    std::min<std::ptrdiff_t>(ie - i, static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)));
-                // Without aliasing, the head is one full unaligned batch whose extra lanes the aligned loop
-                // writes again with the same values; with aliasing, a padded partial batch.
+            [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
+                simd_flat(roots, ib, ie, false, lp[K]..., op[J]...);
+            }(std::make_index_sequence<NL>{}, std::make_index_sequence<NR>{});
+        } else {
+            simd_span(roots, lp, ls, op, false, ib, ie, ib);
+        }
+    }
+
+    // The flat range of a loop whose operands are all dense and of one shape (the common case). Its pointers come
+    // as separate arguments, in registers for small graphs. Passed as a tuple by reference, the caller stored them
+    // and the callee loaded them back, packed into one vector by GCC: a failed store-to-load forwarding and a
+    // chain of shuffles before the first load, a tenth of a 2^10-element call.
+    template <class Rp, class... P>
+    __attribute__((noinline)) static void simd_flat(const Rp& roots, std::ptrdiff_t ib, std::ptrdiff_t ie,
+                                                    bool stream, P... p) {
+        static_assert(sizeof...(P) == NO);
+        const std::tuple<P...> all{p...};
+        std::array<const T*, NL> lp;
+        std::array<T*, NR> op;
+        [&]<std::size_t... K>(std::index_sequence<K...>) {
+            ((lp[K] = std::get<K>(all)), ...);
+        }(std::make_index_sequence<NL>{});
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            ((op[J] = std::get<NL + J>(all)), ...);
+        }(std::make_index_sequence<NR>{});
+        unit_range(roots, lp, op, ib, ie, stream);
+    }
+
+    // Elements [ib, ie) with every operand contiguous.
+    template <class Rp>
+    KILN_INLINE static void unit_range(const Rp& roots, const std::array<const T*, NL>& lp,
+                                       const std::array<T*, NR>& op, std::ptrdiff_t ib, std::ptrdiff_t ie,
+                                       bool stream) {
+        static constexpr auto ls = [] {
+            std::array<std::ptrdiff_t, NL> a{};
+            a.fill(1);
+            return a;
+        }();
+        std::ptrdiff_t i = ib;
+        // Peel up to the first output's vector alignment, so that its stores never split a cache line (the
+        // inputs usually share the output's offset and become aligned too). Short rows skip it: there a
+        // padded partial batch costs more than the split stores it saves.
+        constexpr std::size_t align = W * sizeof(T);
+        const auto misalign = reinterpret_cast<std::uintptr_t>(op[0] + i) % align;
+        const bool peel = misalign != 0 && misalign % sizeof(T) == 0 && ie - i >= 32 * W;
+        const std::ptrdiff_t head = peel ? static_cast<std::ptrdiff_t>((align - misalign) / sizeof(T)) : 0;
+        if constexpr (large) {
+            // One out-of-line copy of the loops, shared with the rows of broadcasts (compile time).
+            if (peel) {
                 if (disjoint(lp, ls, op, i, ie)) one_batch(roots, lp, ls, op, i);
                 else partial_batch(roots, lp, ls, op, i, head);
                 i += head;
             }
-            bool aligned = true;
-            for (std::size_t j = 0; j < NR; ++j) aligned = aligned && reinterpret_cast<std::uintptr_t>(op[j] + i) % align == 0;
-            // Large expressions compute more than they move, and skip the streaming copy of the loop.
-            if (!large && stream && aligned) {
-                for (const std::ptrdiff_t last = ie - W; i <= last; i += W) {
-                    const frame_t f(contiguous_loader<T, NL>{lp, i});
-                    [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
-                        (stream_store(op[J] + i, f.template evaluate<T>(roots.template get<J>())), ...);
-                    }(std::make_index_sequence<NR>{});
-                }
-                stream_fence();
-            }
+            simd_span(roots, lp, ls, op, true, i, ie, ib);
+        } else {
+            // Without aliasing, the head and the last W elements are two full unaligned batches, computed first
+            // in one call with their loads ahead of their stores (loaded after the loop, the last batch's inputs
+            // wait behind the loop's stores); the loop then rewrites their overlap with the same values. With
+            // aliasing (in place), both are padded partial batches.
+            const bool whole = ie - i >= W && disjoint(lp, ls, op, i, ie);
+            if (whole && (peel || (ie - i - head) % W != 0)) edge_batches(roots, lp, op, i, ie - W);
+            else if (peel) partial_batch(roots, lp, ls, op, i, head);
+            i += head;
+            if (stream && aligned_outputs(op, i)) stream_batches(roots, lp, op, i, ie);
+            i = unit_batches(roots, lp, op, i, ie);
+            if (i < ie && !whole) partial_batch(roots, lp, ls, op, i, ie - i);
         }
-        simd_span(roots, lp, ls, op, unit, i, ie, ib);
+    }
+
+    KILN_INLINE static bool aligned_outputs(const std::array<T*, NR>& op, std::ptrdiff_t i) {
+        bool aligned = true;
+        for (std::size_t j = 0; j < NR; ++j)
+            aligned = aligned && reinterpret_cast<std::uintptr_t>(op[j] + i) % (W * sizeof(T)) == 0;
+        return aligned;
+    }
+
+    // Full batches from i with streaming stores (outputs aligned); large expressions compute more than they move
+    // and skip this copy of the loop.
+    template <class Rp>
+    KILN_INLINE static void stream_batches(const Rp& roots, const std::array<const T*, NL>& lp,
+                                           const std::array<T*, NR>& op, std::ptrdiff_t& i, std::ptrdiff_t ie) {
+        if constexpr (!large) {
+            using frame_t = frame<simd_mode<T>, List>;
+            for (const std::ptrdiff_t last = ie - W; i <= last; i += W) {
+                const frame_t f(contiguous_loader<T, NL>{lp, i});
+                [&]<std::size_t... J>(std::index_sequence<J...>) KILN_LAMBDA_INLINE {
+                    (stream_store(op[J] + i, f.template evaluate<T>(roots.template get<J>())), ...);
+                }(std::make_index_sequence<NR>{});
+            }
+            stream_fence();
+        }
+    }
+
+    // Two full batches of contiguous operands, at a and at b, both loaded before either is stored.
+    template <class Rp>
+    __attribute__((noinline)) static void edge_batches(const Rp& roots, const std::array<const T*, NL>& lp,
+                                                       const std::array<T*, NR>& op, std::ptrdiff_t a,
+                                                       std::ptrdiff_t b) {
+        using frame_t = frame<simd_mode<T>, List>;
+        using leaves_t = loaded_leaves<T, NL>;
+        const leaves_t la = leaves_t::load(lp, a), lb = leaves_t::load(lp, b);
+        store_roots(roots, frame_t(la), op, a);
+        store_roots(roots, frame_t(lb), op, b);
     }
 
     // One full batch at element i (strides 1 or 0), out of line: the head and the tail of a span share it, so the
@@ -369,6 +447,54 @@ struct fused_loop {
             }
         }
         return true;
+    }
+
+    // True when the loop may load a batch's leaves before it stores the batch before: every output is either
+    // disjoint from each input over [b, e) or the same array (in place: batch k + 1 reads other elements than
+    // batch k writes). A partly overlapping output keeps the plain order, one batch stored before the next loads.
+    KILN_INLINE static bool loads_may_lead(const std::array<const T*, NL>& lp, const std::array<T*, NR>& op,
+                                           std::ptrdiff_t b, std::ptrdiff_t e) {
+        for (std::size_t j = 0; j < NR; ++j) {
+            const auto ob = reinterpret_cast<std::uintptr_t>(op[j] + b), oe = reinterpret_cast<std::uintptr_t>(op[j] + e);
+            for (std::size_t k = 0; k < NL; ++k) {
+                const auto ib = reinterpret_cast<std::uintptr_t>(lp[k] + b), ie = reinterpret_cast<std::uintptr_t>(lp[k] + e);
+                if (ib < oe && ob < ie && ib != ob) return false;
+            }
+        }
+        return true;
+    }
+
+    // Full batches of elements [i, ie) with every operand contiguous; returns where they stop (less than a batch
+    // before ie). The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
+    template <class Rp>
+    KILN_INLINE static std::ptrdiff_t unit_batches(const Rp& roots, const std::array<const T*, NL>& lp,
+                                                   const std::array<T*, NR>& op, std::ptrdiff_t i, std::ptrdiff_t ie) {
+        using frame_t = frame<simd_mode<T>, List>;
+        // Small expressions run two batches per iteration: half the loop overhead, and the two batches'
+        // chains overlap. Large ones do not (compile time; their arithmetic hides the overhead anyway).
+        if constexpr (List::size <= unroll_nodes) {
+            if (ie - i >= 2 * W && loads_may_lead(lp, op, i, ie)) {
+                // Software-pipelined: batch i + W is loaded before batch i is stored.
+                using leaves_t = loaded_leaves<T, NL>;
+                leaves_t a = leaves_t::load(lp, i);
+                for (const std::ptrdiff_t last = ie - 3 * W; i <= last; i += 2 * W) {
+                    const leaves_t b = leaves_t::load(lp, i + W);
+                    store_roots(roots, frame_t(a), op, i);
+                    a = leaves_t::load(lp, i + 2 * W);
+                    store_roots(roots, frame_t(b), op, i + W);
+                }
+                store_roots(roots, frame_t(a), op, i);
+                i += W;
+            } else {
+                for (const std::ptrdiff_t last = ie - 2 * W; i <= last; i += 2 * W) {
+                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i + W}), op, i + W);
+                }
+            }
+        }
+        for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
+            store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+        return i;
     }
 
     // Elements [i, ie) of one row in full batches, then one padded partial batch.
@@ -395,18 +521,8 @@ struct fused_loop {
                                       const std::array<std::ptrdiff_t, NL>& ls, const std::array<T*, NR>& op, bool unit,
                                       std::ptrdiff_t i, std::ptrdiff_t ie, std::ptrdiff_t lo) {
         using frame_t = frame<simd_mode<T>, List>;
-        // The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
         if (unit) {
-            // Small expressions run two batches per iteration: half the loop overhead, and the two batches'
-            // chains overlap. Large ones do not (compile time; their arithmetic hides the overhead anyway).
-            if constexpr (List::size <= unroll_nodes) {
-                for (const std::ptrdiff_t last = ie - 2 * W; i <= last; i += 2 * W) {
-                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
-                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i + W}), op, i + W);
-                }
-            }
-            for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
-                store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
+            i = unit_batches(roots, lp, op, i, ie);
         } else {
             for (const std::ptrdiff_t last = ie - W; i <= last; i += W)
                 store_roots(roots, frame_t(broadcast_loader<T, NL>{lp, ls, i}), op, i);
