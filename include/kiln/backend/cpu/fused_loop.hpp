@@ -470,11 +470,14 @@ struct fused_loop {
     KILN_INLINE static std::ptrdiff_t unit_batches(const Rp& roots, const std::array<const T*, NL>& lp,
                                                    const std::array<T*, NR>& op, std::ptrdiff_t i, std::ptrdiff_t ie) {
         using frame_t = frame<simd_mode<T>, List>;
-        // Small expressions run two batches per iteration: half the loop overhead, and the two batches'
-        // chains overlap. Large ones do not (compile time; their arithmetic hides the overhead anyway).
+        // Small expressions run two batches per iteration, software-pipelined: the leaves of batch i + W are
+        // loaded before batch i is stored. Half the loop overhead, the two batches' chains overlap, and no load
+        // waits behind the store before it. The loop stops one batch early; the batch it loaded last is loaded
+        // again by the single-batch loop below (one more load, one copy of the expression fewer). Large
+        // expressions run one batch per iteration (compile time; their arithmetic hides the overhead anyway), and
+        // so does an output that partly overlaps an input.
         if constexpr (List::size <= unroll_nodes) {
-            if (ie - i >= 2 * W && loads_may_lead(lp, op, i, ie)) {
-                // Software-pipelined: batch i + W is loaded before batch i is stored.
+            if (ie - i >= 3 * W && loads_may_lead(lp, op, i, ie)) {
                 using leaves_t = loaded_leaves<T, NL>;
                 leaves_t a = leaves_t::load(lp, i);
                 for (const std::ptrdiff_t last = ie - 3 * W; i <= last; i += 2 * W) {
@@ -482,13 +485,6 @@ struct fused_loop {
                     store_roots(roots, frame_t(a), op, i);
                     a = leaves_t::load(lp, i + 2 * W);
                     store_roots(roots, frame_t(b), op, i + W);
-                }
-                store_roots(roots, frame_t(a), op, i);
-                i += W;
-            } else {
-                for (const std::ptrdiff_t last = ie - 2 * W; i <= last; i += 2 * W) {
-                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i}), op, i);
-                    store_roots(roots, frame_t(contiguous_loader<T, NL>{lp, i + W}), op, i + W);
                 }
             }
         }
