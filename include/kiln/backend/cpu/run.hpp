@@ -223,6 +223,9 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 template <class Out, class E, class... Feeds>
+void run_into_views(Out& out, const E& expr, const Feeds&... feeds);
+
+template <class Out, class E, class... Feeds>
 KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... feeds) {
     using R = root_type_t<E>;
     using list = unique_nodes_t<E>;
@@ -239,6 +242,15 @@ KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... f
             return;
         }
     }
+    run_into_views(out, expr, feeds...);
+}
+
+// The general case: strided views of the output and of every feed, shapes inferred when they differ. Out of line,
+// so that the dense path above does not set up this path's stack frame (its views are large and aligned).
+template <class Out, class E, class... Feeds>
+__attribute__((noinline)) void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
+    using leaves = leaves_t<unique_nodes_t<E>>;
+    using loop = detail::fused_loop<unique_nodes_t<E>, E>;
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
     auto& o = std::get<0>(outs);
     detail::fill_strided(o, out);
