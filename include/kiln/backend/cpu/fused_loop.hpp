@@ -354,11 +354,7 @@ struct fused_loop {
     KILN_INLINE static void unit_range(const Rp& roots, const std::array<const T*, NL>& lp,
                                        const std::array<T*, NR>& op, std::ptrdiff_t ib, std::ptrdiff_t ie,
                                        bool stream) {
-        static constexpr auto ls = [] {
-            std::array<std::ptrdiff_t, NL> a{};
-            a.fill(1);
-            return a;
-        }();
+        const auto& ls = unit_leaf_strides;
         std::ptrdiff_t i = ib;
         // Peel up to the first output's vector alignment, so that its stores never split a cache line (the
         // inputs usually share the output's offset and become aligned too). Short rows skip it: there a
@@ -436,33 +432,26 @@ struct fused_loop {
     }
 
     // True when no output overlaps an input over elements [b, e): then a batch may be computed and stored twice.
+    // With `in_place_ok`, an output that starts where an input starts (the same array) does not count.
     KILN_INLINE static bool disjoint(const std::array<const T*, NL>& lp, const std::array<std::ptrdiff_t, NL>& ls,
-                                     const std::array<T*, NR>& op, std::ptrdiff_t b, std::ptrdiff_t e) {
+                                     const std::array<T*, NR>& op, std::ptrdiff_t b, std::ptrdiff_t e,
+                                     bool in_place_ok = false) {
         for (std::size_t j = 0; j < NR; ++j) {
             const auto ob = reinterpret_cast<std::uintptr_t>(op[j] + b), oe = reinterpret_cast<std::uintptr_t>(op[j] + e);
             for (std::size_t k = 0; k < NL; ++k) {
                 const auto ib = reinterpret_cast<std::uintptr_t>(lp[k] + (ls[k] != 0 ? b : 0));
                 const auto ie = reinterpret_cast<std::uintptr_t>(lp[k] + (ls[k] != 0 ? e : 1));
-                if (ib < oe && ob < ie) return false;
+                if (ib < oe && ob < ie && !(in_place_ok && ib == ob)) return false;
             }
         }
         return true;
     }
 
-    // True when the loop may load a batch's leaves before it stores the batch before: every output is either
-    // disjoint from each input over [b, e) or the same array (in place: batch k + 1 reads other elements than
-    // batch k writes). A partly overlapping output keeps the plain order, one batch stored before the next loads.
-    KILN_INLINE static bool loads_may_lead(const std::array<const T*, NL>& lp, const std::array<T*, NR>& op,
-                                           std::ptrdiff_t b, std::ptrdiff_t e) {
-        for (std::size_t j = 0; j < NR; ++j) {
-            const auto ob = reinterpret_cast<std::uintptr_t>(op[j] + b), oe = reinterpret_cast<std::uintptr_t>(op[j] + e);
-            for (std::size_t k = 0; k < NL; ++k) {
-                const auto ib = reinterpret_cast<std::uintptr_t>(lp[k] + b), ie = reinterpret_cast<std::uintptr_t>(lp[k] + e);
-                if (ib < oe && ob < ie && ib != ob) return false;
-            }
-        }
-        return true;
-    }
+    static constexpr std::array<std::ptrdiff_t, NL> unit_leaf_strides = [] {
+        std::array<std::ptrdiff_t, NL> a{};
+        a.fill(1);
+        return a;
+    }();
 
     // Full batches of elements [i, ie) with every operand contiguous; returns where they stop (less than a batch
     // before ie). The bound is computed once: `i + W <= ie` in the condition costs two instructions per batch.
@@ -477,7 +466,9 @@ struct fused_loop {
         // expressions run one batch per iteration (compile time; their arithmetic hides the overhead anyway), and
         // so does an output that partly overlaps an input.
         if constexpr (List::size <= unroll_nodes) {
-            if (ie - i >= 3 * W && loads_may_lead(lp, op, i, ie)) {
+            // Loads may run ahead of the stores when every output is disjoint from each input or is the same
+            // array (in place: batch k + 1 reads other elements than batch k writes).
+            if (ie - i >= 3 * W && disjoint(lp, unit_leaf_strides, op, i, ie, true)) {
                 using leaves_t = loaded_leaves<T, NL>;
                 leaves_t a = leaves_t::load(lp, i);
                 for (const std::ptrdiff_t last = ie - 3 * W; i <= last; i += 2 * W) {
