@@ -28,3 +28,17 @@
 #else
 #define KILN_LAMBDA_INLINE
 #endif
+
+// KILN_FP_CONTRACT: fused loops compute a * b + c, a * b - c and c - a * b in floating point as one fused
+// multiply-add (one rounding instead of two) where the target has FMA instructions, whichever compiler builds
+// them. GCC contracts such pairs by default, clang only within one source expression, and a graph's ops are
+// separate expressions: without this, the same graph was two operations slower per element under clang. Define
+// it to 0 to leave contraction to the compiler's -ffp-contract setting. CUDA device code leaves it to nvcc, which
+// contracts by default.
+#ifndef KILN_FP_CONTRACT
+#if (defined(__FMA__) || defined(__ARM_FEATURE_FMA)) && !defined(__CUDA_ARCH__)
+#define KILN_FP_CONTRACT 1
+#else
+#define KILN_FP_CONTRACT 0
+#endif
+#endif

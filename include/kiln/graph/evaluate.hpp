@@ -6,9 +6,14 @@
 // A Mode says what a value is: `value_t<T>` (T itself, or xsimd::batch<T>) and `splat(T)`. A Loader gives the
 // value of leaf K at the current position. Nothing here allocates, throws or uses the standard library at run
 // time, so the same code runs in CPU loops and in CUDA kernels.
+#include "../ops/arithmetic.hpp"
 #include "unique_nodes.hpp"
 
 namespace kiln::detail {
+
+// The context in which a node's operands are evaluated: its own operand type, or the context D for a weak node.
+template <class D, class E>
+using context_of = std::conditional_t<std::is_same_v<operand_type_t<E>, weak>, D, operand_type_t<E>>;
 
 // The type of E's value in Mode; weak nodes take the context type D.
 template <class E, class D, class Mode, class = void>
@@ -21,11 +26,44 @@ struct eval_type<L, D, Mode, std::enable_if_t<is_leaf_v<L>>> {
 };
 template <class Op, class... A, class D, class Mode>
 struct eval_type<node<Op, A...>, D, Mode> {
-    using E = node<Op, A...>;
-    using own = operand_type_t<E>;
-    using ctx = std::conditional_t<std::is_same_v<own, weak>, D, own>;
+    using ctx = context_of<D, node<Op, A...>>;
     using type = std::remove_cvref_t<decltype(Op::apply(std::declval<typename eval_type<A, ctx, Mode>::type>()...))>;
 };
+
+// A value that fused multiply-adds apply to: float or double, alone or in an xsimd batch.
+template <class V>
+concept fma_value = std::is_same_v<V, float> || std::is_same_v<V, double> ||
+                    (requires { typename V::value_type; typename V::arch_type; } &&
+                     (std::is_same_v<typename V::value_type, float> || std::is_same_v<typename V::value_type, double>));
+
+// A product node and its factors.
+template <class E>
+struct mul_factors : std::false_type {};
+template <class P, class Q>
+struct mul_factors<node<ops::mul, P, Q>> : std::true_type {
+    using first = P;
+    using second = Q;
+};
+
+// The three fused forms (one rounding): a * b + c, a * b - c and c - a * b. Batches find xsimd's by ADL.
+template <class V>
+KILN_HD KILN_INLINE V fused_mul_add(const V& a, const V& b, const V& c) {
+    if constexpr (std::is_same_v<V, float>) return __builtin_fmaf(a, b, c);
+    else if constexpr (std::is_same_v<V, double>) return __builtin_fma(a, b, c);
+    else return fma(a, b, c);
+}
+template <class V>
+KILN_HD KILN_INLINE V fused_mul_sub(const V& a, const V& b, const V& c) {
+    if constexpr (std::is_same_v<V, float>) return __builtin_fmaf(a, b, -c);
+    else if constexpr (std::is_same_v<V, double>) return __builtin_fma(a, b, -c);
+    else return fms(a, b, c);
+}
+template <class V>
+KILN_HD KILN_INLINE V fused_neg_mul_add(const V& a, const V& b, const V& c) {
+    if constexpr (std::is_same_v<V, float>) return __builtin_fmaf(-a, b, c);
+    else if constexpr (std::is_same_v<V, double>) return __builtin_fma(-a, b, c);
+    else return fnma(a, b, c);
+}
 
 template <std::size_t I, class V>
 struct frame_slot {
@@ -76,15 +114,57 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
 
     template <class D, class Op, class... A>
     KILN_HD KILN_INLINE auto evaluate_node(const node<Op, A...>& e) const {
-        using own = operand_type_t<node<Op, A...>>;
-        using ctx = std::conditional_t<std::is_same_v<own, weak>, D, own>;
-        return apply_op<ctx>(e, std::index_sequence_for<A...>{});
+        return apply_op<context_of<D, node<Op, A...>>>(e, std::index_sequence_for<A...>{});
     }
 
     // A member, not a lambda, so that it is always inlined like the rest of the evaluation.
     template <class Ctx, class Op, class... A, std::size_t... J>
     KILN_HD KILN_INLINE auto apply_op(const node<Op, A...>& e, std::index_sequence<J...>) const {
-        return Op::apply(evaluate<Ctx>(e.template arg<J>())...);
+        if constexpr (constexpr int m = contraction<Ctx, Op, A...>(); m != 0) return contract<Ctx, m>(e);
+        else return Op::apply(evaluate<Ctx>(e.template arg<J>())...);
+    }
+
+    // Whether add or sub of a product becomes one fused multiply-add (KILN_FP_CONTRACT), and which operand is the
+    // product: 0 no; 1 the first; 2 the second. The product's factors and the other operand must have one floating
+    // type. A product that other nodes also use is still computed once for them; the fused form only replaces the
+    // add, so it never costs an instruction.
+    template <class Ctx, class Op, class... A>
+    static constexpr int contraction() {
+        if constexpr (!KILN_FP_CONTRACT || sizeof...(A) != 2 ||
+                      !(std::is_same_v<Op, ops::add> || std::is_same_v<Op, ops::sub>)) {
+            return 0;
+        } else {
+            using A0 = typename at<0, types<A...>>::type;
+            using A1 = typename at<1, types<A...>>::type;
+            if constexpr (factors_match<Ctx, A0, A1>()) return 1;
+            else if constexpr (factors_match<Ctx, A1, A0>()) return 2;
+            else return 0;
+        }
+    }
+    template <class Ctx, class M, class C>
+    static constexpr bool factors_match() {
+        if constexpr (!mul_factors<M>::value) {
+            return false;
+        } else {
+            using V = typename eval_type<C, Ctx, Mode>::type;
+            using MC = context_of<Ctx, M>;
+            using F0 = typename eval_type<typename mul_factors<M>::first, MC, Mode>::type;
+            using F1 = typename eval_type<typename mul_factors<M>::second, MC, Mode>::type;
+            return fma_value<V> && std::is_same_v<V, F0> && std::is_same_v<V, F1>;
+        }
+    }
+
+    template <class Ctx, int M, class Op, class A0, class A1>
+    KILN_HD KILN_INLINE auto contract(const node<Op, A0, A1>& e) const {
+        constexpr std::size_t p = M == 1 ? 0 : 1;  // the product's position
+        const auto& prod = e.template arg<p>();
+        using MC = context_of<Ctx, std::remove_cvref_t<decltype(prod)>>;
+        const auto a = evaluate<MC>(prod.template arg<0>());
+        const auto b = evaluate<MC>(prod.template arg<1>());
+        const auto c = evaluate<Ctx>(e.template arg<1 - p>());
+        if constexpr (std::is_same_v<Op, ops::add>) return fused_mul_add(a, b, c);
+        else if constexpr (p == 0) return fused_mul_sub(a, b, c);
+        else return fused_neg_mul_add(a, b, c);
     }
 };
 
