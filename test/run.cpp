@@ -244,7 +244,7 @@ TEST_CASE("run_into over dense containers takes raw pointers only when every sha
     // A statically shaped input keeps its declared-shape check.
     const auto s = kiln::input<"s", float, kiln::shape<kiln::dyn, 3>>{};
     CHECK_THROWS_WITH_AS(kiln::run_into(flat, s * 2_c, s = six),
-                         "kiln::run: input 's' is declared with shape (?, 3) but was fed shape (6,)",
+                         "kiln::run_into: input 's' is declared with shape (?, 3) but was fed shape (6,)",
                          kiln::shape_error);
     // In place through the unrolled loop, at sizes around two batches.
     for (std::size_t n : {std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{33}, std::size_t{1001}}) {

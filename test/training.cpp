@@ -52,6 +52,11 @@ TEST_CASE("a session creates parameters from static shapes and initializers") {
     s.set("b", kiln::full({30}, 2.0));
     CHECK(s.run(kiln::sum(pb))() == 60);
     CHECK_THROWS_AS(s.set("b", kiln::zeros({31})), kiln::shape_error);
+    // A feed that contradicts a static shape is named, with the entry point that was called.
+    std::vector<float> twenty_nine(29, 1.f);
+    CHECK_THROWS_WITH_AS(s.run(kiln::sum(pb), pb = kiln::view(twenty_nine.data(), {29})),
+                         "kiln::session::run: parameter 'b' is declared with shape (30,) but was fed shape (29,)",
+                         kiln::shape_error);
     CHECK_THROWS_AS(s.parameter("nope"), kiln::value_error);
     kiln::param<"d", float> dynamic_param;
     CHECK_THROWS_WITH_AS(s.run(kiln::sum(dynamic_param)), doctest::Contains("has no static shape"), kiln::value_error);

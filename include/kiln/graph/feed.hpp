@@ -230,14 +230,16 @@ constexpr bool check_name_unique() {
     else return true;
 }
 
+// `where` names the entry point that was called (kiln::run, kiln::run_into, kiln::session::run).
 template <class Leaf>
-void check_static_shape(const dims& fed) {
+void check_static_shape(const dims& fed, const char* where) {
     using S = typename Leaf::shape_type;
     if constexpr (!std::is_same_v<S, dynamic>) {
         bool ok = fed.rank == S::rank;
         for (int i = 0; ok && i < S::rank; ++i) ok = S::dims[i] == dyn || S::dims[i] == fed[i];
         if (!ok)
-            throw shape_error("kiln::run: input '" + std::string(Leaf::name.view()) + "' is declared with shape " +
+            throw shape_error(std::string(where) + (is_param_v<Leaf> ? ": parameter '" : ": input '") +
+                              std::string(Leaf::name.view()) + "' is declared with shape " +
                               static_shape_text<S>::get() + " but was fed shape " + to_string(fed));
     }
 }
@@ -256,20 +258,21 @@ struct bound_leaves<types<Leaves...>> {
                (check_feed_used<Feeds, Leaves...>() && ...);
     }
 
+    // `where` names the entry point in run-time errors.
     template <class... Feeds>
-    static type bind(const Feeds&... feeds) {
+    static type bind(const char* where, const Feeds&... feeds) {
         constexpr bool ok = check<Feeds...>();
-        if constexpr (ok) return bind_checked(feeds...);
+        if constexpr (ok) return bind_checked(where, feeds...);
         else return type{};
     }
 
     template <class... Feeds>
-    static type bind_checked(const Feeds&... feeds) {
+    static type bind_checked(const char* where, const Feeds&... feeds) {
         [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
         type out;  // filled in place: the views are large enough that copying them shows at small sizes
         [&]<std::size_t... K>(std::index_sequence<K...>) {
             (fill_strided(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data), ...);
-            (check_static_shape<Leaves>(std::get<K>(out).shape), ...);
+            (check_static_shape<Leaves>(std::get<K>(out).shape, where), ...);
         }(std::index_sequence_for<Leaves...>{});
         return out;
     }

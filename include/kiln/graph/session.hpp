@@ -325,7 +325,7 @@ private:
         } else {
             detail::fill_strided(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data);
         }
-        detail::check_static_shape<L>(v.shape);
+        detail::check_static_shape<L>(v.shape, "kiln::session::run");
     }
 
     template <class... Roots, class... Feeds>

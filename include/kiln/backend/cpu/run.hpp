@@ -62,7 +62,7 @@ auto run_unplanned(const root_pack<Roots...>& roots, const Feeds&... feeds);
 template <class... Roots, class... Feeds>
 auto run_planned(const root_pack<Roots...>& roots, const Feeds&... feeds) {
     using plan_t = plan<Roots...>;
-    const auto users = bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
+    const auto users = bound_leaves<typename plan_t::user_leaves>::bind("kiln::run", feeds...);
     typename plan_t::workspace ws;
     plan_t::prepare(users, ws);
     return [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -87,7 +87,7 @@ template <class... Roots, class... Feeds>
 auto run_unplanned(const root_pack<Roots...>& roots, const Feeds&... feeds) {
     using list = unique_nodes_t<Roots...>;
     using leaves = leaves_t<list>;
-    const auto bound = bound_leaves<leaves>::bind(feeds...);
+    const auto bound = bound_leaves<leaves>::bind("kiln::run", feeds...);
     std::array<dims, sizeof...(Roots)> shapes;
     bool same = true;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -113,7 +113,7 @@ template <class Root, class Out, class... Feeds>
 void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feeds) {
     using list = unique_nodes_t<Root>;
     using loop = fused_loop<list, Root>;
-    const auto bound = bound_leaves<leaves_t<list>>::bind_checked(feeds...);
+    const auto bound = bound_leaves<leaves_t<list>>::bind_checked("kiln::run", feeds...);
     typename loop::outs_t outs{as_strided<root_type_t<Root>>(out)};
     loop::run(root_pack<Root>(root), bound, outs, shape);
 }
@@ -254,7 +254,7 @@ __attribute__((noinline)) void run_into_views(Out& out, const E& expr, const Fee
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
     auto& o = std::get<0>(outs);
     detail::fill_strided(o, out);
-    const auto bound = detail::bound_leaves<leaves>::bind(feeds...);
+    const auto bound = detail::bound_leaves<leaves>::bind("kiln::run_into", feeds...);
     // Leaves shaped like the output need no shape inference (an elementwise graph keeps their shape).
     const bool same = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return sizeof...(K) > 0 && ((std::get<K>(bound).shape == o.shape) && ...);
@@ -276,7 +276,7 @@ KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds
     using R = root_type_t<E>;
     if constexpr (detail::has_structural<E>::value) {
         using plan_t = detail::plan<E>;
-        const auto users = detail::bound_leaves<typename plan_t::user_leaves>::bind(feeds...);
+        const auto users = detail::bound_leaves<typename plan_t::user_leaves>::bind("kiln::run_into", feeds...);
         typename plan_t::workspace ws;
         plan_t::prepare(users, ws);
         const auto r = plan_t::rewritten(expr);
