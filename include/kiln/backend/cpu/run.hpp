@@ -230,10 +230,10 @@ KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... f
     using R = root_type_t<E>;
     using list = unique_nodes_t<E>;
     using leaves = leaves_t<list>;
-    using loop = detail::fused_loop<list, E>;
-    using dense = detail::dense_leaves<leaves>;
-    if constexpr (leaves::size > 0 && dense::all_dynamic && detail::dense_range<std::remove_reference_t<Out>> &&
-                  (detail::dense_range<const typename Feeds::container_type> && ...)) {
+    using loop = fused_loop<list, E>;
+    using dense = dense_leaves<leaves>;
+    if constexpr (leaves::size > 0 && dense::all_dynamic && dense_range<std::remove_reference_t<Out>> &&
+                  (dense_range<const typename Feeds::container_type> && ...)) {
         // Dense containers of one shape: raw pointers, no views.
         typename dense::pointer_tuple lp;
         if (dense::pointers(lp, out, feeds...)) {
@@ -250,17 +250,17 @@ KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... f
 template <class Out, class E, class... Feeds>
 __attribute__((noinline)) void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
     using leaves = leaves_t<unique_nodes_t<E>>;
-    using loop = detail::fused_loop<unique_nodes_t<E>, E>;
+    using loop = fused_loop<unique_nodes_t<E>, E>;
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
     auto& o = std::get<0>(outs);
-    detail::fill_strided(o, out);
-    const auto bound = detail::bound_leaves<leaves>::bind("kiln::run_into", feeds...);
+    fill_strided(o, out);
+    const auto bound = bound_leaves<leaves>::bind("kiln::run_into", feeds...);
     // Leaves shaped like the output need no shape inference (an elementwise graph keeps their shape).
     const bool same = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return sizeof...(K) > 0 && ((std::get<K>(bound).shape == o.shape) && ...);
     }(std::make_index_sequence<leaves::size>{});
     if (!same) {
-        const dims shape = detail::output_shape<leaves>(bound, expr);
+        const dims shape = output_shape<leaves>(bound, expr);
         if (!(o.shape == shape))
             throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
@@ -274,14 +274,14 @@ __attribute__((noinline)) void run_into_views(Out& out, const E& expr, const Fee
 template <class Out, class E, class... Feeds>
 KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds) {
     using R = root_type_t<E>;
-    if constexpr (detail::has_structural<E>::value) {
-        using plan_t = detail::plan<E>;
-        const auto users = detail::bound_leaves<typename plan_t::user_leaves>::bind("kiln::run_into", feeds...);
+    if constexpr (has_structural<E>::value) {
+        using plan_t = plan<E>;
+        const auto users = bound_leaves<typename plan_t::user_leaves>::bind("kiln::run_into", feeds...);
         typename plan_t::workspace ws;
         plan_t::prepare(users, ws);
         const auto r = plan_t::rewritten(expr);
         const dims shape = plan_t::shape_of_expression(r, users, ws);
-        auto o = detail::as_strided<R>(out);
+        auto o = as_strided<R>(out);
         if (!(o.shape == shape))
             throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
