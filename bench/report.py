@@ -30,6 +30,8 @@ def paired_table(paths):
             rounds[(n, threads)].append(int(b["rounds"]))
             for p in ("eigen", "xtensor", "hand"):
                 per[(n, threads)][p].append(b["over_" + p])
+            if "eigen_copy_over_eigen" in b:
+                per[(n, threads)]["control"].append(b["eigen_copy_over_eigen"])
 
     def median(v):
         v = sorted(v)
@@ -39,12 +41,15 @@ def paired_table(paths):
     print(f"kiln_run_into's time over each peer's in paired rounds, {len(paths)} processes: median over processes "
           "[lowest, highest] (below 1.00 kiln is faster):")
     print()
-    print("| n | threads | rounds per process | / Eigen | / xtensor | / hand loop |")
-    print("|---|---|---|---|---|---|")
+    print("Control: a second copy of Eigen's loop over Eigen, timed in the same rounds (identical code at another")
+    print("address; how far from 1.000 it lands is the resolution of the / Eigen column).")
+    print()
+    print("| n | threads | rounds per process | / Eigen | / xtensor | / hand loop | control: Eigen copy / Eigen |")
+    print("|---|---|---|---|---|---|---|")
     for key in sorted(per):
         n, threads = key
-        cells = [f"{median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"
-                 for v in (per[key][p] for p in ("eigen", "xtensor", "hand"))]
+        cells = [f"{median(v):.3f} [{min(v):.3f}, {max(v):.3f}]" if v else "-"
+                 for v in (per[key][p] for p in ("eigen", "xtensor", "hand", "control"))]
         print(f"| 2^{n.bit_length() - 1} | {threads} | {median(rounds[key])} | " + " | ".join(cells) + " |")
 
 
