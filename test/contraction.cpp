@@ -14,9 +14,12 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "threads_guard.hpp"
+
 static_assert(KILN_FP_CONTRACT == 1, "this test is built for a target with FMA instructions");
 
 using namespace kiln::literals;
+using kiln_test::threads_guard;
 
 namespace {
 
@@ -28,15 +31,6 @@ struct near_one {
     static T a() { return T(1) + std::ldexp(T(1), -k); }
     static T product_rounded() { return T(1) + std::ldexp(T(1), 1 - k); }
     static T fused_residue() { return std::ldexp(T(1), -2 * k); }
-};
-
-struct threads_guard {
-    int threads = kiln::num_threads();
-    std::ptrdiff_t threshold = kiln::parallel_threshold();
-    ~threads_guard() {
-        kiln::set_num_threads(threads);
-        kiln::set_parallel_threshold(threshold);
-    }
 };
 
 template <class T>

@@ -10,8 +10,10 @@
 #include <xtensor/xadapt.hpp>
 
 #include "check.hpp"
+#include "threads_guard.hpp"
 
 using namespace kiln::literals;
+using kiln_test::threads_guard;
 using kiln_test::check_all_close;
 
 namespace {
@@ -33,15 +35,6 @@ std::vector<T> ramp(std::size_t n, double scale, double offset) {
     for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(std::sin(scale * static_cast<double>(i)) * 3 + offset);
     return v;
 }
-
-struct threads_guard {
-    int threads = kiln::num_threads();
-    std::ptrdiff_t threshold = kiln::parallel_threshold();
-    ~threads_guard() {
-        kiln::set_num_threads(threads);
-        kiln::set_parallel_threshold(threshold);
-    }
-};
 
 }  // namespace
 
