@@ -1,8 +1,11 @@
 #pragma once
 // Element types kiln knows, as compile-time traits and as a run-time tag.
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <type_traits>
+
+#include "config.hpp"
 
 namespace kiln {
 
@@ -54,6 +57,24 @@ constexpr std::size_t size_of(dtype d) noexcept {
         case dtype::float64: return 8;
     }
     return 0;
+}
+
+// Converts one element between dtypes with a defined result everywhere: a floating value converted to an integer
+// type saturates (values beyond the type's range give its minimum or maximum, infinities included) and NaN gives 0,
+// where a plain C++ conversion is undefined. Every other conversion is C++'s (to bool: nonzero is true, NaN too).
+template <class To, class From>
+KILN_HD constexpr To value_cast(From v) noexcept {
+    if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool> && std::is_floating_point_v<From>) {
+        // 2^(digits) is exact in every floating type; To's maximum is 2^digits - 1.
+        constexpr From hi = static_cast<From>(static_cast<double>(std::uint64_t{1} << std::numeric_limits<To>::digits));
+        constexpr To most = std::numeric_limits<To>::max(), least = std::numeric_limits<To>::min();
+        if (v != v) return To(0);
+        if (v >= hi) return most;
+        if (v < -hi) return least;
+        return static_cast<To>(v);
+    } else {
+        return static_cast<To>(v);
+    }
 }
 
 }  // namespace kiln

@@ -34,4 +34,11 @@ public:
     using error::error;
 };
 
+// A file that cannot be read as what it claims to be (bad magic, a header that contradicts itself, sizes that
+// disagree with the bytes present). The message names the file and what is wrong.
+class file_error : public error {
+public:
+    using error::error;
+};
+
 }  // namespace kiln

@@ -62,6 +62,47 @@ struct dims {
 };
 
 // "(3, 4)" like NumPy; "()" for a scalar.
+inline std::string to_string(const dims& s);
+
+namespace detail {
+
+// The most elements and bytes kiln lets one tensor have: every byte offset then fits in std::ptrdiff_t with room
+// to spare (2^62 bytes), so index arithmetic over a tensor never overflows.
+inline constexpr std::ptrdiff_t max_bytes = std::ptrdiff_t{1} << 62;
+
+// The element count of `shape`, checked: every extent non-negative and the product within max_bytes. `what` names
+// the operation in the error.
+inline std::ptrdiff_t checked_numel(const dims& shape, std::string_view what) {
+    std::ptrdiff_t n = 1;
+    bool overflow = false;
+    for (int i = 0; i < shape.rank; ++i) {
+        if (shape.d[i] < 0)
+            throw value_error("kiln: value_error in '" + std::string(what) + "': negative dimension " +
+                              std::to_string(shape.d[i]) + " in shape " + to_string(shape));
+        if (!overflow && __builtin_mul_overflow(n, shape.d[i], &n)) overflow = true;
+        if (n > max_bytes) overflow = true;
+    }
+    // A zero extent anywhere makes the count 0 whatever the others are (NumPy allows (0, 2^62)).
+    for (int i = 0; i < shape.rank; ++i)
+        if (shape.d[i] == 0) return 0;
+    if (overflow)
+        throw value_error("kiln: value_error in '" + std::string(what) + "': shape " + to_string(shape) +
+                          " has more elements than kiln can address (at most 2^62 bytes)");
+    return n;
+}
+
+// The byte count of `count` elements of `itemsize` bytes, checked against max_bytes.
+inline std::size_t checked_bytes(std::ptrdiff_t count, std::size_t itemsize, const dims& shape, std::string_view what) {
+    std::ptrdiff_t b = 0;
+    if (count < 0 || __builtin_mul_overflow(count, static_cast<std::ptrdiff_t>(itemsize), &b) || b > max_bytes)
+        throw value_error("kiln: value_error in '" + std::string(what) + "': shape " + to_string(shape) + " of " +
+                          std::to_string(itemsize) + "-byte elements needs more bytes than kiln can address "
+                          "(at most 2^62)");
+    return static_cast<std::size_t>(b);
+}
+
+}  // namespace detail
+
 inline std::string to_string(const dims& s) {
     std::string out = "(";
     for (int i = 0; i < s.rank; ++i) {
@@ -78,10 +119,11 @@ namespace detail {
 inline dims contiguous_strides(const dims& shape) {
     dims st;
     st.rank = shape.rank;
-    std::ptrdiff_t s = 1;
+    // Unsigned: a shape that is refused afterwards (too many elements) must not overflow here first.
+    std::size_t s = 1;
     for (int i = shape.rank - 1; i >= 0; --i) {
-        st[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
+        st[i] = static_cast<std::ptrdiff_t>(s);
+        s *= shape[i] > 0 ? static_cast<std::size_t>(shape[i]) : 1;
     }
     return st;
 }

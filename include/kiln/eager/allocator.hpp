@@ -7,6 +7,7 @@
 // blocks share one pool under a mutex, where the lock is noise next to touching the memory.
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -49,10 +50,13 @@ public:
     }
 
     // Size classes: 64-byte multiples up to 4 KiB, then four classes per doubling (at most 19% slack).
+    // Requests above max_request (2^62 bytes) are their own class: no rounding that could overflow.
+    static constexpr std::size_t max_request = std::size_t{1} << 62;
     static std::size_t size_class(std::size_t bytes) {
         if (bytes <= small_limit) return bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
-        std::size_t p = small_limit;
-        while (p * 2 < bytes) p *= 2;
+        if (bytes > max_request) return bytes;
+        // p: the largest power of two below bytes (bytes > 4096 here, so p >= 4096).
+        const std::size_t p = std::size_t{1} << (std::bit_width(bytes - 1) - 1);
         const std::size_t step = p / 4;
         return (bytes + step - 1) / step * step;
     }

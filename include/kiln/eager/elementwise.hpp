@@ -48,6 +48,40 @@ constexpr bool floating_op() {
     else return false;
 }
 
+template <class Op>
+constexpr bool logical_op() {
+    if constexpr (requires { Op::logical; }) return Op::logical;
+    else return false;
+}
+
+// Ops that PyTorch refuses on bool operands (bool - bool, -bool, bool ** bool, // and % of bools).
+template <class Op>
+constexpr bool refuses_bool() {
+    return std::is_same_v<Op, ops::sub> || std::is_same_v<Op, ops::neg> || std::is_same_v<Op, ops::pow> ||
+           std::is_same_v<Op, ops::floor_divide> || std::is_same_v<Op, ops::remainder>;
+}
+
+// The dtype an op computes in, from its operands' promoted dtype: logical ops work on bool, fractional ops (exp,
+// true division) on floating types, every other op on the promoted dtype itself.
+template <class Op>
+dtype compute_dtype(dtype d) {
+    if constexpr (logical_op<Op>()) {
+        return dtype::boolean;
+    } else {
+        if constexpr (refuses_bool<Op>())
+            if (d == dtype::boolean) [[unlikely]]
+                throw dtype_error("kiln: dtype_error in '" + std::string(Op::name) + "': '" + std::string(Op::name) +
+                                  "' is not defined for bool operands (use logical_xor or logical_not, or convert "
+                                  "with .to(kiln::int64))");
+        if constexpr (floating_op<Op>())
+            if (!is_floating(d)) return dtype::float32;
+        return d;
+    }
+}
+
+// The kinds of PyTorch's in-place rule: a result may be stored in a tensor of its own kind or a higher one.
+constexpr int kind_rank(dtype d) { return d == dtype::boolean ? 0 : is_floating(d) ? 2 : 1; }
+
 template <class T>
 strided<const T> strided_of(const tensor& t) {
     return strided<const T>(t.data<const T>(), t.shape(), t.strides());
@@ -137,7 +171,7 @@ tensor convert(const tensor& t) {
         const T* src = t.data<const T>();
         const std::ptrdiff_t n = t.numel();
         if (t.is_contiguous()) {
-            for (std::ptrdiff_t i = 0; i < n; ++i) dst[i] = static_cast<U>(src[i]);
+            for (std::ptrdiff_t i = 0; i < n; ++i) dst[i] = value_cast<U>(src[i]);
             return;
         }
         copy_row_major(dst, strided<const T>(src, t.shape(), t.strides()));
@@ -163,9 +197,7 @@ inline dims broadcast_named(std::string_view op, std::initializer_list<const ten
 
 template <class Op>
 tensor eager_unary(const tensor& a) {
-    dtype d = a.dtype();
-    if constexpr (floating_op<Op>())
-        if (!is_floating(d)) d = dtype::float32;
+    const dtype d = compute_dtype<Op>(a.dtype());
     tensor xc;
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
     return dispatch(d, [&]<class T>() { return run_eager(make_node<Op>(indexed_leaf<0, T>{}), x.shape(), x); });
@@ -175,9 +207,7 @@ template <class Op>
 tensor eager_binary(const tensor& a, const tensor& b) {
     check_same_device(Op::name, {&a, &b});
     const dims shape = broadcast_named(Op::name, {&a, &b});
-    dtype d = promote(a.dtype(), b.dtype());
-    if constexpr (floating_op<Op>())
-        if (!is_floating(d)) d = dtype::float32;
+    const dtype d = compute_dtype<Op>(promote(a.dtype(), b.dtype()));
     // Converted copies only where the dtype differs (the common case copies nothing).
     tensor xc, yc;
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
@@ -190,13 +220,11 @@ tensor eager_binary(const tensor& a, const tensor& b) {
 // A tensor and a C++ number; `scalar_first` keeps the operands' order (2 - t).
 template <class Op, class S>
 tensor eager_scalar(const tensor& a, S s, bool scalar_first) {
-    dtype d = promote_with_scalar<S>(a.dtype());
-    if constexpr (floating_op<Op>())
-        if (!is_floating(d)) d = dtype::float32;
+    const dtype d = compute_dtype<Op>(promote_with_scalar<S>(a.dtype()));
     tensor xc;
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
     return dispatch(d, [&]<class T>() {
-        const scalar<T> v{static_cast<T>(s)};
+        const scalar<T> v{value_cast<T>(s)};
         if (scalar_first) return run_eager(make_node<Op>(v, indexed_leaf<0, T>{}), x.shape(), x);
         return run_eager(make_node<Op>(indexed_leaf<0, T>{}, v), x.shape(), x);
     });
@@ -217,7 +245,11 @@ inline tensor eager_where(const tensor& c, const tensor& a, const tensor& b) {
 // Tensors (and variables) pass by reference: copying a handle costs a reference count and 190 bytes.
 template <class A>
 decltype(auto) eager_operand(const A& a) {
-    if constexpr (is_constant_v<A>) return A::template value<double>();
+    if constexpr (is_constant_v<A>) {
+        // An integral constant is an integer (int_tensor * 2_c stays an integer tensor), any other a double.
+        if constexpr (A::den == 1) return A::template value<std::int64_t>();
+        else return A::template value<double>();
+    }
     else if constexpr (std::is_base_of_v<tensor, A>) return static_cast<const tensor&>(a);  // kiln::variable
     else return a;
 }
@@ -255,23 +287,36 @@ struct op_builder<operand_mode::eager> {
             return binary<Op>(args...);
         } else {
             static_assert(std::is_same_v<Op, ops::where>, "kiln: eager mode knows ternary ops: where.");
-            // A number among the branches takes the other branch's dtype (it is weak, as everywhere).
-            dtype branch = dtype::float32;
-            bool found = false;
-            std::size_t i = 0;
-            ([&] {
-                if constexpr (std::is_same_v<Args, tensor>)
-                    if (i > 0 && !found) branch = args.dtype(), found = true;
-                ++i;
-            }(), ...);
-            std::size_t j = 0;
-            auto as_tensor = [&](const auto& v) {
-                const bool cond = j++ == 0;
-                if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, tensor>) return v;
-                else return scalar_tensor(v).to(cond ? dtype::boolean : branch);
-            };
-            return eager_where(as_tensor(args)...);
+            return where_of(args...);
         }
+    }
+
+    // The dtype of a number among where's branches: it promotes with the other branch as in any binary op
+    // (where(c, int32_x, 2.5) is float32, where(c, bool_x, 5) int64); two numbers give float32 when either is
+    // floating, int64 when either is an integer, bool otherwise.
+    template <class S>
+    static dtype number_dtype() {
+        if constexpr (std::is_floating_point_v<S>) return dtype::float32;
+        else if constexpr (std::is_same_v<S, bool>) return dtype::boolean;
+        else return dtype::int64;
+    }
+    template <class S, class Other>
+    static tensor branch_of(const S& s, const Other& other) {
+        if constexpr (std::is_same_v<S, tensor>) {
+            return s;
+        } else {
+            dtype d;
+            if constexpr (std::is_same_v<Other, tensor>) d = promote_with_scalar<S>(other.dtype());
+            else d = promote(number_dtype<S>(), number_dtype<Other>());
+            return dispatch(d, [&]<class T>() { return scalar_tensor(value_cast<T>(s)); });
+        }
+    }
+    template <class C, class A, class B>
+    static tensor where_of(const C& c, const A& a, const B& b) {
+        tensor cond;
+        if constexpr (std::is_same_v<C, tensor>) cond = c;
+        else cond = scalar_tensor(static_cast<bool>(c));
+        return eager_where(cond, branch_of(a, b), branch_of(b, a));
     }
 
     template <class Op, class A, class B>
@@ -308,18 +353,29 @@ inline tensor tensor::to(kiln::dtype d) const {
 inline tensor tensor::reshape(dims target) const {
     int infer = -1;
     std::ptrdiff_t known = 1;
+    bool overflow = false;
     for (int i = 0; i < target.rank; ++i) {
         if (target[i] == -1) {
-            if (infer >= 0) throw value_error("kiln::tensor::reshape: only one dimension can be -1");
+            if (infer >= 0) throw value_error("kiln: value_error in 'reshape': only one dimension can be -1, got " +
+                                              to_string(target));
             infer = i;
-        } else {
-            known *= target[i];
+        } else if (target[i] < 0) {
+            throw value_error("kiln: value_error in 'reshape': negative dimension " + std::to_string(target[i]) +
+                              " in " + to_string(target) + " (only -1, to infer one dimension, is allowed)");
+        } else if (!overflow && __builtin_mul_overflow(known, target[i], &known)) {
+            overflow = true;
         }
     }
-    if (infer >= 0 && known > 0 && numel() % known == 0) target[infer] = numel() / known;
-    if (target.size() != numel() || (infer >= 0 && known == 0))
+    const std::ptrdiff_t n = numel();
+    bool ok = !overflow || n == 0;
+    if (ok && infer >= 0) {
+        if (known > 0 && n % known == 0) target[infer] = n / known;
+        else ok = false;  // -1 beside a zero extent is ambiguous, and a count that does not divide has no answer
+    }
+    if (ok) ok = detail::checked_numel(target, "reshape") == n;
+    if (!ok)
         throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(shape_) + " (" +
-                          std::to_string(numel()) + " elements) to " + to_string(target));
+                          std::to_string(n) + " elements) to " + to_string(target));
     if (is_contiguous())
         return recorded(view(target, detail::contiguous_strides(target), offset_),
                         [s = shape_](const tensor& g) { return g.reshape(s); });
@@ -343,6 +399,10 @@ tensor& eager_in_place(tensor& a, const B& b) {
     if (recording_tapes > 0 && watched_by_a_tape(a))
         throw value_error("kiln: '" + std::string(Op::name) + "_' (in place) on a tensor that a gradient tape "
                           "watches would corrupt its gradient; use the out-of-place form");
+    if (a.has_repeated_elements())
+        throw value_error("kiln: value_error in '" + std::string(Op::name) + "_' (in place): the output " +
+                          to_string(a.shape()) + " is a broadcast view whose elements repeat (stride 0); "
+                          "write into a copy (.clone()) instead");
     dtype d;
     dims shape = a.shape();
     if constexpr (std::is_same_v<B, tensor>) {
@@ -352,19 +412,26 @@ tensor& eager_in_place(tensor& a, const B& b) {
     } else {
         d = promote_with_scalar<B>(a.dtype());
     }
+    d = compute_dtype<Op>(d);
     if (!(shape == a.shape()))
         throw shape_error("kiln: shape_error in '" + std::string(Op::name) + "_' (in place): the result's shape " +
                           to_string(shape) + " is not the output's " + to_string(a.shape()));
-    if (promotion_rank(d) > promotion_rank(a.dtype()) && (is_floating(d) != is_floating(a.dtype())))
-        throw dtype_error("kiln: dtype_error in '" + std::string(Op::name) + "_' (in place): a " +
-                          std::string(name(d)) + " result cannot be stored in a " + std::string(name(a.dtype())) +
-                          " tensor");
+    if (kind_rank(d) > kind_rank(a.dtype()))
+        throw dtype_error("kiln: dtype_error in '" + std::string(Op::name) + "_' (in place): the result's dtype " +
+                          std::string(name(d)) + " cannot be stored in the output's dtype " +
+                          std::string(name(a.dtype())) + " (a result may not move from floating to integer or "
+                          "from a number to bool)");
     dispatch(a.dtype(), [&]<class T>() {
         if constexpr (std::is_same_v<B, tensor>) {
-            const tensor y = as_dtype(b, a.dtype());
+            tensor y = as_dtype(b, a.dtype());
+            // A source that overlaps the output in another layout is read first, as if copied (NumPy's rule):
+            // the fused loop would otherwise read elements it has already written.
+            if (y.shares_storage_with(a) &&
+                !(y.offset() == a.offset() && y.shape() == a.shape() && y.strides() == a.strides()))
+                y = convert<T>(y);
             run_eager_into(a, make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}), a, y);
         } else {
-            run_eager_into(a, make_node<Op>(indexed_leaf<0, T>{}, scalar<T>{static_cast<T>(b)}), a);
+            run_eager_into(a, make_node<Op>(indexed_leaf<0, T>{}, scalar<T>{value_cast<T>(b)}), a);
         }
     });
     return a;

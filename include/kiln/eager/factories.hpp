@@ -2,6 +2,7 @@
 // Making tensors: constants, ranges, random numbers, copies of C++ containers and zero-copy wraps.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <numbers>
 #include <vector>
@@ -16,7 +17,7 @@ inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
     tensor t(d, shape);
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();
-        const T v = static_cast<T>(value);
+        const T v = value_cast<T>(value);
         for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
     });
     return t;
@@ -28,11 +29,19 @@ inline tensor ones(const dims& shape, dtype d = dtype::float32) { return full(sh
 inline tensor arange(double start, double stop, double step = 1.0, dtype d = dtype::int64) {
     if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
         throw value_error("kiln::arange: start, stop and step must be finite and step nonzero");
-    const auto n = static_cast<std::ptrdiff_t>(std::max(0.0, std::ceil((stop - start) / step)));
+    // The count is computed in double and checked before it becomes an integer (arange(0, 1e300) has no answer).
+    const double count = std::max(0.0, std::ceil((stop - start) / step));
+    if (!(count <= static_cast<double>(detail::max_bytes / static_cast<std::ptrdiff_t>(size_of(d)))))
+    {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%.6g elements from %.6g to %.6g by %.6g", count, start, stop, step);
+        throw value_error("kiln: value_error in 'arange': " + std::string(buf) + " are more than kiln can address");
+    }
+    const auto n = static_cast<std::ptrdiff_t>(count);
     tensor t(d, dims{n});
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();
-        for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+        for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = value_cast<T>(start + static_cast<double>(i) * step);
     });
     return t;
 }
@@ -45,7 +54,7 @@ inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d = dtype::fl
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();
         for (std::ptrdiff_t i = 0; i < n; ++i)
-            p[i] = static_cast<T>(n == 1 ? a : a + (b - a) * static_cast<double>(i) / static_cast<double>(n - 1));
+            p[i] = value_cast<T>(n == 1 ? a : a + (b - a) * static_cast<double>(i) / static_cast<double>(n - 1));
     });
     return t;
 }
@@ -54,7 +63,7 @@ inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d = dtype::fl
 template <class T>
 tensor from_vector(const std::vector<T>& v, dims shape) {
     static_assert(is_dtype_v<T>, "kiln::from_vector: element types are bool, int32_t, int64_t, float and double.");
-    if (shape.size() != static_cast<std::ptrdiff_t>(v.size()))
+    if (detail::checked_numel(shape, "from_vector") != static_cast<std::ptrdiff_t>(v.size()))
         throw shape_error("kiln::from_vector: " + std::to_string(v.size()) + " values do not fill shape " +
                           to_string(shape));
     tensor t(dtype_of<T>(), shape);
@@ -83,11 +92,16 @@ tensor from_xtensor(const X& x) {
 }
 
 // Zero-copy: a tensor over external memory. `keeper` keeps it alive (pass {} if the caller guarantees it).
+// `data` may be null only for a shape with no elements; extents must be non-negative.
 template <class T>
 tensor wrap(T* data, const dims& shape, std::shared_ptr<void> keeper = {}) {
+    const std::ptrdiff_t n = detail::checked_numel(shape, "wrap");
+    const std::size_t bytes = detail::checked_bytes(n, sizeof(T), shape, "wrap");
+    if (data == nullptr && n > 0)
+        throw value_error("kiln: value_error in 'wrap': a null pointer cannot hold shape " + to_string(shape));
     auto s = std::make_shared<detail::storage>();
-    s->data = reinterpret_cast<std::byte*>(data);
-    s->bytes = static_cast<std::size_t>(shape.size()) * sizeof(T);
+    s->data = reinterpret_cast<std::byte*>(const_cast<std::remove_const_t<T>*>(data));
+    s->bytes = bytes;
     s->keeper = std::move(keeper);
     return tensor(std::move(s), dtype_of<std::remove_const_t<T>>(), shape, detail::contiguous_strides(shape), 0);
 }

@@ -1,12 +1,13 @@
 #pragma once
 // NumPy's .npy format (versions 1.0, 2.0 and 3.0 read; 1.0 written, as numpy.save does): bool, int32, int64,
-// float32 and float64, either byte order, C or Fortran order. Bad files are rejected with a kiln::error.
+// float32 and float64, either byte order, C or Fortran order. Bad files are rejected with a kiln::file_error.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include "elementwise.hpp"
 
@@ -32,20 +33,236 @@ inline std::string npy_header(dtype d, const dims& shape) {
     return dict + '\n';
 }
 
-inline std::string npy_value(const std::string& header, const std::string& key, const std::string& path) {
-    const auto k = header.find("'" + key + "'");
-    if (k == std::string::npos) throw value_error("kiln::load_npy: '" + path + "': the header has no '" + key + "'");
-    auto v = header.find(':', k);
-    if (v == std::string::npos) throw value_error("kiln::load_npy: '" + path + "': malformed header");
-    ++v;
-    while (v < header.size() && header[v] == ' ') ++v;
-    std::size_t end = v;
-    if (header[v] == '(') end = header.find(')', v) + 1;
-    else if (header[v] == '\'') end = header.find('\'', v + 1) + 1;
-    else end = header.find_first_of(",}", v);
-    if (end == std::string::npos || end <= v) throw value_error("kiln::load_npy: '" + path + "': malformed header");
-    return header.substr(v, end - v);
+// ---- reading: every size is checked against the bytes present before anything is allocated ----
+
+[[noreturn]] inline void npy_fail(const std::string& file, const std::string& what) {
+    throw file_error("kiln: file_error in 'load_npy': '" + file + "': " + what);
 }
+
+// What a header describes.
+struct npy_layout {
+    dtype d = dtype::float32;
+    dims shape;
+    bool fortran = false;
+    bool swap = false;           // big-endian data
+    std::size_t data_offset = 0;  // where the data begins
+    std::size_t data_bytes = 0;   // what the shape and dtype need
+};
+
+// A strict reader of the header's Python literal: {'descr': <str>, 'fortran_order': <True|False>, 'shape': <tuple of
+// ints>} in any order, each key once, nothing else, then spaces and a newline up to the header's length.
+class npy_header_parser {
+public:
+    npy_header_parser(std::string_view text, const std::string& file) : s_(text), file_(file) {}
+
+    npy_layout parse() {
+        npy_layout out;
+        bool have_descr = false, have_fortran = false, have_shape = false;
+        std::string descr;
+        space();
+        expect('{');
+        for (;;) {
+            space();
+            if (peek() == '}') break;
+            const std::string key = string_literal("a key");
+            space();
+            expect(':');
+            space();
+            auto once = [&](bool& seen) {
+                if (seen) fail("the key '" + key + "' appears twice");
+                seen = true;
+            };
+            if (key == "descr") {
+                once(have_descr);
+                descr = string_literal("the descr");
+            } else if (key == "fortran_order") {
+                once(have_fortran);
+                out.fortran = boolean_literal();
+            } else if (key == "shape") {
+                once(have_shape);
+                out.shape = tuple_literal();
+            } else {
+                fail("unexpected key '" + key + "' (a .npy header has descr, fortran_order and shape)");
+            }
+            space();
+            if (peek() == ',') {
+                ++i_;
+                continue;
+            }
+            if (peek() != '}') fail("expected ',' or '}' at byte " + std::to_string(i_) + " of the header");
+        }
+        ++i_;  // '}'
+        while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+        if (i_ != s_.size()) fail("unexpected bytes after the header's dict at byte " + std::to_string(i_));
+        if (!have_descr) fail("the header has no 'descr'");
+        if (!have_fortran) fail("the header has no 'fortran_order'");
+        if (!have_shape) fail("the header has no 'shape'");
+        descr_to_dtype(descr, out);
+        return out;
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& what) const { npy_fail(file_, "malformed header: " + what); }
+    char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+    void space() {
+        while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+    }
+    void expect(char c) {
+        if (peek() != c) fail(std::string("expected '") + c + "' at byte " + std::to_string(i_) + " of the header");
+        ++i_;
+    }
+    std::string string_literal(const char* what) {
+        const char q = peek();
+        if (q != '\'' && q != '"') fail(std::string("expected a quoted string for ") + what);
+        const std::size_t b = ++i_;
+        while (i_ < s_.size() && s_[i_] != q) {
+            if (s_[i_] == '\\' || s_[i_] == '\n') fail(std::string("unsupported character in ") + what);
+            ++i_;
+        }
+        if (i_ >= s_.size()) fail(std::string("unterminated string in ") + what);
+        return std::string(s_.substr(b, i_++ - b));
+    }
+    bool boolean_literal() {
+        if (s_.substr(i_, 4) == "True") return i_ += 4, true;
+        if (s_.substr(i_, 5) == "False") return i_ += 5, false;
+        fail("fortran_order must be True or False");
+    }
+    // "()", "(3,)", "(2, 3)", "(2, 3,)"; not "(3)" (an int, not a tuple), "(2,,)" or "(1  3)".
+    dims tuple_literal() {
+        dims d;
+        d.rank = 0;
+        expect('(');
+        space();
+        bool need_comma = false;  // a one-element tuple needs its comma
+        while (peek() != ')') {
+            if (d.rank == max_rank) fail("the shape has more than " + std::to_string(max_rank) + " dimensions");
+            d.d[d.rank++] = integer_literal();
+            space();
+            if (peek() == ',') {
+                ++i_;
+                space();
+                need_comma = false;
+            } else if (peek() == ')') {
+                need_comma = d.rank == 1;
+            } else {
+                fail("expected ',' or ')' in the shape at byte " + std::to_string(i_));
+            }
+        }
+        if (need_comma) fail("the shape '(n)' is not a tuple; a one-dimensional shape is '(n,)'");
+        ++i_;
+        return d;
+    }
+    std::ptrdiff_t integer_literal() {
+        if (peek() < '0' || peek() > '9') fail("expected a non-negative integer in the shape at byte " + std::to_string(i_));
+        std::ptrdiff_t v = 0;
+        while (peek() >= '0' && peek() <= '9') {
+            if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, peek() - '0', &v) || v > max_bytes)
+                fail("a dimension of the shape is too large");
+            ++i_;
+        }
+        if (peek() == 'L') ++i_;  // Python 2's long literal, as old numpy.save wrote it
+        return v;
+    }
+    void descr_to_dtype(const std::string& descr, npy_layout& out) const {
+        if (descr.size() != 3)
+            throw file_error("kiln: file_error in 'load_npy': '" + file_ + "': unsupported dtype '" + descr +
+                             "'; kiln reads b1, i4, i8, f4 and f8");
+        const char order = descr[0], kind = descr[1], size = descr[2];
+        if (order != '<' && order != '>' && order != '|' && order != '=')
+            npy_fail(file_, "unknown byte order in dtype '" + descr + "'");
+        if (kind == 'b' && size == '1') out.d = dtype::boolean;
+        else if (kind == 'i' && size == '4') out.d = dtype::int32;
+        else if (kind == 'i' && size == '8') out.d = dtype::int64;
+        else if (kind == 'f' && size == '4') out.d = dtype::float32;
+        else if (kind == 'f' && size == '8') out.d = dtype::float64;
+        else npy_fail(file_, "unsupported dtype '" + descr + "'; kiln reads b1, i4, i8, f4 and f8");
+        out.swap = order == '>' && size != '1';
+    }
+
+    std::string_view s_;
+    const std::string& file_;
+    std::size_t i_ = 0;
+};
+
+// Reads a .npy image from a source with `size()` and `read(offset, dst, n)` (a file or memory).
+template <class Source>
+tensor read_npy(Source& src, const std::string& file) {
+    const std::size_t total = src.size();
+    unsigned char pre[12] = {};
+    src.read(0, pre, std::min<std::size_t>(total, 10));
+    if (std::memcmp(pre, "\x93NUMPY", std::min<std::size_t>(total, 6)) != 0) npy_fail(file, "not a .npy file (bad magic)");
+    if (total < 10) npy_fail(file, "truncated: " + std::to_string(total) + " bytes is shorter than the preamble");
+    const int major = pre[6];
+    if (major < 1 || major > 3)
+        npy_fail(file, "format version " + std::to_string(major) + "." + std::to_string(pre[7]) +
+                           " is not one kiln reads (1.0, 2.0, 3.0)");
+    const std::size_t lensize = major == 1 ? 2 : 4, prefix = 8 + lensize;
+    if (total < prefix) npy_fail(file, "truncated in its preamble");
+    src.read(8, pre + 8, lensize);
+    std::size_t hlen = 0;
+    for (std::size_t i = lensize; i-- > 0;) hlen = hlen * 256 + pre[8 + i];
+    constexpr std::size_t max_header = std::size_t{1} << 20;
+    if (hlen > max_header)
+        npy_fail(file, "declares a header of " + std::to_string(hlen) + " bytes (kiln reads at most 1 MiB)");
+    if (hlen > total - prefix)
+        npy_fail(file, "truncated: the header needs " + std::to_string(hlen) + " bytes and " +
+                           std::to_string(total - prefix) + " follow the preamble");
+    std::string header(hlen, '\0');
+    src.read(prefix, reinterpret_cast<unsigned char*>(header.data()), hlen);
+    npy_layout layout = npy_header_parser(header, file).parse();
+    layout.data_offset = prefix + hlen;
+    std::ptrdiff_t n = 0;
+    try {
+        n = checked_numel(layout.shape, "load_npy");
+        layout.data_bytes = checked_bytes(n, size_of(layout.d), layout.shape, "load_npy");
+    } catch (const value_error&) {
+        npy_fail(file, "shape " + to_string(layout.shape) + " has more elements than kiln can address");
+    }
+    const std::size_t present = total - layout.data_offset;
+    if (present < layout.data_bytes)
+        npy_fail(file, "truncated: shape " + to_string(layout.shape) + " of " + std::string(name(layout.d)) +
+                           " needs " + std::to_string(layout.data_bytes) + " bytes of data and the file has " +
+                           std::to_string(present));
+    if (present > layout.data_bytes)
+        npy_fail(file, std::to_string(present - layout.data_bytes) + " bytes follow the data that shape " +
+                           to_string(layout.shape) + " of " + std::string(name(layout.d)) + " needs");
+
+    dims stored = layout.shape;
+    if (layout.fortran) std::reverse(stored.d.begin(), stored.d.begin() + stored.rank);
+    tensor t(layout.d, stored);
+    auto* p = static_cast<unsigned char*>(t.raw_data());
+    if (layout.data_bytes > 0) src.read(layout.data_offset, p, layout.data_bytes);
+    const std::size_t item = size_of(layout.d);
+    if (layout.swap)
+        for (std::size_t i = 0; i < layout.data_bytes; i += item) std::reverse(p + i, p + i + item);
+    if (layout.d == dtype::boolean)
+        for (std::size_t i = 0; i < layout.data_bytes; ++i)
+            if (p[i] > 1) npy_fail(file, "the bool at element " + std::to_string(i) + " is neither 0 nor 1");
+    if (!layout.fortran) return t;
+    // Fortran order: the data is the transpose of the stored C-order array.
+    std::array<int, max_rank> rev{};
+    for (int i = 0; i < layout.shape.rank; ++i) rev[i] = layout.shape.rank - 1 - i;
+    return t.permute_array(rev, layout.shape.rank).contiguous();
+}
+
+struct npy_file_source {
+    std::ifstream& in;
+    std::size_t bytes;
+    const std::string& file;
+    std::size_t size() const { return bytes; }
+    void read(std::size_t offset, unsigned char* dst, std::size_t n) {
+        in.seekg(static_cast<std::streamoff>(offset));
+        if (!in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(n)))
+            npy_fail(file, "reading " + std::to_string(n) + " bytes at offset " + std::to_string(offset) + " failed");
+    }
+};
+
+struct npy_memory_source {
+    const unsigned char* data;
+    std::size_t bytes;
+    std::size_t size() const { return bytes; }
+    void read(std::size_t offset, unsigned char* dst, std::size_t n) const { std::memcpy(dst, data + offset, n); }
+};
 
 }  // namespace detail
 
@@ -64,82 +281,22 @@ inline void save_npy(const std::string& path, const tensor& t) {
     if (!out) throw error("kiln::save_npy: writing '" + path + "' failed");
 }
 
+// Reads a .npy file. The file is untrusted: its header is parsed strictly, every size is checked against the
+// bytes actually present before anything is allocated, and every failure is a kiln::file_error naming the file.
 inline tensor load_npy(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw error("kiln::load_npy: cannot open '" + path + "'");
-    char pre[8];
-    if (!in.read(pre, 8) || std::memcmp(pre, "\x93NUMPY", 6) != 0)
-        throw value_error("kiln::load_npy: '" + path + "' is not a .npy file (bad magic)");
-    const int major = static_cast<unsigned char>(pre[6]);
-    if (major < 1 || major > 3)
-        throw value_error("kiln::load_npy: '" + path + "' has format version " + std::to_string(major) +
-                          ", kiln reads 1 to 3");
-    std::size_t hlen = 0;
-    unsigned char lenbytes[4] = {};
-    const int lensize = major == 1 ? 2 : 4;
-    if (!in.read(reinterpret_cast<char*>(lenbytes), lensize)) throw value_error("kiln::load_npy: '" + path + "' is truncated");
-    for (int i = lensize - 1; i >= 0; --i) hlen = hlen * 256 + lenbytes[i];
-    if (hlen > (1u << 20)) throw value_error("kiln::load_npy: '" + path + "' declares an implausible header length");
-    std::string header(hlen, '\0');
-    if (!in.read(header.data(), static_cast<std::streamsize>(hlen)))
-        throw value_error("kiln::load_npy: '" + path + "' is truncated in its header");
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw file_error("kiln: file_error in 'load_npy': cannot open '" + path + "'");
+    const std::streamoff end = in.tellg();
+    if (end < 0) throw file_error("kiln: file_error in 'load_npy': cannot read the size of '" + path + "'");
+    detail::npy_file_source src{in, static_cast<std::size_t>(end), path};
+    return detail::read_npy(src, path);
+}
 
-    std::string descr = detail::npy_value(header, "descr", path);
-    descr = descr.substr(1, descr.size() - 2);
-    const std::string fortran = detail::npy_value(header, "fortran_order", path);
-    const std::string shape_text = detail::npy_value(header, "shape", path);
-    if (descr.size() != 3) throw dtype_error("kiln::load_npy: '" + path + "' has unsupported dtype '" + descr + "'");
-    const char order = descr[0], kind = descr[1], size = descr[2];
-    dtype d;
-    if (kind == 'b' && size == '1') d = dtype::boolean;
-    else if (kind == 'i' && size == '4') d = dtype::int32;
-    else if (kind == 'i' && size == '8') d = dtype::int64;
-    else if (kind == 'f' && size == '4') d = dtype::float32;
-    else if (kind == 'f' && size == '8') d = dtype::float64;
-    else throw dtype_error("kiln::load_npy: '" + path + "' has dtype '" + descr + "'; kiln reads b1, i4, i8, f4, f8");
-    const bool swap = order == '>' && size != '1';
-    if (order != '<' && order != '>' && order != '|' && order != '=')
-        throw dtype_error("kiln::load_npy: '" + path + "' has an unknown byte order in '" + descr + "'");
-
-    dims shape;
-    shape.rank = 0;
-    for (std::size_t i = 1; i < shape_text.size();) {
-        while (i < shape_text.size() && (shape_text[i] == ' ' || shape_text[i] == ',')) ++i;
-        if (i >= shape_text.size() || shape_text[i] == ')') break;
-        std::size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(shape_text.substr(i), &used);
-        } catch (const std::exception&) {
-            throw value_error("kiln::load_npy: '" + path + "' has a malformed shape " + shape_text);
-        }
-        if (v < 0 || shape.rank == max_rank)
-            throw value_error("kiln::load_npy: '" + path + "' has an unsupported shape " + shape_text);
-        shape[shape.rank++] = static_cast<std::ptrdiff_t>(v);
-        i += used;
-    }
-    const bool fortran_order = fortran == "True";
-    dims stored = shape;
-    if (fortran_order) std::reverse(stored.d.begin(), stored.d.begin() + stored.rank);
-    tensor t(d, stored);
-    const auto bytes = static_cast<std::streamsize>(t.numel() * t.itemsize());
-    if (!in.read(static_cast<char*>(t.raw_data()), bytes))
-        throw value_error("kiln::load_npy: '" + path + "' is truncated: its data is shorter than shape " +
-                          to_string(shape) + " needs");
-    if (swap) {
-        auto* p = static_cast<unsigned char*>(t.raw_data());
-        for (std::ptrdiff_t i = 0; i < t.numel(); ++i) std::reverse(p + i * t.itemsize(), p + (i + 1) * t.itemsize());
-    }
-    if (d == dtype::boolean) {
-        auto* p = static_cast<unsigned char*>(t.raw_data());
-        for (std::ptrdiff_t i = 0; i < t.numel(); ++i)
-            if (p[i] > 1) throw value_error("kiln::load_npy: '" + path + "' has a bool that is neither 0 nor 1");
-    }
-    if (!fortran_order) return t;
-    // Fortran order: the data is the transpose of the stored C-order array.
-    std::array<int, max_rank> rev{};
-    for (int i = 0; i < shape.rank; ++i) rev[i] = shape.rank - 1 - i;
-    return t.permute_array(rev, shape.rank).contiguous();
+// The same from bytes in memory (`name` stands for the file in messages).
+inline tensor load_npy_bytes(const void* data, std::size_t size, const std::string& name = "<memory>") {
+    if (data == nullptr && size > 0) throw value_error("kiln: value_error in 'load_npy_bytes': null data");
+    detail::npy_memory_source src{static_cast<const unsigned char*>(data), size};
+    return detail::read_npy(src, name);
 }
 
 }  // namespace kiln

@@ -96,7 +96,7 @@ inline std::string to_string(const tensor& t) {
             bool all_integral = true;
             if constexpr (std::is_floating_point_v<T>) {
                 // Only the shown elements decide the format, as in NumPy.
-                auto check = [&](T v) { all_integral = all_integral && (v != v || std::isinf(v) || v == std::floor(v)); };
+                auto check = [&](T v) { all_integral = all_integral && (v != v || std::isinf(v) || (v == std::floor(v) && std::abs(v) < 1e16)); };
                 std::function<void(int, std::ptrdiff_t)> walk = [&](int d, std::ptrdiff_t off) {
                     if (d == t.dim()) return check(base[off]);
                     for (std::ptrdiff_t i = 0; i < t.shape()[d]; ++i)

@@ -16,6 +16,12 @@ struct reduction_shape {
     std::ptrdiff_t count = 1;  // elements folded into each output
 };
 
+inline std::string axes_text(const std::vector<int>& axes) {
+    std::string s = "{";
+    for (std::size_t i = 0; i < axes.size(); ++i) s += (i ? ", " : "") + std::to_string(axes[i]);
+    return s + "}";
+}
+
 inline reduction_shape reduced_shape(const tensor& x, const std::vector<int>& axes, bool keepdims, const char* op) {
     reduction_shape r;
     r.keep = x.shape();
@@ -27,8 +33,9 @@ inline reduction_shape reduced_shape(const tensor& x, const std::vector<int>& ax
         if (ax < 0 || ax >= x.dim())
             throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " is out of range for shape " +
                               to_string(x.shape()) + " (" + std::string(name(x.dtype())) + ")");
-        if (reduce[ax] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
-            throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " repeats");
+        if (reduce[ax] && !axes.empty())  // after normalizing: {0, -2} on a matrix names axis 0 twice
+            throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " repeats (axes " +
+                              axes_text(axes) + " on shape " + to_string(x.shape()) + ")");
         reduce[ax] = true;
     }
     r.result.rank = 0;
@@ -109,10 +116,19 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
             std::copy(acc.get(), acc.get() + m, out.data<T>());
         } else {
             std::vector<Acc> acc(static_cast<std::size_t>(m), kind == fold_kind::prod ? Acc(1) : Acc(0));
+            // Integer sums and products wrap (through the unsigned type: signed overflow is undefined in C++).
             if (kind == fold_kind::sum)
-                for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) { acc[static_cast<std::size_t>(o)] += Acc(v); });
+                for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) {
+                    Acc& a = acc[static_cast<std::size_t>(o)];
+                    if constexpr (std::is_integral_v<Acc>) a = kernels::wrapping_add(a, Acc(v));
+                    else a += Acc(v);
+                });
             else
-                for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) { acc[static_cast<std::size_t>(o)] *= Acc(v); });
+                for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) {
+                    Acc& a = acc[static_cast<std::size_t>(o)];
+                    if constexpr (std::is_integral_v<Acc>) a = kernels::wrapping_mul(a, Acc(v));
+                    else a *= Acc(v);
+                });
             dispatch(out_dtype, [&]<class R>() {
                 R* p = out.data<R>();
                 for (std::ptrdiff_t i = 0; i < m; ++i) p[i] = static_cast<R>(acc[static_cast<std::size_t>(i)]);

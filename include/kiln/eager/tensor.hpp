@@ -55,7 +55,12 @@ struct storage {
 
 inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
     auto s = std::allocate_shared<storage>(pooled_allocator<storage>{});
-    s->data = static_cast<std::byte*>(caching_allocator::instance().allocate(bytes));
+    try {
+        s->data = static_cast<std::byte*>(caching_allocator::instance().allocate(bytes));
+    } catch (const std::bad_alloc&) {
+        throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) +
+                           " bytes on cpu");
+    }
     s->bytes = bytes;
     s->cached = true;
     return s;
@@ -110,11 +115,10 @@ public:
     tensor() : storage_(empty_storage()), shape_(dims{0}), strides_(dims{1}) {}
 
     // Uninitialized contiguous storage of the given dtype and shape.
+    // Every extent must be non-negative and the byte count within 2^62 (a kiln::value_error otherwise).
     tensor(kiln::dtype d, const dims& shape) : dtype_(d), shape_(shape), strides_(detail::contiguous_strides(shape)) {
-        for (int i = 0; i < shape.rank; ++i)
-            if (shape[i] < 0)
-                throw value_error("kiln::tensor: negative dimension in shape " + to_string(shape));
-        storage_ = detail::allocate_storage(static_cast<std::size_t>(shape.size()) * size_of(d));
+        const std::ptrdiff_t n = detail::checked_numel(shape, "tensor");
+        storage_ = detail::allocate_storage(detail::checked_bytes(n, size_of(d), shape, "tensor"));
     }
 
     // A view of existing storage (used by views and by wrapping external memory).
@@ -139,12 +143,22 @@ public:
     std::ptrdiff_t size(int d) const { return shape_[normalize_axis(d, "size")]; }
 
     bool is_contiguous() const noexcept {
+        for (int i = 0; i < shape_.rank; ++i)
+            if (shape_[i] == 0) return true;  // no element: any layout is the contiguous one
         std::ptrdiff_t expect = 1;
         for (int i = shape_.rank - 1; i >= 0; --i) {
             if (shape_[i] != 1 && strides_[i] != expect) return false;
             expect *= shape_[i];
         }
         return true;
+    }
+
+    // True when some element is reached from two indices (a broadcast view: a stride of 0 on an extent above 1).
+    // Such a view can be read but not written in place.
+    bool has_repeated_elements() const noexcept {
+        for (int i = 0; i < shape_.rank; ++i)
+            if (shape_[i] > 1 && strides_[i] == 0) return true;
+        return false;
     }
 
     const std::shared_ptr<detail::storage>& storage_handle() const noexcept { return storage_; }
@@ -168,7 +182,7 @@ public:
         if (numel() != 1)
             throw value_error("kiln::tensor::item: the tensor has " + std::to_string(numel()) +
                               " elements (shape " + to_string(shape_) + "), not one");
-        return detail::dispatch(dtype_, [&]<class U>() { return static_cast<T>(*data<U>()); });
+        return detail::dispatch(dtype_, [&]<class U>() { return value_cast<T>(*data<U>()); });
     }
 
     // The element at a multi-index, converted to T (bounds-checked; for tests and inspection, not loops).
@@ -187,7 +201,7 @@ public:
             off += i * strides_[d++];
         }
         return detail::dispatch(dtype_, [&]<class U>() {
-            return static_cast<T>(reinterpret_cast<const U*>(storage_->data)[offset_ + off]);
+            return value_cast<T>(reinterpret_cast<const U*>(storage_->data)[offset_ + off]);
         });
     }
 
@@ -246,8 +260,8 @@ public:
         start = clamp(start);
         stop = clamp(stop);
         dims s = shape_, st = strides_;
-        s[ax] = stop > start ? (stop - start + step - 1) / step : 0;
-        st[ax] = strides_[ax] * step;
+        s[ax] = stop > start ? (stop - start - 1) / step + 1 : 0;  // (no overflow for a huge step)
+        st[ax] = s[ax] > 1 ? strides_[ax] * step : strides_[ax];    // step < n here, so the product fits
         return recorded(view(s, st, offset_ + start * strides_[ax]), [src = *this, ax, start, stop, step](const tensor& g) {
             return detail::scatter_slice(src, g, ax, start, stop, step);
         });
@@ -300,6 +314,7 @@ public:
 
     // Repeats size-1 and missing leading dimensions by stride 0.
     tensor broadcast_to(const dims& target) const {
+        detail::checked_numel(target, "broadcast_to");
         dims st;
         st.rank = target.rank;
         bool ok = target.rank >= shape_.rank;

@@ -67,14 +67,14 @@ void copy_row_major(U* out, const strided<const T>& in) {
     if (n == 0) return;
     const int r = in.shape.rank;
     if (r == 0) {
-        *out = static_cast<U>(*in.data);
+        *out = value_cast<U>(*in.data);
         return;
     }
     std::ptrdiff_t idx[max_rank] = {};
     std::ptrdiff_t off = 0;
     const std::ptrdiff_t inner = in.shape[r - 1], is = in.strides[r - 1];
     for (std::ptrdiff_t done = 0; done < n; done += inner) {
-        for (std::ptrdiff_t j = 0; j < inner; ++j) *out++ = static_cast<U>(in.data[off + j * is]);
+        for (std::ptrdiff_t j = 0; j < inner; ++j) *out++ = value_cast<U>(in.data[off + j * is]);
         for (int d = r - 2; d >= 0; --d) {
             if (++idx[d] < in.shape[d]) {
                 off += in.strides[d];

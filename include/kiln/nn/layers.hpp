@@ -38,7 +38,16 @@ inline tensor cross_entropy(const tensor& logits, const tensor& labels) {
         if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
             throw shape_error("kiln::nn::cross_entropy: labels " + to_string(labels.shape()) + " do not match logits " +
                               to_string(logits.shape()));
-        const tensor classes = arange(0, static_cast<double>(logits.shape()[1]), 1, labels.dtype());
+        if (labels.dtype() == dtype::boolean)
+            throw dtype_error("kiln::nn::cross_entropy: class labels must be integers, got bool");
+        const std::ptrdiff_t k = logits.shape()[1];
+        const tensor lo = kiln::min(labels), hi = kiln::max(labels);
+        if (labels.numel() > 0 && (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= k))
+            throw value_error("kiln::nn::cross_entropy: class index " +
+                              std::to_string(lo.item<std::int64_t>() < 0 ? lo.item<std::int64_t>()
+                                                                         : hi.item<std::int64_t>()) +
+                              " is out of range for " + std::to_string(k) + " classes");
+        const tensor classes = arange(0, static_cast<double>(k), 1, labels.dtype());
         target = equal(labels.unsqueeze(1), classes).to(logits.dtype());
     }
     return -mean(sum(target * log_softmax(logits, 1), {1}));

@@ -10,7 +10,10 @@ struct neg {
     static constexpr std::string_view name = "neg", symbol = "-";
     static constexpr int arity = 1, precedence = 6;
     template <class A>
-    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) { return -a; }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        if constexpr (detail::kernels::wraps_v<A, A>) return detail::kernels::wrapping_neg(a);
+        else return -a;
+    }
     static constexpr detail::rational fold(detail::rational a) { return {-a.num, a.den, a.ok}; }
     // -(-x) -> x
     template <class A>
@@ -29,8 +32,13 @@ struct neg {
 struct add {
     static constexpr std::string_view name = "add", symbol = "+";
     static constexpr int arity = 2, precedence = 4;
+    // On bools: logical or (bool + bool stays bool, as in PyTorch).
     template <class A, class B>
-    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) { return a + b; }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
+        if constexpr (std::is_same_v<A, bool> && std::is_same_v<B, bool>) return a || b;
+        else if constexpr (detail::kernels::wraps_v<A, B>) return detail::kernels::wrapping_add(a, b);
+        else return a + b;
+    }
     static constexpr detail::rational fold(detail::rational a, detail::rational b) {
         return detail::make_rational(static_cast<__int128>(a.num) * b.den + static_cast<__int128>(b.num) * a.den,
                                      static_cast<__int128>(a.den) * b.den);
@@ -50,7 +58,10 @@ struct sub {
     static constexpr std::string_view name = "sub", symbol = "-";
     static constexpr int arity = 2, precedence = 4;
     template <class A, class B>
-    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) { return a - b; }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
+        if constexpr (detail::kernels::wraps_v<A, B>) return detail::kernels::wrapping_sub(a, b);
+        else return a - b;
+    }
     static constexpr detail::rational fold(detail::rational a, detail::rational b) {
         return detail::make_rational(static_cast<__int128>(a.num) * b.den - static_cast<__int128>(b.num) * a.den,
                                      static_cast<__int128>(a.den) * b.den);
@@ -68,8 +79,13 @@ struct sub {
 struct mul {
     static constexpr std::string_view name = "mul", symbol = "*";
     static constexpr int arity = 2, precedence = 5;
+    // On bools: logical and.
     template <class A, class B>
-    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) { return a * b; }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
+        if constexpr (std::is_same_v<A, bool> && std::is_same_v<B, bool>) return a && b;
+        else if constexpr (detail::kernels::wraps_v<A, B>) return detail::kernels::wrapping_mul(a, b);
+        else return a * b;
+    }
     static constexpr detail::rational fold(detail::rational a, detail::rational b) {
         return detail::make_rational(static_cast<__int128>(a.num) * b.num, static_cast<__int128>(a.den) * b.den);
     }
@@ -91,6 +107,9 @@ struct mul {
 struct div {
     static constexpr std::string_view name = "div", symbol = "/";
     static constexpr int arity = 2, precedence = 5;
+    // True division in eager mode, as in PyTorch: integer tensors are divided as float32 (kiln::floor_divide is
+    // the integer division). Graph mode keeps C++'s types: an integer graph divides as C++ integers do.
+    static constexpr bool promotes_to_floating = true;
     // Integer division by zero gives 0 and INT_MIN / -1 wraps, instead of trapping inside a fused loop.
     template <class A, class B>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {

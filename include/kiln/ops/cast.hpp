@@ -1,5 +1,6 @@
 #pragma once
 // cast<U>(x): element type conversion.
+#include "../core/dtype.hpp"
 #include "op_base.hpp"
 
 namespace kiln {
@@ -16,7 +17,7 @@ struct cast {
             using B = typename A::batch_type;
             return select(a, B(typename B::value_type(1)), B(typename B::value_type(0)));
         } else {
-            return static_cast<U>(a);
+            return value_cast<U>(a);  // float to integer saturates, NaN gives 0 (defined, unlike static_cast)
         }
     }
     // The gradient flows back in the source's element type.

@@ -26,6 +26,39 @@ KILN_COMPARISON(equal, "==", a == b)
 KILN_COMPARISON(not_equal, "!=", a != b)
 #undef KILN_COMPARISON
 
+// Logical ops: operands are read as truth values (nonzero is true), results are bool. Eager mode converts its
+// operands to bool first; in graph mode they take bool or numeric operands.
+#define KILN_LOGICAL(op_name, expr)                                                               \
+    struct op_name {                                                                              \
+        static constexpr std::string_view name = #op_name;                                        \
+        static constexpr int arity = 2;                                                           \
+        static constexpr bool logical = true;                                                     \
+        template <class A, class B>                                                               \
+        KILN_HD KILN_INLINE static constexpr bool apply(const A& a_, const B& b_) {                \
+            const bool a = static_cast<bool>(a_), b = static_cast<bool>(b_);                      \
+            return expr;                                                                          \
+        }                                                                                         \
+        template <class A, class B, class Y, class G>                                             \
+        static constexpr auto gradient(const A&, const B&, const Y&, const G&) {                  \
+            return detail::grads(detail::no_grad{}, detail::no_grad{});                           \
+        }                                                                                         \
+    };
+
+KILN_LOGICAL(logical_and, a && b)
+KILN_LOGICAL(logical_or, a || b)
+KILN_LOGICAL(logical_xor, a != b)
+#undef KILN_LOGICAL
+
+struct logical_not {
+    static constexpr std::string_view name = "logical_not";
+    static constexpr int arity = 1;
+    static constexpr bool logical = true;
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr bool apply(const A& a) { return !static_cast<bool>(a); }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y&, const G&) { return detail::grads(detail::no_grad{}); }
+};
+
 struct where {
     static constexpr std::string_view name = "where";
     static constexpr int condition_arg = 0;  // excluded from the operands' common element type
@@ -51,6 +84,10 @@ template <class A, class B> constexpr auto equal(const A& a, const B& b) { retur
 template <class A, class B> constexpr auto not_equal(const A& a, const B& b) { return detail::make<ops::not_equal>(a, b); }
 template <class C, class A, class B>
 constexpr auto where(const C& c, const A& a, const B& b) { return detail::make<ops::where>(c, a, b); }
+template <class A, class B> constexpr auto logical_and(const A& a, const B& b) { return detail::make<ops::logical_and>(a, b); }
+template <class A, class B> constexpr auto logical_or(const A& a, const B& b) { return detail::make<ops::logical_or>(a, b); }
+template <class A, class B> constexpr auto logical_xor(const A& a, const B& b) { return detail::make<ops::logical_xor>(a, b); }
+template <class A> constexpr auto logical_not(const A& a) { return detail::make<ops::logical_not>(a); }
 
 // Comparison operators for kiln operands. (== and != stay comparisons of values, as in NumPy.)
 template <class A, class B> requires detail::kiln_operands_v<A, B>

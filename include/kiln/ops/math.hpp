@@ -1,5 +1,7 @@
 #pragma once
 // Unary functions and the binary pow, maximum and minimum.
+#include <limits>
+
 #include "arithmetic.hpp"
 
 namespace kiln {
@@ -10,6 +12,67 @@ template <class V>
 KILN_HD KILN_INLINE constexpr V one_like(const V&) { return V(1); }
 template <class V>
 KILN_HD KILN_INLINE constexpr V zero_like(const V&) { return V(0); }
+
+// a ** b on integers, wrapping like the other integer arithmetic; a negative exponent gives the truncated
+// quotient 1 / a^-b (1 for a == 1, +-1 for a == -1, 0 otherwise, and 0 for 0 ** -n as integer division by 0 does).
+template <class R>
+KILN_HD constexpr R integer_pow(R a, R b) {
+    if (b < R(0)) {
+        if (a == R(1)) return R(1);
+        if (a == R(-1)) return (b % R(2)) == R(0) ? R(1) : R(-1);
+        return R(0);
+    }
+    using U = std::make_unsigned_t<R>;
+    U base = static_cast<U>(a), result = 1;
+    for (auto e = static_cast<U>(b); e != 0; e >>= 1) {
+        if (e & 1u) result = static_cast<U>(result * base);
+        base = static_cast<U>(base * base);
+    }
+    return static_cast<R>(result);
+}
+
+// Python's floor division and remainder (the remainder takes the divisor's sign). Integer division by 0 gives 0,
+// as kiln's div does.
+template <class A, class B>
+KILN_HD constexpr auto floor_div_scalar(A a, B b) {
+    if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) {
+        using R = decltype(a / b);
+        if (b == B(0)) return R(0);
+        if (b == B(-1)) return static_cast<R>(wrapping_neg(static_cast<R>(a)));
+        R q = static_cast<R>(a / b);
+        if (static_cast<R>(a % b) != R(0) && ((a < A(0)) != (b < B(0)))) q = static_cast<R>(q - R(1));
+        return q;
+    } else {
+        using std::floor;
+        return floor(a / b);
+    }
+}
+template <class A, class B>
+KILN_HD constexpr auto remainder_scalar(A a, B b) {
+    if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) {
+        using R = decltype(a % b);
+        if (b == B(0) || b == B(-1)) return R(0);
+        R r = static_cast<R>(a % b);
+        if (r != R(0) && ((r < R(0)) != (b < B(0)))) r = static_cast<R>(r + b);
+        return r;
+    } else {
+        using std::fmod;
+        auto r = fmod(a, b);
+        if (r != decltype(r)(0) && ((r < decltype(r)(0)) != (b < B(0)))) r += b;
+        return r;
+    }
+}
+
+// Applies a scalar function lane by lane to two xsimd batches.
+template <class A, class F>
+KILN_INLINE A lanewise(const A& a, const A& b, F f) {
+    using T = typename A::value_type;
+    T x[A::size], y[A::size];
+    a.store_unaligned(x);
+    b.store_unaligned(y);
+    for (std::size_t i = 0; i < A::size; ++i) x[i] = static_cast<T>(f(x[i], y[i]));
+    return A::load_unaligned(x);
+}
 
 }  // namespace detail::kernels
 
@@ -61,7 +124,26 @@ struct exp {
 struct log {
     static constexpr std::string_view name = "log";
     static constexpr int arity = 1;
-    KILN_STD_UNARY_KERNEL(log)
+    static constexpr bool promotes_to_floating = true;
+    // xsimd's vector log reads the exponent field directly and gets subnormal inputs wrong (float64 log(5e-324) was
+    // -746.52, not -744.44): lanes below the smallest normal are scaled into the normal range first.
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::log;
+        if constexpr (requires { A::size; }) {
+            using T = typename A::value_type;
+            const A tiny(std::numeric_limits<T>::min()), zero(T(0));
+            const auto sub = (a < tiny) & (a > zero);
+            if (!any(sub)) [[likely]]
+                return log(a);
+            constexpr int shift = std::numeric_limits<T>::digits;  // 2^digits lifts every subnormal above min()
+            const A scale(static_cast<T>(std::uint64_t{1} << shift));
+            const A correction(static_cast<T>(shift * 0.693147180559945309417232121458176568));
+            return log(select(sub, a * scale, a)) - select(sub, correction, zero);
+        } else {
+            return log(a);
+        }
+    }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g / a); }
 };
@@ -94,7 +176,11 @@ struct square {
     static constexpr std::string_view name = "square";
     static constexpr int arity = 1;
     template <class A>
-    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) { return a * a; }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        if constexpr (std::is_same_v<A, bool>) return a;
+        else if constexpr (detail::kernels::wraps_v<A, A>) return detail::kernels::wrapping_mul(a, a);
+        else return a * a;
+    }
     static constexpr detail::rational fold(detail::rational a) {
         return detail::make_rational(static_cast<__int128>(a.num) * a.num, static_cast<__int128>(a.den) * a.den);
     }
@@ -173,18 +259,16 @@ struct relu {
 struct pow {
     static constexpr std::string_view name = "pow";
     static constexpr int arity = 2;
-    static constexpr bool promotes_to_floating = true;
+    // Integers raised to integers stay integers (PyTorch's rule); any floating operand makes the result floating.
     // Batches are computed lane by lane with std::pow: a vector pow (exp(y log x)) gets the IEEE special cases
     // wrong (pow(0, 0), pow(-8, 2), pow(NaN, 0)), and pow is rarely what bounds a loop.
     template <class A, class B>
     KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
         if constexpr (requires { A::size; }) {
-            using T = typename A::value_type;
-            T x[A::size], y[A::size];
-            a.store_unaligned(x);
-            b.store_unaligned(y);
-            for (std::size_t i = 0; i < A::size; ++i) x[i] = std::pow(x[i], y[i]);
-            return A::load_unaligned(x);
+            return detail::kernels::lanewise(a, b, [](auto x, auto y) { return apply(x, y); });
+        } else if constexpr (detail::kernels::wraps_v<A, B>) {
+            using R = decltype(a * b);
+            return detail::kernels::integer_pow<R>(static_cast<R>(a), static_cast<R>(b));
         } else {
             using std::pow;
             return pow(a, b);
@@ -209,7 +293,8 @@ struct maximum {
     template <class A, class B>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
         using detail::kernels::select;
-        return select((a > b) || (a != a), a, b);
+        using detail::kernels::is_nan;
+        return select((a > b) || is_nan(a), a, b);
     }
     static constexpr detail::rational fold(detail::rational a, detail::rational b) {
         return static_cast<__int128>(a.num) * b.den >= static_cast<__int128>(b.num) * a.den ? a : b;
@@ -226,7 +311,8 @@ struct minimum {
     template <class A, class B>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {
         using detail::kernels::select;
-        return select((a < b) || (a != a), a, b);
+        using detail::kernels::is_nan;
+        return select((a < b) || is_nan(a), a, b);
     }
     static constexpr detail::rational fold(detail::rational a, detail::rational b) {
         return static_cast<__int128>(a.num) * b.den <= static_cast<__int128>(b.num) * a.den ? a : b;
@@ -237,7 +323,52 @@ struct minimum {
     }
 };
 
+// Python's floor division (rounds toward negative infinity) and remainder (the divisor's sign). On integers
+// these are the integer division and modulo NumPy and PyTorch give with // and %; `/` is true division in eager mode.
+struct floor_divide {
+    static constexpr std::string_view name = "floor_divide";
+    static constexpr int arity = 2;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
+        if constexpr (requires { A::size; }) {
+            using std::floor;
+            return floor(a / b);
+        } else {
+            return detail::kernels::floor_div_scalar(a, b);
+        }
+    }
+    // Piecewise constant: no gradient flows through it (PyTorch's is zero).
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A&, const B&, const Y&, const G&) {
+        return detail::grads(detail::no_grad{}, detail::no_grad{});
+    }
+};
+
+struct remainder {
+    static constexpr std::string_view name = "remainder";
+    static constexpr int arity = 2;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
+        if constexpr (requires { A::size; })
+            return detail::kernels::lanewise(a, b, [](auto x, auto y) { return detail::kernels::remainder_scalar(x, y); });
+        else
+            return detail::kernels::remainder_scalar(a, b);
+    }
+    // a - floor(a / b) * b: d/da = 1, d/db = -floor(a / b).
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A& a, const B& b, const Y&, const G& g);
+};
+
 }  // namespace ops
+
+template <class A, class B>
+constexpr auto floor_divide(const A& a, const B& b) { return detail::make<ops::floor_divide>(a, b); }
+template <class A, class B>
+constexpr auto remainder(const A& a, const B& b) { return detail::make<ops::remainder>(a, b); }
+template <class A, class B, class Y, class G>
+constexpr auto ops::remainder::gradient(const A& a, const B& b, const Y&, const G& g) {
+    return detail::grads(g, kiln::neg(g * kiln::floor_divide(a, b)));
+}
 
 template <class A> constexpr auto abs(const A& a) { return detail::make<ops::abs>(a); }
 template <class A> constexpr auto exp(const A& a) { return detail::make<ops::exp>(a); }

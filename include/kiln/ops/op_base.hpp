@@ -122,9 +122,50 @@ KILN_HD KILN_INLINE constexpr T select(bool c, const T& a, const T& b) {
     return c ? a : b;
 }
 
+// Signed integer arithmetic wraps (two's complement), as in NumPy and PyTorch: a plain signed + - * that overflows
+// is undefined behaviour in C++, so scalars of integer types are computed through their unsigned types. (xsimd
+// batches of integers wrap in hardware; floating types and bool are left to the plain operators.)
+template <class A, class B>
+inline constexpr bool wraps_v = std::is_integral_v<A> && std::is_integral_v<B> && !std::is_same_v<A, bool> &&
+                                !std::is_same_v<B, bool>;
+
+template <class A, class B>
+KILN_HD KILN_INLINE constexpr auto wrapping_add(const A& a, const B& b) {
+    using R = decltype(a + b);
+    using U = std::make_unsigned_t<R>;
+    return static_cast<R>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <class A, class B>
+KILN_HD KILN_INLINE constexpr auto wrapping_sub(const A& a, const B& b) {
+    using R = decltype(a - b);
+    using U = std::make_unsigned_t<R>;
+    return static_cast<R>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+}
+template <class A, class B>
+KILN_HD KILN_INLINE constexpr auto wrapping_mul(const A& a, const B& b) {
+    using R = decltype(a * b);
+    using U = std::make_unsigned_t<R>;
+    return static_cast<R>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+}
+template <class A>
+KILN_HD KILN_INLINE constexpr auto wrapping_neg(const A& a) {
+    using R = decltype(-a);
+    using U = std::make_unsigned_t<R>;
+    return static_cast<R>(static_cast<U>(U(0) - static_cast<U>(a)));
+}
+
+// NaN test on scalars and xsimd batches alike (a batch's `a != a` is an ordered comparison: false for NaN lanes).
+template <class T>
+KILN_HD KILN_INLINE constexpr auto is_nan(const T& a) {
+    if constexpr (requires { T::size; }) return isnan(a);  // xsimd, found by ADL
+    else if constexpr (std::is_floating_point_v<T>) return a != a;
+    else return false;
+}
+
 template <class T>
 KILN_HD KILN_INLINE constexpr T abs(const T& a) {
-    if constexpr (std::is_unsigned_v<T>) return a;
+    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return a;
+    else if constexpr (std::is_integral_v<T>) return a < T(0) ? static_cast<T>(wrapping_neg(a)) : a;  // abs(MIN) wraps
     else return a < T(0) ? T(-a) : (a == T(0) ? T(0) : a);  // abs(-0.0) == +0.0, abs(NaN) stays NaN
 }
 

@@ -22,19 +22,20 @@ public:
         return pool;
     }
 
-    int threads() const noexcept { return threads_; }
+    // Read without the lock by every parallel loop: atomic, so set_threads on another thread is not a data race.
+    int threads() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
     void set_threads(int n) {
         if (n < 1) throw value_error("kiln::set_num_threads: the number of threads must be at least 1, got " +
                                      std::to_string(n));
         std::lock_guard lock(api_);
         stop_workers();
-        threads_ = n;
+        threads_.store(n, std::memory_order_relaxed);
     }
 
     // Calls task(i) for i in [0, n) with up to threads() threads; the caller runs a share itself.
     void parallel_for(int n, const std::function<void(int)>& task) {
-        if (n <= 1 || threads_ <= 1) {
+        if (n <= 1 || threads() <= 1) {
             for (int i = 0; i < n; ++i) task(i);
             return;
         }
@@ -81,7 +82,7 @@ private:
     void start_workers() {
         if (!workers_.empty()) return;
         stopping_ = false;
-        for (int t = 1; t < threads_; ++t)
+        for (int t = 1, n = threads(); t < n; ++t)
             workers_.emplace_back([this, seen = generation_]() mutable {
                 for (;;) {
                     std::unique_lock l(m_);
@@ -108,7 +109,7 @@ private:
         workers_.clear();
     }
 
-    int threads_;
+    std::atomic<int> threads_;
     std::mutex api_, m_;
     std::condition_variable cv_;
     std::vector<std::thread> workers_;
