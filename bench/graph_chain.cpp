@@ -103,6 +103,23 @@ void kiln_run(benchmark::State& state) {
     finish(state, n);
 }
 
+// What kiln::run did before its results came from the caching allocator: a fresh xt::xarray from the default
+// allocator (a large one is a fresh mmap, whose pages fault in on first write), then the same loop.
+void fresh_xarray_run_into(benchmark::State& state) {
+    setup(state);
+    const auto n = static_cast<std::size_t>(state.range(0));
+    auto& d = get(n);
+    const auto x = "x"_in;
+    const auto y = "y"_in;
+    const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
+    for (auto _ : state) {
+        auto r = xt::xarray<float>::from_shape({n});
+        kiln::run_into(r, graph, x = d.x, y = d.y);
+        benchmark::DoNotOptimize(r.data());
+    }
+    finish(state, n);
+}
+
 // The bodies of the baselines: each computes elements [b, e) of the chain from d.
 void hand_body(data& d, std::size_t b, std::size_t e) {
     const float* __restrict x = d.x.data();
@@ -254,6 +271,14 @@ BENCHMARK(stream_triad)->Apply(sizes);
 BENCHMARK(hand_loop)->Apply(sizes);
 BENCHMARK(kiln_run_into)->Apply(sizes);
 BENCHMARK(kiln_run)->Apply(sizes);
+// kiln::run against run_into where page faults showed (2^24 float32, 64 MiB): bench/run_graph_chain.sh --run.
+void large(benchmark::internal::Benchmark* b) {
+    for (int threads : {1, 2}) b->Args({std::int64_t{1} << 24, threads});
+    b->ArgNames({"n", "threads"})->UseRealTime();
+}
+BENCHMARK(kiln_run_into)->Name("large/kiln_run_into")->Apply(large);
+BENCHMARK(kiln_run)->Name("large/kiln_run")->Apply(large);
+BENCHMARK(fresh_xarray_run_into)->Name("large/fresh_xarray_run_into")->Apply(large);
 BENCHMARK(xtensor_noalias)->Apply(sizes);
 BENCHMARK(eigen_array)->Apply(sizes);
 BENCHMARK(unfused)->Apply(sizes);

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kiln needs, only those that are missing, without questions.
+# usage: install-deps.sh [demo|test|bench]  (default: demo, what the examples need)
 set -euo pipefail
-packages=(g++ cmake make libboost-dev libxtensor-dev libxsimd-dev xtl-dev doctest-dev libopenblas-dev
-          libbenchmark-dev libeigen3-dev graphviz python3)
+what="${1:-demo}"
+packages=(g++ cmake make libxtensor-dev libxsimd-dev xtl-dev libopenblas-dev)
+case "$what" in
+  demo) ;;
+  # The tests: doctest, python3 with venv for the NumPy differential test (NumPy 2 comes from PyPI into a virtual
+  # environment), clang with its sanitizer and fuzzer runtimes.
+  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev) ;;
+  bench) packages+=(libbenchmark-dev libeigen3-dev python3) ;;
+  *) echo "install-deps.sh: unknown set '$what' (demo, test or bench)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,13 +22,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-# NumPy for the differential test (test/numpy_differential.py): Debian's package when python3 lacks it.
-if ! python3 -c 'import numpy' 2>/dev/null; then
-  echo "kiln: installing NumPy"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  { $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-numpy; } ||
-    python3 -m pip install --quiet numpy
 fi

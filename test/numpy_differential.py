@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Differential test of kiln's eager mode against NumPy.
 
-Draws random programs (elementwise ops with broadcasting and promotion, reductions over random axes with and
-without keepdims, matmul, views, joins, casts and comparisons), evaluates each one with NumPy while drawing it,
-runs the same programs through test/numpy_runner.cpp, and compares dtype, shape and values. Some programs are
-drawn to fail (shapes that do not broadcast, axes out of range): kiln must throw the matching kiln::error.
+Draws random programs (elementwise ops with broadcasting and promotion, scalar operands, true and floor division,
+logical ops, reductions over random and negative axes with and without keepdims, matmul, views, joins, casts,
+comparisons, where with tensors or numbers, and in-place adds between overlapping views of one tensor), evaluates
+each one with NumPy while drawing it, runs the same programs through test/numpy_runner.cpp, and compares dtype,
+shape and values. Inputs include zero-size and 0-d tensors, NaN, infinities, signed zeros, subnormals and integers
+near the ends of their range (integer arithmetic wraps in both). Operands of mixed kinds are drawn too: there kiln
+follows PyTorch (int32 + float32 -> float32, int / int -> float32), and the NumPy side computes in the dtype kiln's
+rule gives (kiln_binary_dtype below). Some programs are drawn to fail (shapes that do not broadcast, axes out of
+range or repeated, bool subtraction): kiln must throw the matching kiln::error.
 
 usage: numpy_differential.py <numpy_runner> <work directory> [cases] [seed]
-Exit status: 0 when every case agrees, 1 otherwise, 77 (skipped) when NumPy is not installed.
+Exit status: 0 when every case agrees, 1 otherwise (NumPy older than 2.0 is a failure: its 0-d promotion differs),
+77 (skipped) when NumPy is not installed.
 """
 import os
 import shutil
@@ -20,8 +26,32 @@ except ImportError:
     print("numpy_differential: NumPy is not installed; skipped")
     sys.exit(77)
 
+if int(np.__version__.split(".")[0]) < 2:
+    print(f"numpy_differential: NumPy {np.__version__} is older than 2.0 (scripts/test.sh installs NumPy 2 in a "
+          "virtual environment)")
+    sys.exit(1)
+
 FLOAT = ("float32", "float64")
 INT = ("int32", "int64")
+RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
+
+
+def kiln_binary_dtype(a, b):
+    """PyTorch's result type for two tensors: the higher of the two kinds and sizes."""
+    a, b = np.dtype(a).name, np.dtype(b).name
+    return np.dtype(a if RANK[a] >= RANK[b] else b)
+
+
+def kiln_scalar_dtype(t, s):
+    """A C++ number meets a tensor: it changes the dtype only across kinds."""
+    t = np.dtype(t)
+    if isinstance(s, float):
+        return t if t.kind == "f" else np.dtype("float32")
+    return np.dtype("int64") if t.kind == "b" else t
+
+
+def true_div_dtype(d):
+    return d if d.kind == "f" else np.dtype("float32")
 
 
 class Program:
@@ -31,6 +61,7 @@ class Program:
         self.values = {}  # name -> NumPy value
         self.count = 0
         self.single = False  # whether a float32 value takes part (float64 results then carry float32 errors)
+        self.family, self.special, self.zero = "float", False, False
 
     def fresh(self):
         self.count += 1
@@ -55,10 +86,28 @@ class Program:
         return name
 
 
-def random_input(rng, shape, dt):
+SPECIAL = {"float32": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, 1e-40],
+           "float64": [np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, 1e-310]}
+
+
+def random_input(rng, shape, dt, special=False):
+    """Uniform values; with `special`, some are NaN, infinities, signed zeros, subnormals or extreme integers."""
+    if dt == "bool":
+        return rng.random(size=shape) < 0.5
     if dt in FLOAT:
-        return rng.uniform(-2.0, 2.0, size=shape).astype(dt)
-    return rng.integers(-5, 6, size=shape).astype(dt)
+        v = rng.uniform(-2.0, 2.0, size=shape).astype(dt)
+    else:
+        v = rng.integers(-5, 6, size=shape).astype(dt)
+    if special and v.size:
+        mask = rng.random(size=v.shape) < 0.3
+        if dt in FLOAT:
+            picks = np.array(SPECIAL[dt], dtype=dt)[rng.integers(len(SPECIAL[dt]), size=v.shape)]
+        else:
+            info = np.iinfo(dt)
+            ends = np.array([info.max, info.min, info.max - 1, info.min + 1, 0], dtype=dt)
+            picks = ends[rng.integers(len(ends), size=v.shape)]
+        v = np.where(mask, picks, v).astype(dt)
+    return v
 
 
 def broadcast_variant(rng, shape):
@@ -68,15 +117,19 @@ def broadcast_variant(rng, shape):
     return tuple(out)
 
 
-def acceptable(v):
-    """Values that keep later ops well conditioned: finite and of moderate size."""
+def acceptable(v, special=False):
+    """Values that keep later ops well conditioned: finite and of moderate size (NaN, infinities and any integer are
+    accepted in programs drawn with special values)."""
     if v.dtype == np.bool_:
         return True
     if v.size == 0:
         return True
     if np.issubdtype(v.dtype, np.floating):
-        return bool(np.all(np.isfinite(v))) and float(np.max(np.abs(v))) < 1e4
-    return int(np.max(np.abs(v.astype(np.int64)))) < 10**6
+        finite = v[np.isfinite(v)]
+        if not special and finite.size != v.size:
+            return False
+        return finite.size == 0 or float(np.max(np.abs(finite))) < 1e4
+    return special or int(np.max(np.abs(v.astype(np.int64)))) < 10**6
 
 
 UNARY_FLOAT = {
@@ -89,82 +142,160 @@ UNARY_FLOAT = {
 }
 UNARY_INT = {"neg": np.negative, "abs": np.abs, "square": np.square,
              "relu": lambda a: np.maximum(a, 0).astype(a.dtype)}
-BINARY_FLOAT = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
-    "div": lambda a, b: np.divide(a, b) if np.all(np.abs(b) > 0.1) else None,
-    "pow": lambda a, b: np.power(a, b) if np.all(a > 0.1) else None,
-}
-BINARY_INT = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
+UNARY_BOOL = {"abs": np.abs, "logical_not": np.logical_not}
+# Binary ops computed by NumPy in the dtype kiln's rule gives (the operands converted to it first, as kiln does).
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+          "div": np.divide, "pow": np.power, "floor_divide": np.floor_divide, "remainder": np.remainder,
+          "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
+BINARY_BOOL = ("add", "mul", "maximum", "minimum", "logical_and", "logical_or", "logical_xor")
 COMPARE = {"less": np.less, "greater_equal": np.greater_equal, "equal": np.equal}
 
 
 def numeric(p, names):
-    return [n for n in names if p.values[n].dtype != np.bool_]
+    return [n for n in names if p.values[n].dtype != np.bool_ or p.family == "bool"]
+
+
+def binary_value(name, x, y, special):
+    """NumPy's answer in kiln's dtype, or None when the op is not drawn for these operands."""
+    d = kiln_binary_dtype(x.dtype, y.dtype)
+    if name.startswith("logical_"):
+        return BINARY[name](x.astype(bool), y.astype(bool))
+    if d.kind == "b" and name not in BINARY_BOOL:
+        return None
+    if name == "div":
+        d = true_div_dtype(d)
+        if not special and not np.all(np.abs(y.astype(np.float64)) > 0.1):
+            return None
+    if name == "pow":
+        if d.kind == "f" and not np.all(x > 0.1):
+            return None
+        if d.kind == "i" and (np.any(y < 0) or np.any(y > 40)):
+            return None  # NumPy refuses negative integer powers
+    if name in ("floor_divide", "remainder") and d.kind == "f" and not special and not np.all(np.abs(y) > 0.1):
+        return None
+    return BINARY[name](x.astype(d), y.astype(d))
 
 
 def draw_step(p, rng, family):
     """Appends one random op whose NumPy result is acceptable; returns False when the drawn op did not apply."""
     names = numeric(p, list(p.values))
+    if not names:
+        return False
     a = names[-1] if rng.random() < 0.6 else names[int(rng.integers(len(names)))]
     x = p.values[a]
     floating = np.issubdtype(x.dtype, np.floating)
-    kind = rng.choice(["unary", "binary", "binary", "scalar", "reduce", "compare", "view", "matmul", "join", "cast"])
+    sp = p.special
+    kind = rng.choice(["unary", "binary", "binary", "scalar", "reduce", "compare", "view", "matmul", "join", "cast",
+                       "inplace", "where_number"])
     if kind == "unary":
-        table = UNARY_FLOAT if floating else UNARY_INT
+        table = UNARY_BOOL if x.dtype == np.bool_ else UNARY_FLOAT if floating else UNARY_INT
         name = rng.choice(sorted(table))
         v = table[name](x)
-        return v is not None and acceptable(v) and p.op(v, name, a)
+        return v is not None and acceptable(v, sp) and p.op(v, name, a)
     if kind in ("binary", "compare"):
-        # The other operand: an existing value or a new input of a shape that broadcasts with this one.
+        # The other operand: an existing value or a new input of a shape that broadcasts with this one; of another
+        # kind now and then (kiln's promotion is computed, not skipped).
         if rng.random() < 0.5 and len(names) > 1:
             b = names[int(rng.integers(len(names)))]
         else:
-            dt = rng.choice(FLOAT if family == "float" else INT)
-            b = p.load(random_input(rng, broadcast_variant(rng, x.shape), dt))
+            pool = {"float": FLOAT, "int": INT, "bool": ("bool",)}[family]
+            if rng.random() < 0.25:
+                pool = FLOAT + INT + ("bool",)
+            dt = rng.choice(pool)
+            b = p.load(random_input(rng, broadcast_variant(rng, x.shape), dt, sp))
         y = p.values[b]
         try:
             np.broadcast_shapes(x.shape, y.shape)
         except ValueError:
             return False
-        if floating != np.issubdtype(y.dtype, np.floating):
-            return False  # NumPy and PyTorch promote int with float differently; kiln follows PyTorch
         if kind == "compare":
             name = rng.choice(sorted(COMPARE))
-            cond = p.op(COMPARE[name](x, y), name, a, b)
-            v = np.where(p.values[cond], x, y)
-            return acceptable(v) and p.op(v, "where", cond, a, b)
-        table = BINARY_FLOAT if floating else BINARY_INT
-        name = rng.choice(sorted(table))
-        v = table[name](x, y)
-        return v is not None and acceptable(v) and p.op(v, name, a, b)
+            d = kiln_binary_dtype(x.dtype, y.dtype)
+            cond = p.op(COMPARE[name](x.astype(d), y.astype(d)), name, a, b)
+            v = np.where(p.values[cond], x.astype(d), y.astype(d))
+            return acceptable(v, sp) and p.op(v, "where", cond, a, b)
+        name = rng.choice(sorted(BINARY))
+        if family == "bool" and rng.random() < 0.6:
+            name = rng.choice(BINARY_BOOL)
+        v = binary_value(name, x, y, sp)
+        return v is not None and acceptable(v, sp) and p.op(v, name, a, b)
     if kind == "scalar":
-        s = float(np.round(rng.uniform(-3, 3), 3)) if floating else int(rng.integers(-4, 5))
-        text = repr(s) if floating else str(s)
-        if floating and "." not in text and "e" not in text:
+        if floating or rng.random() < 0.3:
+            s = float(np.round(rng.uniform(-3, 3), 3))
+        else:
+            s = int(rng.integers(-4, 5))
+        text = repr(s)
+        if isinstance(s, float) and "." not in text and "e" not in text:
             text += ".0"
-        name = rng.choice(["adds", "muls", "rsubs"])
-        v = {"adds": lambda: x + s, "muls": lambda: x * s, "rsubs": lambda: s - x}[name]()
-        return acceptable(v) and p.op(v, name, a, text)
+        name = rng.choice(["adds", "muls", "rsubs", "divs", "rdivs"])
+        d = kiln_scalar_dtype(x.dtype, s)
+        if name in ("divs", "rdivs"):
+            d = true_div_dtype(d)
+        if name == "divs" and abs(s) < 0.1:
+            return False
+        if name == "rdivs" and not sp and not np.all(np.abs(x.astype(np.float64)) > 0.1):
+            return False
+        if name == "rsubs" and d.kind == "b":
+            return False
+        xs, ss = x.astype(d), np.array(s).astype(d)
+        v = {"adds": lambda: xs + ss, "muls": lambda: xs * ss, "rsubs": lambda: ss - xs, "divs": lambda: xs / ss,
+             "rdivs": lambda: ss / xs}[name]()
+        return acceptable(v, sp) and p.op(v, name, a, text)
+    if kind == "where_number":
+        cond = p.load(random_input(rng, broadcast_variant(rng, x.shape), "bool"))
+        s = float(np.round(rng.uniform(-3, 3), 2)) if rng.random() < 0.5 else int(rng.integers(-4, 5))
+        text = repr(s) if isinstance(s, int) or "." in repr(s) or "e" in repr(s) else repr(s) + ".0"
+        d = kiln_scalar_dtype(x.dtype, s)
+        number_first = rng.random() < 0.5
+        c = p.values[cond]
+        ss = np.array(s).astype(d)
+        v = np.where(c, ss, x.astype(d)) if number_first else np.where(c, x.astype(d), ss)
+        return acceptable(v, sp) and p.op(v, "where_st" if number_first else "where_ts", cond, a, text)
+    if kind == "inplace":
+        if x.dtype == np.bool_ or x.ndim == 0:
+            return False
+        if x.ndim == 2 and x.shape[0] == x.shape[1] and rng.random() < 0.3:
+            v = x + x.T
+            return acceptable(v, sp) and p.op(v, "iadd_transpose", a)
+        axis = int(rng.integers(x.ndim))
+        n = x.shape[axis]
+        if n < 2:
+            return False
+        length = int(rng.integers(1, n))
+        dst, src = int(rng.integers(0, n - length + 1)), int(rng.integers(0, n - length + 1))
+        c = x.copy()
+        lead = (slice(None),) * axis
+        c[lead + (slice(dst, dst + length),)] = c[lead + (slice(dst, dst + length),)] + c[lead + (slice(src, src + length),)]
+        return acceptable(c, sp) and p.op(c, "iadd_view", a, axis, dst, src, length)
     if kind == "reduce":
         if x.ndim == 0:
             return False
-        name = rng.choice(["sum", "mean", "max", "min", "prod", "argmax", "argmin"] if floating else
-                          ["sum", "max", "min", "prod", "argmax", "argmin"])
-        keep = int(rng.integers(2))
-        if name in ("argmax", "argmin"):
-            axis = int(rng.integers(-x.ndim, x.ndim))
-            v = getattr(np, name)(x, axis=axis, keepdims=bool(keep))
-            return p.op(v, name, a, axis, keep)
-        if name == "prod" and x.size > 64:
-            return False
-        if rng.random() < 0.25:
-            axes, text = None, "all"
+        if x.dtype == np.bool_:
+            choices = ["sum", "max", "min", "prod", "argmax", "argmin"]
         else:
-            k = int(rng.integers(1, x.ndim + 1))
-            axes = tuple(sorted(int(i) for i in rng.choice(x.ndim, size=k, replace=False)))
-            text = ",".join(str(i) for i in axes)
-        v = np.asarray(getattr(np, name)(x, axis=axes, keepdims=bool(keep)))
-        return acceptable(v) and p.op(v, name, a, text, keep)
+            choices = ["sum", "mean", "max", "min", "prod", "argmax", "argmin"] if floating else \
+                      ["sum", "max", "min", "prod", "argmax", "argmin"]
+        name = rng.choice(choices)
+        keep = int(rng.integers(2))
+        try:
+            if name in ("argmax", "argmin"):
+                axis = int(rng.integers(-x.ndim, x.ndim))
+                v = getattr(np, name)(x, axis=axis, keepdims=bool(keep))
+                return p.op(v, name, a, axis, keep)
+            if name == "prod" and x.size > 64:
+                return False
+            if rng.random() < 0.25:
+                axes, text = None, "all"
+            else:
+                k = int(rng.integers(1, x.ndim + 1))
+                axes = [int(i) for i in rng.choice(x.ndim, size=k, replace=False)]
+                axes = tuple(i - x.ndim if rng.random() < 0.4 else i for i in axes)  # negative axes now and then
+                text = ",".join(str(i) for i in axes)
+            with np.errstate(all="ignore"):
+                v = np.asarray(getattr(np, name)(x, axis=axes, keepdims=bool(keep)))
+        except ValueError:
+            return False  # an extremum over an empty axis: NumPy refuses it (kiln too, tested elsewhere)
+        return acceptable(v, sp) and p.op(v, name, a, text, keep)
     if kind == "view":
         if x.ndim >= 2 and rng.random() < 0.4:
             i, j = (int(k) for k in rng.choice(x.ndim, size=2, replace=False))
@@ -174,14 +305,18 @@ def draw_step(p, rng, family):
             n = x.shape[axis]
             start, stop, step = int(rng.integers(0, n + 1)), int(rng.integers(0, n + 1)), int(rng.integers(1, 3))
             v = x[(slice(None),) * axis + (slice(start, stop, step),)]
-            return v.size > 0 and p.op(v, "slice", a, axis, start, stop, step)
+            return (v.size > 0 or p.zero) and p.op(v, "slice", a, axis, start, stop, step)
         if x.ndim >= 1 and rng.random() < 0.5:
             target = (int(rng.integers(1, 4)),) + tuple(d if d != 1 else int(rng.integers(1, 4)) for d in x.shape)
             return p.op(np.broadcast_to(x, target), "broadcast_to", a, ",".join(map(str, target)))
         shape = (-1,) if x.ndim <= 1 or rng.random() < 0.5 else (x.shape[0], -1)
-        return x.size > 0 and p.op(x.reshape(shape), "reshape", a, ",".join(map(str, shape)))
+        try:
+            v = x.reshape(shape)
+        except ValueError:
+            return False
+        return p.op(v, "reshape", a, ",".join(map(str, shape)))
     if kind == "matmul":
-        if x.ndim == 0 or x.shape[-1] == 0:
+        if x.ndim == 0 or x.shape[-1] == 0 or x.dtype == np.bool_ or (floating and not np.all(np.isfinite(x))):
             return False
         k = x.shape[-1]
         right = (k,) if rng.random() < 0.3 else (k, int(rng.integers(1, 6)))
@@ -189,19 +324,27 @@ def draw_step(p, rng, family):
             right = x.shape[-3:-2] + right  # a batch dimension matching x's
         dt = x.dtype.name if rng.random() < 0.7 else rng.choice(FLOAT if floating else INT)
         b = p.load(random_input(rng, right, dt))
-        v = np.matmul(x, p.values[b])
-        return acceptable(v) and p.op(v, "matmul", a, b)
+        y = p.values[b]
+        d = kiln_binary_dtype(x.dtype, y.dtype)
+        if d.kind != "f" and (np.max(np.abs(x), initial=0) > 10**6):
+            return False
+        v = np.matmul(x.astype(d), y.astype(d))
+        return acceptable(v, sp) and p.op(v, "matmul", a, b)
     if kind == "join":
-        same = [n for n in names if p.values[n].shape == x.shape and
-                np.issubdtype(p.values[n].dtype, np.floating) == floating]
+        same = [n for n in names if p.values[n].shape == x.shape and p.values[n].dtype.kind == x.dtype.kind]
         others = [same[int(rng.integers(len(same)))] for _ in range(int(rng.integers(1, 3)))]
+        parts = [x] + [p.values[o] for o in others]
+        d = parts[0].dtype
+        for o in parts[1:]:
+            d = kiln_binary_dtype(d, o.dtype)
+        parts = [q.astype(d) for q in parts]
         if rng.random() < 0.5 and x.ndim >= 1:
             axis = int(rng.integers(-x.ndim, x.ndim))
-            return p.op(np.concatenate([x] + [p.values[o] for o in others], axis=axis), "concat", axis, a, *others)
+            return p.op(np.concatenate(parts, axis=axis), "concat", axis, a, *others)
         axis = int(rng.integers(-x.ndim - 1, x.ndim + 1))
-        return p.op(np.stack([x] + [p.values[o] for o in others], axis=axis), "stack", axis, a, *others)
+        return p.op(np.stack(parts, axis=axis), "stack", axis, a, *others)
     # cast
-    target = rng.choice([d for d in FLOAT + INT if d != x.dtype.name])
+    target = rng.choice([d for d in FLOAT + INT + ("bool",) if d != x.dtype.name])
     if target in INT and floating:
         return False  # float -> int truncation of values near integers is not worth comparing
     return p.op(x.astype(target), "cast", a, target)
@@ -210,18 +353,25 @@ def draw_step(p, rng, family):
 def draw_case(rng, work, cid):
     """A random program and NumPy's answer to it."""
     p = Program(rng, work, cid)
-    family = "float" if rng.random() < 0.75 else "int"
+    u = rng.random()
+    family = "float" if u < 0.6 else "int" if u < 0.85 else "bool"
+    p.family = family
+    p.special = rng.random() < 0.3
+    p.zero = rng.random() < 0.1
     rank = int(rng.integers(0, 4))
     sizes = [1, 2, 3, 4, 5, 7, 17]
     shape = tuple(int(rng.choice(sizes)) for _ in range(rank))
+    if p.zero and rank:
+        shape = tuple(0 if i == int(rng.integers(rank)) else d for i, d in enumerate(shape))
+    pool = {"float": FLOAT, "int": INT, "bool": ("bool",)}[family]
     for _ in range(int(rng.integers(1, 4))):
-        p.load(random_input(rng, broadcast_variant(rng, shape) if p.values else shape,
-                            rng.choice(FLOAT if family == "float" else INT)))
+        p.load(random_input(rng, broadcast_variant(rng, shape) if p.values else shape, rng.choice(pool), p.special))
     steps, tries = int(rng.integers(2, 8)), 0
-    while steps > 0 and tries < 60:
-        tries += 1
-        if draw_step(p, rng, family):
-            steps -= 1
+    with np.errstate(all="ignore"):
+        while steps > 0 and tries < 60:
+            tries += 1
+            if draw_step(p, rng, family):
+                steps -= 1
     result = list(p.values)[-1]
     p.lines.append(f"out {result}")
     return p.lines, ("value", p.values[result], p.single)
@@ -230,17 +380,23 @@ def draw_case(rng, work, cid):
 def draw_error_case(rng, work, cid):
     """A program that NumPy rejects, with the kiln::error kiln must throw for it."""
     p = Program(rng, work, cid)
-    if rng.random() < 0.6:
+    u = rng.random()
+    if u < 0.5:
         a = p.load(random_input(rng, (3, 4), "float32"))
         b = p.load(random_input(rng, (int(rng.choice([2, 5])), int(rng.choice([3, 5]))), "float32"))
         name = rng.choice(["add", "mul", "maximum", "less"])
         p.lines.append(f"op t9 {name} {a} {b}")
         expected = "shape_error"
-    else:
+    elif u < 0.75:
         a = p.load(random_input(rng, (2, 3), "float64"))
-        axis = int(rng.choice([2, 3, -3]))
+        axis = rng.choice(["2", "3", "-3", "0,-2", "1,-1", "-1,1"])  # out of range, or one axis named twice
         p.lines.append(f"op t9 {rng.choice(['sum', 'max', 'mean'])} {a} {axis} 0")
         expected = "value_error"
+    else:
+        a = p.load(random_input(rng, (3,), "bool"))
+        b = p.load(random_input(rng, (3,), "bool"))
+        p.lines.append(f"op t9 {rng.choice(['sub', 'pow', 'floor_divide'])} {a} {b}")  # NumPy: TypeError too
+        expected = "dtype_error"
     p.lines.append("out t9")
     return p.lines, ("error", expected, False)
 
@@ -256,7 +412,7 @@ def main():
         print(__doc__)
         return 2
     runner, work = sys.argv[1], sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 400
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20261129
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "out"))
@@ -292,10 +448,11 @@ def main():
             continue
         tol = tolerance(want.dtype, single)
         if tol == 0.0:
-            ok = np.array_equal(got, want)
+            ok = np.array_equal(got, want, equal_nan=want.dtype.kind == "f")
         else:
-            scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
-            ok = np.allclose(got, want, rtol=tol, atol=tol * scale)
+            finite = want[np.isfinite(want)]
+            scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
+            ok = np.allclose(got, want, rtol=tol, atol=tol * scale, equal_nan=True)
         if not ok:
             worst = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
             failures.append((cid, f"values differ (largest difference {worst:g})", lines))

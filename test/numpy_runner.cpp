@@ -79,13 +79,46 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
     if (op == "greater_equal") return t(0) >= t(1);
     if (op == "equal") return kiln::equal(t(0), t(1));
     if (op == "where") return kiln::where(t(0), t(1), t(2));
+    if (op == "floor_divide") return kiln::floor_divide(t(0), t(1));
+    if (op == "remainder") return kiln::remainder(t(0), t(1));
+    if (op == "logical_and") return kiln::logical_and(t(0), t(1));
+    if (op == "logical_or") return kiln::logical_or(t(0), t(1));
+    if (op == "logical_xor") return kiln::logical_xor(t(0), t(1));
+    if (op == "logical_not") return kiln::logical_not(t(0));
+    // where with a number in one branch: op <dst> where_ts <c> <t> <number> (or where_st <c> <number> <t>).
+    if (op == "where_ts" || op == "where_st") {
+        const std::string& s = a.at(2);
+        const bool integral = s.find_first_of(".eEn") == std::string::npos;
+        auto with = [&](auto v) -> kiln::tensor {
+            if (op == "where_ts") return kiln::where(t(0), t(1), v);
+            return kiln::where(t(0), v, t(1));
+        };
+        return integral ? with(static_cast<std::int64_t>(std::stoll(s))) : with(std::stod(s));
+    }
+    // In place on two views of one copy: op <dst> iadd_view <x> <axis> <dst start> <src start> <length>, or
+    // op <dst> iadd_transpose <x> (a square matrix plus its own transpose).
+    if (op == "iadd_view") {
+        kiln::tensor c = t(0).clone();
+        const int axis = std::stoi(a.at(1));
+        const std::ptrdiff_t d = std::stoll(a.at(2)), src = std::stoll(a.at(3)), n = std::stoll(a.at(4));
+        kiln::tensor target = c.slice(axis, d, d + n);
+        target += c.slice(axis, src, src + n);
+        return c;
+    }
+    if (op == "iadd_transpose") {
+        kiln::tensor c = t(0).clone();
+        c += c.transpose(0, 1);
+        return c;
+    }
     // A C++ scalar on one side: a double for floating tensors, an integer for integer ones.
-    if (op == "adds" || op == "muls" || op == "rsubs") {
+    if (op == "adds" || op == "muls" || op == "rsubs" || op == "divs" || op == "rdivs") {
         const std::string& s = a.at(1);
-        const bool integral = s.find_first_of(".e") == std::string::npos;
+        const bool integral = s.find_first_of(".eEn") == std::string::npos;
         auto with = [&](auto v) -> kiln::tensor {
             if (op == "adds") return t(0) + v;
             if (op == "muls") return t(0) * v;
+            if (op == "divs") return t(0) / v;
+            if (op == "rdivs") return v / t(0);
             return v - t(0);
         };
         return integral ? with(static_cast<std::int64_t>(std::stoll(s))) : with(std::stod(s));
@@ -166,6 +199,8 @@ int main(int argc, char** argv) {
             error = "dtype_error";
         } catch (const kiln::value_error&) {
             error = "value_error";
+        } catch (const kiln::file_error& e) {
+            error = std::string("file_error: ") + e.what();
         } catch (const kiln::error& e) {
             error = std::string("error: ") + e.what();
         }

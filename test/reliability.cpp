@@ -61,6 +61,12 @@ TEST_CASE("zero-size tensors reshape, copy and reduce (a (2, 0) tensor once recu
     CHECK(kiln::sum(x).item<double>() == 0.0);
     CHECK(kiln::prod(x).item<double>() == 1.0);
     CHECK_THROWS_AS(kiln::max(x, {2}), kiln::value_error);  // over the empty axis itself: no identity
+    // Empty shapes whose other extents multiply past 2^63 (found by fuzzing load_npy): no overflow anywhere.
+    const auto huge = kiln::zeros({4000352850118, 20200000, 0, 3});
+    CHECK(huge.numel() == 0);
+    CHECK(huge.permute({3, 2, 1, 0}).contiguous().numel() == 0);
+    CHECK(kiln::sum(huge, {0, 1}).shape() == kiln::dims{0, 3});
+    CHECK(kiln::mean(huge, {0, 1, 3}).shape() == kiln::dims{0});
 }
 
 TEST_CASE("where with a number in either branch takes the number's value and promotes like a binary op") {
@@ -501,3 +507,4 @@ TEST_CASE("every truncation of a valid .npy file is a file_error, and the files 
     CHECK(message_of([] { kiln::load_npy("/nonexistent/kiln.npy"); }) ==
           "kiln: file_error in 'load_npy': cannot open '/nonexistent/kiln.npy'");
 }
+

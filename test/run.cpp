@@ -135,10 +135,10 @@ TEST_CASE("results have a static rank when the inputs declare static shapes") {
     const xt::xtensor<float, 2> ma = {{1, 2, 3}, {4, 5, 6}};
     const std::vector<float> vb{1, 1, 2};
     auto r = kiln::run(a * b, a = ma, b = vb);
-    static_assert(std::is_same_v<decltype(r), xt::xtensor<float, 2>>);
+    static_assert(std::is_same_v<decltype(r), kiln::xtensor<float, 2>>);
     check_all_close(r, std::vector<double>{1, 2, 6, 4, 5, 12}, 0);
     auto d = kiln::run(x * 2_c, x = vb);
-    static_assert(std::is_same_v<decltype(d), xt::xarray<float>>);
+    static_assert(std::is_same_v<decltype(d), kiln::xarray<float>>);
 }
 
 TEST_CASE("fetch computes several roots in one pass") {

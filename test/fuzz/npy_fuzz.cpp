@@ -1,7 +1,7 @@
 // libFuzzer target for kiln::load_npy: any bytes must either load as a tensor whose every byte can be read, or be
 // refused with a kiln::error. Built by scripts/fuzz.sh with clang's -fsanitize=fuzzer,address,undefined; the same
 // function is replayed over the seed corpus and every input that ever crashed by test/fuzz/replay.cpp in the suite.
-#include <kiln/eager/npy.hpp>
+#include <kiln/eager/eager.hpp>  // the loader with the tape that its views record on
 
 #include <cstddef>
 #include <cstdint>

@@ -47,10 +47,13 @@ struct dims {
     constexpr std::ptrdiff_t operator[](int i) const noexcept { return d[i]; }
     constexpr std::ptrdiff_t& operator[](int i) noexcept { return d[i]; }
 
+    // The element count. Computed in unsigned arithmetic: a shape with a zero extent has no elements even when the
+    // product of its other extents would overflow ((2^42, 2^25, 0) is a valid empty shape), and shapes that kiln
+    // accepts (detail::checked_numel) have at most 2^62 elements, so the result is exact for them.
     constexpr std::ptrdiff_t size() const noexcept {
-        std::ptrdiff_t n = 1;
-        for (int i = 0; i < rank; ++i) n *= d[i];
-        return n;
+        std::size_t n = 1;
+        for (int i = 0; i < rank; ++i) n *= static_cast<std::size_t>(d[i]);
+        return static_cast<std::ptrdiff_t>(n);
     }
 
     friend constexpr bool operator==(const dims& a, const dims& b) noexcept {

@@ -41,7 +41,8 @@ inline reduction_shape reduced_shape(const tensor& x, const std::vector<int>& ax
     r.result.rank = 0;
     for (int i = 0; i < x.dim(); ++i) {
         if (reduce[i]) {
-            r.count *= x.shape()[i];
+            // Saturating: an empty tensor may reduce extents whose product overflows; its count is then moot.
+            if (__builtin_mul_overflow(r.count, x.shape()[i], &r.count)) r.count = std::numeric_limits<std::ptrdiff_t>::max();
             r.keep[i] = 1;
             if (keepdims) r.result[r.result.rank++] = 1;
         } else {

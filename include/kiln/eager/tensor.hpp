@@ -15,7 +15,7 @@
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
-#include "allocator.hpp"
+#include "../core/allocator.hpp"
 
 namespace kiln {
 

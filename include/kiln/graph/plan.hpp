@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../backend/cpu/fused_loop.hpp"
+#include "../core/allocator.hpp"
 #include "structural.hpp"
 
 namespace kiln::detail {
@@ -149,8 +150,10 @@ struct slot_views<types<M...>> {
     using buffers = std::tuple<std::vector<value_type_t<M>>...>;
 };
 
+// Workspace buffers: 64-byte aligned blocks from kiln's caching allocator, so that a session's memory shows in
+// kiln::cache_stats() (a training step after the first allocates nothing) and a freed workspace is reused.
 template <class T>
-using aligned_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
+using aligned_buffer = std::vector<T, cached_allocator<T>>;
 
 template <class T>
 struct not_bool {

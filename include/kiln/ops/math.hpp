@@ -43,8 +43,19 @@ KILN_HD constexpr auto floor_div_scalar(A a, B b) {
         if (static_cast<R>(a % b) != R(0) && ((a < A(0)) != (b < B(0)))) q = static_cast<R>(q - R(1));
         return q;
     } else {
+        // CPython's algorithm (PyTorch's too): from fmod, so that 1.0 // 0.1 is 9, where floor(1.0 / 0.1) is 10.
+        using std::copysign;
         using std::floor;
-        return floor(a / b);
+        using std::fmod;
+        using R = decltype(a / b);
+        if (b == B(0)) return static_cast<R>(a / b);
+        R mod = fmod(static_cast<R>(a), static_cast<R>(b));
+        R div = (static_cast<R>(a) - mod) / static_cast<R>(b);
+        if (mod != R(0) && ((b < B(0)) != (mod < R(0)))) div -= R(1);
+        if (div == R(0)) return copysign(R(0), static_cast<R>(a) / static_cast<R>(b));
+        R fl = floor(div);
+        if (div - fl > R(0.5)) fl += R(1);
+        return fl;
     }
 }
 template <class A, class B>
@@ -56,9 +67,15 @@ KILN_HD constexpr auto remainder_scalar(A a, B b) {
         if (r != R(0) && ((r < R(0)) != (b < B(0)))) r = static_cast<R>(r + b);
         return r;
     } else {
+        using std::copysign;
         using std::fmod;
         auto r = fmod(a, b);
-        if (r != decltype(r)(0) && ((r < decltype(r)(0)) != (b < B(0)))) r += b;
+        using R = decltype(r);
+        if (r != R(0)) {
+            if ((r < R(0)) != (b < B(0))) r += b;
+        } else {
+            r = copysign(R(0), static_cast<R>(b));  // a zero remainder takes the divisor's sign
+        }
         return r;
     }
 }
@@ -330,12 +347,10 @@ struct floor_divide {
     static constexpr int arity = 2;
     template <class A, class B>
     KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
-        if constexpr (requires { A::size; }) {
-            using std::floor;
-            return floor(a / b);
-        } else {
+        if constexpr (requires { A::size; })
+            return detail::kernels::lanewise(a, b, [](auto x, auto y) { return detail::kernels::floor_div_scalar(x, y); });
+        else
             return detail::kernels::floor_div_scalar(a, b);
-        }
     }
     // Piecewise constant: no gradient flows through it (PyTorch's is zero).
     template <class A, class B, class Y, class G>

@@ -37,11 +37,23 @@ struct static_rank<shape<D...>> {
     static constexpr std::size_t value = sizeof...(D);
 };
 
-// xt::xtensor<T, N> when the rank is known at compile time, xt::xarray<T> otherwise.
+}  // namespace detail
+
+// What kiln::run returns: xtensor containers whose memory comes from kiln's caching allocator, so that a large
+// result reuses the blocks of an earlier one instead of faulting in fresh pages (xt::xarray<T> and xt::xtensor<T, N>
+// with another allocator; assigning one to a plain xt::xarray<T> copies it).
+template <class T>
+using xarray = xt::xarray<T, XTENSOR_DEFAULT_LAYOUT, detail::cached_allocator<T>>;
+template <class T, std::size_t N>
+using xtensor = xt::xtensor<T, N, XTENSOR_DEFAULT_LAYOUT, detail::cached_allocator<T>>;
+
+namespace detail {
+
+// kiln::xtensor<T, N> when the rank is known at compile time, kiln::xarray<T> otherwise.
 template <class Root>
 using result_container_t =
-    std::conditional_t<std::is_same_v<shape_of_t<Root>, dynamic>, xt::xarray<root_type_t<Root>>,
-                       xt::xtensor<root_type_t<Root>, static_rank<shape_of_t<Root>>::value>>;
+    std::conditional_t<std::is_same_v<shape_of_t<Root>, dynamic>, kiln::xarray<root_type_t<Root>>,
+                       kiln::xtensor<root_type_t<Root>, static_rank<shape_of_t<Root>>::value>>;
 
 template <class C>
 C allocate_result(const dims& shape) {
