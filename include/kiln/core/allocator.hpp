@@ -75,7 +75,7 @@ public:
                     return p;
                 }
                 bump(c->misses, 1);
-                return ::operator new(cls, std::align_val_t{64});
+                return system_allocate(cls);
             }
         }
         {
@@ -90,7 +90,14 @@ public:
             }
             ++stats_.misses;
         }
-        return ::operator new(cls, std::align_val_t{64});
+        return system_allocate(cls);
+    }
+
+    // A 64-byte aligned block from the system; std::bad_alloc when it has none. (The nothrow form, so that under
+    // AddressSanitizer a refused request is also a bad_alloc, which kiln reports as a device_error, not an abort.)
+    static void* system_allocate(std::size_t bytes) {
+        if (void* p = ::operator new(bytes, std::align_val_t{64}, std::nothrow)) return p;
+        throw std::bad_alloc();
     }
 
     void release(void* p, std::size_t bytes) {
