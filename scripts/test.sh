@@ -14,5 +14,5 @@ if ! "$venv/bin/python3" -c 'import numpy, sys; sys.exit(int(numpy.__version__.s
 fi
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_EXAMPLES=ON \
       -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 || { cat build-test-configure.log; exit 1; }
-cmake --build build-test -j"$(nproc)"
+cmake --build build-test -j"$(( $(nproc) + 1 ))"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"

@@ -508,3 +508,4 @@ TEST_CASE("every truncation of a valid .npy file is a file_error, and the files 
           "kiln: file_error in 'load_npy': cannot open '/nonexistent/kiln.npy'");
 }
 
+#include "training_loop.hpp"  // the long eager training loop, here under LeakSanitizer
