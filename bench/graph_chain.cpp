@@ -74,50 +74,42 @@ void baseline(benchmark::State& state, Body&& body) {
     finish(state, n);
 }
 
-void kiln_run_into(benchmark::State& state) {
+// The harness of kiln's contenders: the chain as a graph, and `body(graph, x, y, d)` called once per iteration.
+template <class Body>
+void kiln_chain(benchmark::State& state, Body&& body) {
     setup(state);
     const auto n = static_cast<std::size_t>(state.range(0));
     auto& d = get(n);
     const auto x = "x"_in;
     const auto y = "y"_in;
     const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
-    for (auto _ : state) {
-        kiln::run_into(d.out, graph, x = d.x, y = d.y);
-        benchmark::DoNotOptimize(d.out.data());
-        benchmark::ClobberMemory();
-    }
+    for (auto _ : state) body(graph, x, y, d);
     finish(state, n);
 }
 
+void kiln_run_into(benchmark::State& state) {
+    kiln_chain(state, [](const auto& graph, auto x, auto y, data& d) {
+        kiln::run_into(d.out, graph, x = d.x, y = d.y);
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+    });
+}
+
 void kiln_run(benchmark::State& state) {
-    setup(state);
-    const auto n = static_cast<std::size_t>(state.range(0));
-    auto& d = get(n);
-    const auto x = "x"_in;
-    const auto y = "y"_in;
-    const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
-    for (auto _ : state) {
+    kiln_chain(state, [](const auto& graph, auto x, auto y, data& d) {
         auto r = kiln::run(graph, x = d.x, y = d.y);
         benchmark::DoNotOptimize(r.data());
-    }
-    finish(state, n);
+    });
 }
 
 // What kiln::run did before its results came from the caching allocator: a fresh xt::xarray from the default
 // allocator (a large one is a fresh mmap, whose pages fault in on first write), then the same loop.
 void fresh_xarray_run_into(benchmark::State& state) {
-    setup(state);
-    const auto n = static_cast<std::size_t>(state.range(0));
-    auto& d = get(n);
-    const auto x = "x"_in;
-    const auto y = "y"_in;
-    const auto graph = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
-    for (auto _ : state) {
-        auto r = xt::xarray<float>::from_shape({n});
+    kiln_chain(state, [](const auto& graph, auto x, auto y, data& d) {
+        auto r = xt::xarray<float>::from_shape({d.x.size()});
         kiln::run_into(r, graph, x = d.x, y = d.y);
         benchmark::DoNotOptimize(r.data());
-    }
-    finish(state, n);
+    });
 }
 
 // The bodies of the baselines: each computes elements [b, e) of the chain from d.

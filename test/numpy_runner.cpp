@@ -42,6 +42,13 @@ kiln::dtype dtype_named(const std::string& n) {
     throw std::runtime_error("numpy_runner: unknown dtype " + n);
 }
 
+// A number operand as the C++ type kiln sees: an int64 when written without '.', 'e' or "nan", a double otherwise.
+template <class F>
+kiln::tensor with_number(const std::string& s, F&& f) {
+    if (s.find_first_of(".eEn") == std::string::npos) return f(static_cast<std::int64_t>(std::stoll(s)));
+    return f(std::stod(s));
+}
+
 // One statement "op <dst> <name> args..." evaluated on the named tensors.
 kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std::map<std::string, kiln::tensor>& env) {
     auto t = [&](std::size_t i) -> const kiln::tensor& {
@@ -87,13 +94,10 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
     if (op == "logical_not") return kiln::logical_not(t(0));
     // where with a number in one branch: op <dst> where_ts <c> <t> <number> (or where_st <c> <number> <t>).
     if (op == "where_ts" || op == "where_st") {
-        const std::string& s = a.at(2);
-        const bool integral = s.find_first_of(".eEn") == std::string::npos;
-        auto with = [&](auto v) -> kiln::tensor {
+        return with_number(a.at(2), [&](auto v) -> kiln::tensor {
             if (op == "where_ts") return kiln::where(t(0), t(1), v);
             return kiln::where(t(0), v, t(1));
-        };
-        return integral ? with(static_cast<std::int64_t>(std::stoll(s))) : with(std::stod(s));
+        });
     }
     // In place on two views of one copy: op <dst> iadd_view <x> <axis> <dst start> <src start> <length>, or
     // op <dst> iadd_transpose <x> (a square matrix plus its own transpose).
@@ -112,16 +116,13 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
     }
     // A C++ scalar on one side: a double for floating tensors, an integer for integer ones.
     if (op == "adds" || op == "muls" || op == "rsubs" || op == "divs" || op == "rdivs") {
-        const std::string& s = a.at(1);
-        const bool integral = s.find_first_of(".eEn") == std::string::npos;
-        auto with = [&](auto v) -> kiln::tensor {
+        return with_number(a.at(1), [&](auto v) -> kiln::tensor {
             if (op == "adds") return t(0) + v;
             if (op == "muls") return t(0) * v;
             if (op == "divs") return t(0) / v;
             if (op == "rdivs") return v / t(0);
             return v - t(0);
-        };
-        return integral ? with(static_cast<std::int64_t>(std::stoll(s))) : with(std::stod(s));
+        });
     }
     // Reductions: op <dst> <kind> <x> <axes|all> <keepdims>.
     if (op == "sum" || op == "mean" || op == "max" || op == "min" || op == "prod") {
