@@ -4,6 +4,7 @@
 #include <xtensor/xio.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <vector>
@@ -26,9 +27,10 @@ int main() {
     std::ofstream("graph_basics.dot") << kiln::to_dot(graph);
     if (std::system("command -v dot >/dev/null 2>&1") == 0 &&
         std::system("dot -Tpng graph_basics.dot -o graph_basics.png") == 0)
-        std::cout << "picture: graph_basics.png\n";
+        std::cout << "picture: " << (std::filesystem::current_path() / "graph_basics.png").string() << '\n';
     else
-        std::cout << "picture: graph_basics.dot (install graphviz to render it)\n";
+        std::cout << "picture: " << (std::filesystem::current_path() / "graph_basics.dot").string()
+                  << " (install graphviz to render it as a PNG)\n";
 
     // 4. Run: one fused, vectorized pass over the data, whatever the container.
     const std::vector<float> x{1, 2, 3, 4, -1}, y{0.5f, -1, 2, 0, 3};

@@ -16,6 +16,17 @@ struct eager_model {
 };
 
 // Trains `m` with Adam on the same batches as train_graph (same order seed).
+// One training step of `m` with `opt` on a batch of n rows.
+inline auto eager_step(eager_model& m, kiln::optim::adam& opt) {
+    return [&m, &opt](float* xb, float* yb, std::ptrdiff_t n) -> double {
+        const kiln::tensor x = kiln::wrap(xb, {n, features}), y = kiln::wrap(yb, {n, 1});
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::nn::mse(m(x), y);
+        opt.step(tape.gradient(loss, {m.l1.w, m.l1.b, m.l2.w, m.l2.b}));
+        return loss.item<float>();
+    };
+}
+
 inline run_result train_eager(const dataset& d, eager_model& m, std::uint64_t order_seed = 7, bool verbose = false) {
     kiln::optim::adam opt(m.parameters(), learning_rate);
     return train_loop(d, order_seed, "eager", verbose, [&](float* xb, float* yb, std::ptrdiff_t n) {

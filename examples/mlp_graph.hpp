@@ -17,6 +17,14 @@ inline constexpr auto loss = kiln::mean(kiln::square(prediction - y));
 inline constexpr auto step = kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = learning_rate});
 }  // namespace graph_model
 
+// One training step in `s` on a batch of n rows.
+inline auto graph_step(kiln::session& s) {
+    return [&s](float* xb, float* yb, std::ptrdiff_t n) -> double {
+        using namespace graph_model;
+        return s.run(step, x = kiln::view(xb, {n, features}), y = kiln::view(yb, {n, 1}));
+    };
+}
+
 // Trains in `s` (whose parameters are created from its seed on the first step unless set before).
 inline run_result train_graph(const dataset& d, kiln::session& s, std::uint64_t order_seed = 7, bool verbose = false) {
     using namespace graph_model;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include <kiln/eager/random.hpp>
@@ -89,6 +90,45 @@ run_result train_loop(const dataset& d, std::uint64_t order_seed, const char* la
     }
     r.us_per_step = seconds / static_cast<double>(steps) * 1e6;
     return r;
+}
+
+// Two training loops over the same batches, their steps interleaved (a, b, then b, a on the next batch), so that
+// both see the same state of a busy machine and the ratio of their times means something.
+template <class StepA, class StepB>
+std::pair<run_result, run_result> train_interleaved(const dataset& d, std::uint64_t order_seed, StepA&& step_a,
+                                                    StepB&& step_b) {
+    run_result ra, rb;
+    kiln::generator order(order_seed);
+    std::vector<float> xb, yb;
+    double sa = 0, sb = 0;
+    long steps = 0;
+    auto timed = [&](auto& step, double& seconds) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const double l = step(xb.data(), yb.data(), static_cast<std::ptrdiff_t>(yb.size()));
+        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return l;
+    };
+    for (int e = 0; e < epochs; ++e) {
+        double ta = 0, tb = 0;
+        const auto batches = epoch_batches(order);
+        for (const auto& idx : batches) {
+            gather(d.x, features, idx, xb);
+            gather(d.y, 1, idx, yb);
+            if (steps % 2 == 0) {
+                ta += timed(step_a, sa);
+                tb += timed(step_b, sb);
+            } else {
+                tb += timed(step_b, sb);
+                ta += timed(step_a, sa);
+            }
+            ++steps;
+        }
+        ra.epoch_loss.push_back(ta / static_cast<double>(batches.size()));
+        rb.epoch_loss.push_back(tb / static_cast<double>(batches.size()));
+    }
+    ra.us_per_step = sa / static_cast<double>(steps) * 1e6;
+    rb.us_per_step = sb / static_cast<double>(steps) * 1e6;
+    return {ra, rb};
 }
 
 }  // namespace mlp

@@ -15,7 +15,7 @@ clangxx="$(command -v clang++ || command -v clang++-14 || true)"
 mkdir -p build-fuzz "build-fuzz/corpus-$target" "test/fuzz/crashes/$target" "build-fuzz/artifacts-$target"
 bin="build-fuzz/${target}_fuzz"
 xtensor_inc="$(dirname "$(find /usr/include /usr/local/include -name xtensor.hpp -path '*xtensor/*' 2>/dev/null | head -1)")/.."
-"$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+"$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DKILN_HAVE_CBLAS=0 \
   -Iinclude -I"$xtensor_inc" "$src" -o "$bin" -pthread
 export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1"
 set +e

@@ -15,6 +15,7 @@ usage: numpy_differential.py <numpy_runner> <work directory> [cases] [seed]
 Exit status: 0 when every case agrees, 1 otherwise (NumPy older than 2.0 is a failure: its 0-d promotion differs),
 77 (skipped) when NumPy is not installed.
 """
+import math
 import os
 import shutil
 import subprocess
@@ -139,14 +140,31 @@ UNARY_FLOAT = {
     "log": lambda a: np.log(a) if np.all(a > 0) else None,
     "sqrt": lambda a: np.sqrt(a) if np.all(a >= 0) else None,
     "rsqrt": lambda a: (1 / np.sqrt(a)).astype(a.dtype) if np.all(a > 0.05) else None,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.round, "sign": np.sign,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "tan": lambda a: np.tan(a) if np.all(np.abs(a) < 1.4) else None, "atan": np.arctan,
+    "asin": lambda a: np.arcsin(a) if np.all(np.abs(a) <= 0.99) else None,
+    "acos": lambda a: np.arccos(a) if np.all(np.abs(a) <= 0.99) else None,
+    "log1p": lambda a: np.log1p(a) if np.all(a > -0.9) else None, "expm1": np.expm1,
+    "erf": lambda a: np.vectorize(math.erf, otypes=[np.float64])(a).astype(a.dtype),
+    "softplus": lambda a: np.logaddexp(a.dtype.type(0), a), "silu": lambda a: (a / (1 + np.exp(-a))).astype(a.dtype),
+    "gelu": lambda a: (0.5 * a * (1 + np.vectorize(math.erf, otypes=[np.float64])(a / np.sqrt(2)))).astype(a.dtype),
+    "elu": lambda a: np.where(a > 0, a, np.expm1(a)).astype(a.dtype),
+    "leaky_relu": lambda a: np.where(a < 0, a * a.dtype.type(0.01), a).astype(a.dtype),
+    "clamp_unit": lambda a: np.clip(a, a.dtype.type(-1), a.dtype.type(1)),
 }
 UNARY_INT = {"neg": np.negative, "abs": np.abs, "square": np.square,
-             "relu": lambda a: np.maximum(a, 0).astype(a.dtype)}
+             "relu": lambda a: np.maximum(a, 0).astype(a.dtype),
+             # rounding leaves integers as they are, in their dtype (NumPy 2 does too for floor, ceil and trunc)
+             "floor": lambda a: a.copy(), "ceil": lambda a: a.copy(), "trunc": lambda a: a.copy(),
+             "round": lambda a: a.copy(), "sign": np.sign, "isnan": np.isnan, "isinf": np.isinf,
+             "isfinite": np.isfinite, "clamp_unit": lambda a: np.clip(a, -1, 1).astype(a.dtype)}
 UNARY_BOOL = {"abs": np.abs, "logical_not": np.logical_not}
 # Binary ops computed by NumPy in the dtype kiln's rule gives (the operands converted to it first, as kiln does).
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
           "div": np.divide, "pow": np.power, "floor_divide": np.floor_divide, "remainder": np.remainder,
-          "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
+          "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+          "atan2": np.arctan2}
 BINARY_BOOL = ("add", "mul", "maximum", "minimum", "logical_and", "logical_or", "logical_xor")
 COMPARE = {"less": np.less, "greater_equal": np.greater_equal, "equal": np.equal}
 
@@ -162,6 +180,8 @@ def binary_value(name, x, y, special):
         return BINARY[name](x.astype(bool), y.astype(bool))
     if d.kind == "b" and name not in BINARY_BOOL:
         return None
+    if name == "atan2":
+        return np.arctan2(x.astype(true_div_dtype(d)), y.astype(true_div_dtype(d)))
     if name == "div":
         d = true_div_dtype(d)
         if not special and not np.all(np.abs(y.astype(np.float64)) > 0.1):

@@ -74,6 +74,28 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
     if (op == "tanh") return kiln::tanh(t(0));
     if (op == "sigmoid") return kiln::sigmoid(t(0));
     if (op == "relu") return kiln::relu(t(0));
+    if (op == "floor") return kiln::floor(t(0));
+    if (op == "ceil") return kiln::ceil(t(0));
+    if (op == "trunc") return kiln::trunc(t(0));
+    if (op == "round") return kiln::round(t(0));
+    if (op == "sign") return kiln::sign(t(0));
+    if (op == "isnan") return kiln::isnan(t(0));
+    if (op == "isinf") return kiln::isinf(t(0));
+    if (op == "isfinite") return kiln::isfinite(t(0));
+    if (op == "tan") return kiln::tan(t(0));
+    if (op == "asin") return kiln::asin(t(0));
+    if (op == "acos") return kiln::acos(t(0));
+    if (op == "atan") return kiln::atan(t(0));
+    if (op == "log1p") return kiln::log1p(t(0));
+    if (op == "expm1") return kiln::expm1(t(0));
+    if (op == "erf") return kiln::erf(t(0));
+    if (op == "softplus") return kiln::softplus(t(0));
+    if (op == "silu") return kiln::silu(t(0));
+    if (op == "gelu") return kiln::gelu(t(0));
+    if (op == "elu") return kiln::elu(t(0));
+    if (op == "leaky_relu") return kiln::leaky_relu(t(0));
+    if (op == "clamp_unit") return kiln::clamp(t(0), -1, 1);
+    if (op == "atan2") return kiln::atan2(t(0), t(1));
     // Binary ops with broadcasting and promotion.
     if (op == "add") return t(0) + t(1);
     if (op == "sub") return t(0) - t(1);

@@ -84,11 +84,12 @@ TEST_CASE("sgd, momentum and adam steps in graph mode follow their formulas") {
     std::vector<double> xv{0.5, -1};
     const auto loss = kiln::sum(pw * in);
     kiln::session s;
-    s.set("w", kiln::from_values<double>({1, 2}, {2}));
+    s.set(pw, kiln::from_values<double>({1, 2}, {2}));
     const double l0 = s.run(kiln::optim::minimize(loss, kiln::optim::sgd_rule{.lr = 0.1}), in = kiln::view(xv.data(), {2}));
     CHECK(l0 == -1.5);
     check_all_close(kiln_test::values(s.parameter("w")), std::vector<double>{0.95, 2.1}, 1e-15);
     kiln::session m;
+    m.declare(loss);
     m.set("w", kiln::from_values<double>({1, 2}, {2}));
     const auto mstep = kiln::optim::minimize(loss, kiln::optim::momentum_rule{.lr = 0.1, .momentum = 0.9});
     m.run(mstep, in = kiln::view(xv.data(), {2}));  // v = x, w -= 0.1 x
@@ -96,7 +97,7 @@ TEST_CASE("sgd, momentum and adam steps in graph mode follow their formulas") {
     check_all_close(kiln_test::values(m.parameter("w")), std::vector<double>{1 - 0.29 * 0.5, 2 + 0.29}, 1e-14);
     // Adam's first step moves each weight by lr against the sign of its gradient.
     kiln::session a;
-    a.set("w", kiln::from_values<double>({1, 2}, {2}));
+    a.set(pw, kiln::from_values<double>({1, 2}, {2}));
     a.run(kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = 0.01}), in = kiln::view(xv.data(), {2}));
     check_all_close(kiln_test::values(a.parameter("w")), std::vector<double>{0.99, 2.01}, 1e-7);
 }

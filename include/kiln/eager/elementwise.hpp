@@ -241,6 +241,16 @@ inline tensor eager_where(const tensor& c, const tensor& a, const tensor& b) {
     });
 }
 
+template <class Op>
+tensor eager_ternary(const tensor& a, const tensor& b, const tensor& c) {
+    check_same_device(Op::name, {&a, &b, &c});
+    const dims shape = broadcast_named(Op::name, {&a, &b, &c});
+    return dispatch(a.dtype(), [&]<class T>() {
+        return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}, indexed_leaf<2, T>{}), shape, a, b,
+                         c);
+    });
+}
+
 // Numbers and constants become tensors' partners; constants are numbers here.
 // Tensors (and variables) pass by reference: copying a handle costs a reference count and 190 bytes.
 template <class A>
@@ -286,9 +296,30 @@ struct op_builder<operand_mode::eager> {
         } else if constexpr (n == 2) {
             return binary<Op>(args...);
         } else {
-            static_assert(std::is_same_v<Op, ops::where>, "kiln: eager mode knows ternary ops: where.");
-            return where_of(args...);
+            static_assert(n == 3, "kiln: eager mode runs ops of one, two or three operands.");
+            if constexpr (std::is_same_v<Op, ops::where>) return where_of(args...);
+            else return ternary<Op>(args...);
         }
+    }
+
+    // A ternary op other than where (clamp): the tensors' promoted dtype, then each number promotes with it as in
+    // a binary op (clamp(int32_x, 0.5, 2) is float32); numbers become rank-0 tensors of the computed dtype.
+    template <class Op, class... Args>
+    static tensor ternary(const Args&... args) {
+        bool any = false;
+        dtype td = dtype::boolean;
+        ([&] {
+            if constexpr (std::is_same_v<Args, tensor>) td = any ? promote(td, args.dtype()) : args.dtype(), any = true;
+        }(), ...);
+        ([&] {
+            if constexpr (!std::is_same_v<Args, tensor>) td = promote_with_scalar<Args>(td);
+        }(), ...);
+        const dtype d = compute_dtype<Op>(td);
+        auto as_tensor = [&](const auto& v) -> tensor {
+            if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, tensor>) return as_dtype(v, d);
+            else return dispatch(d, [&]<class T>() { return scalar_tensor(value_cast<T>(v)); });
+        };
+        return eager_ternary<Op>(as_tensor(args)...);
     }
 
     // The dtype of a number among where's branches: it promotes with the other branch as in any binary op
@@ -438,6 +469,29 @@ tensor& eager_in_place(tensor& a, const B& b) {
 }
 
 }  // namespace detail
+
+inline tensor& tensor::copy_(const tensor& src) {
+    if (detail::recording_tapes > 0 && detail::watched_by_a_tape(*this))
+        throw value_error("kiln: value_error in 'copy_': writing into a tensor that a gradient tape watches would "
+                          "corrupt its gradient; build a new tensor instead");
+    if (has_repeated_elements())
+        throw value_error("kiln: value_error in 'copy_': the output " + to_string(shape_) +
+                          " is a broadcast view whose elements repeat (stride 0); write into a copy (.clone()) instead");
+    detail::check_same_device("copy_", {this, &src});
+    const dims shape = detail::broadcast_named("copy_", {this, &src});
+    if (!(shape == shape_))
+        throw shape_error("kiln: shape_error in 'copy_': a value of shape " + to_string(src.shape()) +
+                          " cannot be written into a tensor of shape " + to_string(shape_));
+    tensor& self = *this;
+    detail::dispatch(dtype_, [&]<class T>() {
+        tensor y = detail::as_dtype(src, dtype_);
+        if (y.shares_storage_with(self) &&
+            !(y.offset() == offset_ && y.shape() == shape_ && y.strides() == strides_))
+            y = detail::convert<T>(y);
+        detail::run_eager_into(self, detail::indexed_leaf<0, T>{}, y);
+    });
+    return *this;
+}
 
 template <class B>
 tensor& operator+=(tensor& a, const B& b) { return detail::eager_in_place<ops::add>(a, detail::eager_operand(b)); }

@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#if defined(KILN_HAVE_CBLAS)
-#include <cblas.h>
-#endif
+#include "../core/blas.hpp"
 
 #include "elementwise.hpp"
 
@@ -57,7 +55,7 @@ template <class T>
 void gemm(const tensor& a, const tensor& b, T* c) {
     const int ra = a.dim(), rb = b.dim();
     const std::ptrdiff_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
-#if defined(KILN_HAVE_CBLAS)
+#if KILN_HAVE_CBLAS
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         matrix_layout la, lb;
         if (m > 0 && n > 0 && k > 0 && blas_layout(a, la) && blas_layout(b, lb)) {
@@ -97,6 +95,8 @@ inline tensor matmul(const tensor& a_in, const tensor& b_in) {
 
 // matmul without recording: what the recorded form and its gradient use.
 inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
+    a_in.check_valid("matmul");
+    b_in.check_valid("matmul");
     detail::check_same_device("matmul", {&a_in, &b_in});
     if (a_in.dim() == 0 || b_in.dim() == 0)
         throw shape_error("kiln: shape_error in 'matmul': operands must have at least one dimension, got " +
@@ -150,6 +150,7 @@ inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
 
 // Joins tensors along an existing axis; their shapes must agree elsewhere. Dtypes promote.
 inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
+    for (const tensor& t : ts) t.check_valid("concat");
     if (ts.empty()) throw value_error("kiln::concat: no tensors to join");
     const tensor& first = ts.front();
     const int r = first.dim();

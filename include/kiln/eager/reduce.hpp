@@ -90,6 +90,7 @@ enum class fold_kind { sum, prod, max, min };
 void record_reduction(const tensor& x, const tensor& y, const dims& keep, fold_kind kind);
 
 inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims, fold_kind kind, const char* op) {
+    x.check_valid(op);
     const reduction_shape r = reduced_shape(x, axes, keepdims, op);
     const bool extremum = kind == fold_kind::max || kind == fold_kind::min;
     if (extremum && r.count == 0)
@@ -142,6 +143,7 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
 }
 
 inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max, const char* op) {
+    x.check_valid(op);
     const reduction_shape r = reduced_shape(x, {axis}, keepdims, op);
     if (r.count == 0)
         throw value_error("kiln::" + std::string(op) + ": cannot reduce over an empty dimension (shape " +

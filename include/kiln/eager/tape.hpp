@@ -16,6 +16,7 @@
 namespace kiln {
 
 class gradient_tape;
+class variable;
 
 namespace detail {
 
@@ -238,6 +239,9 @@ public:
 
     tensor gradient(const tensor& target, const tensor& source) { return gradient(target, std::vector<tensor>{source})[0]; }
 
+    // The gradients of a model's parameters: tape.gradient(loss, model.parameters()).
+    std::vector<tensor> gradient(const tensor& target, const std::vector<variable*>& sources);
+
     void record(const detail::tape_entry& e) { record(detail::tape_entry(e)); }
 
     // Used by the op hooks: records `e` when one of its inputs is watched; its output is then watched too.
@@ -448,6 +452,17 @@ public:
         detail::dispatch(dtype(), [&]<class T>() { detail::run_eager_into(self, detail::indexed_leaf<0, T>{}, v); });
     }
 };
+
+inline std::vector<tensor> gradient_tape::gradient(const tensor& target, const std::vector<variable*>& sources) {
+    std::vector<tensor> s;
+    s.reserve(sources.size());
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        if (!sources[i])
+            throw value_error("kiln::gradient_tape::gradient: source " + std::to_string(i) + " is a null pointer");
+        s.push_back(*sources[i]);
+    }
+    return gradient(target, s);
+}
 
 namespace detail {
 template <>

@@ -79,7 +79,18 @@ decltype(auto) dispatch(dtype d, F&& f) {
     return f.template operator()<double>();
 }
 
-inline std::string shape_text(const dims& s) { return to_string(s); }
+// The C++ type a number is stored as in a rank-0 tensor: the dtype closest to it.
+template <class T>
+using scalar_storage_t = std::conditional_t<
+    std::is_same_v<T, bool>, bool,
+    std::conditional_t<std::is_floating_point_v<T>, std::conditional_t<(sizeof(T) <= 4), float, double>,
+                       std::conditional_t<(sizeof(T) <= 4), std::int32_t, std::int64_t>>>;
+
+[[noreturn]] inline void throw_moved_from(const char* what) {
+    throw value_error(std::string("kiln: value_error in '") + what +
+                      "': the tensor was moved from (std::move leaves an empty tensor with no storage); assign a "
+                      "tensor to it before using it again");
+}
 
 // Tensor identities for gradient tapes: unique across threads. Each thread takes a block of ids at a time, so
 // a new tensor costs no locked instruction.
@@ -114,6 +125,71 @@ public:
     // An empty float32 tensor of shape (0,).
     tensor() : storage_(empty_storage()), shape_(dims{0}), strides_(dims{1}) {}
 
+    // A rank-0 tensor holding one number: kiln::tensor t = 2.0f; (float32 for float, float64 for double, int32 for
+    // int, int64 for long and long long, bool for bool).
+    template <class T>
+        requires(std::is_arithmetic_v<T> && !std::is_same_v<T, char>)
+    tensor(T value) : tensor(dtype_of<detail::scalar_storage_t<T>>(), dims{}) {
+        *reinterpret_cast<detail::scalar_storage_t<T>*>(storage_->data) = static_cast<detail::scalar_storage_t<T>>(value);
+    }
+
+    // Copies share storage; a moved-from tensor is left empty, with shape (0,) and no storage, and every use of
+    // its data (an op, a view, item(), printing) throws a kiln::value_error saying it was moved from. Assigning to
+    // it makes it usable again.
+    tensor(const tensor&) = default;
+    tensor& operator=(const tensor&) & = default;
+    tensor(tensor&& o) noexcept
+        : storage_(std::move(o.storage_)), dtype_(o.dtype_), shape_(o.shape_), strides_(o.strides_),
+          offset_(o.offset_), id_(o.id_), trainable_(o.trainable_) {
+        o.become_moved_from();
+    }
+    tensor& operator=(tensor&& o) & noexcept {
+        if (this != &o) {
+            storage_ = std::move(o.storage_);
+            dtype_ = o.dtype_;
+            shape_ = o.shape_;
+            strides_ = o.strides_;
+            offset_ = o.offset_;
+            id_ = o.id_;
+            trainable_ = o.trainable_;
+            o.become_moved_from();
+        }
+        return *this;
+    }
+    ~tensor() = default;
+
+    // Assigning to a view writes into the elements it views, as in NumPy and PyTorch: t[0] = 5.0f, m(1, 2) = 3,
+    // t.slice(0, 0, 2) = other (broadcast to the view's shape, converted to its dtype). Assigning to a named tensor
+    // (an lvalue) rebinds the handle instead, as copying a shared pointer does.
+    tensor& operator=(const tensor& value) && { return copy_(value); }
+
+    // Writes `src` (broadcast to this shape, converted to this dtype) into this tensor's elements, in place.
+    tensor& copy_(const tensor& src);
+    // Sets every element to `value`.
+    template <class T>
+        requires std::is_arithmetic_v<T>
+    tensor& fill_(T value) {
+        return copy_(tensor(value));
+    }
+
+    // t[i]: the sub-tensor at index i of the first dimension (a view; negative i counts from the end).
+    tensor operator[](std::ptrdiff_t i) const { return select(0, i); }
+    // t(i, j, ...): the sub-tensor at those indices of the leading dimensions (a view; all indices give a rank-0
+    // view, whose value item() reads and which assignment writes).
+    template <class... I>
+        requires(std::is_integral_v<I> && ...)
+    tensor operator()(I... index) const {
+        if (static_cast<int>(sizeof...(I)) > shape_.rank)
+            throw value_error("kiln: value_error in 'index': " + std::to_string(sizeof...(I)) +
+                              " indices for a tensor of shape " + to_string(shape_));
+        tensor t = *this;
+        ((t = t.select(0, static_cast<std::ptrdiff_t>(index))), ...);
+        return t;
+    }
+
+    // False only for a tensor that was moved from.
+    bool valid() const noexcept { return storage_ != nullptr; }
+
     // Uninitialized contiguous storage of the given dtype and shape.
     // Every extent must be non-negative and the byte count within 2^62 (a kiln::value_error otherwise).
     tensor(kiln::dtype d, const dims& shape) : dtype_(d), shape_(shape), strides_(detail::contiguous_strides(shape)) {
@@ -137,7 +213,10 @@ public:
     std::ptrdiff_t offset() const noexcept { return offset_; }
     int dim() const noexcept { return shape_.rank; }
     std::ptrdiff_t numel() const noexcept { return shape_.size(); }
-    kiln::device device() const noexcept { return storage_->dev; }
+    kiln::device device() const {
+        check_valid("device");
+        return storage_->dev;
+    }
     std::size_t itemsize() const noexcept { return size_of(dtype_); }
 
     std::ptrdiff_t size(int d) const { return shape_[normalize_axis(d, "size")]; }
@@ -169,12 +248,22 @@ public:
     // The first element's address, typed; the dtype must match.
     template <class T>
     T* data() const {
+        check_valid("data");
         if (dtype_of<std::remove_const_t<T>>() != dtype_)
             throw dtype_error("kiln::tensor::data: the tensor's dtype is " + std::string(name(dtype_)) +
                               ", not " + std::string(dtype_name<std::remove_const_t<T>>()));
         return reinterpret_cast<T*>(storage_->data) + offset_;
     }
-    void* raw_data() const noexcept { return storage_->data + static_cast<std::size_t>(offset_) * itemsize(); }
+    void* raw_data() const {
+        check_valid("data");
+        return storage_->data + static_cast<std::size_t>(offset_) * itemsize();
+    }
+
+    // Throws the moved-from error when this tensor was moved from; `what` names the use.
+    void check_valid(const char* what) const {
+        if (!storage_) [[unlikely]]
+            detail::throw_moved_from(what);
+    }
 
     // The value of a one-element tensor, converted to T.
     template <class T>
@@ -191,6 +280,7 @@ public:
         if (static_cast<int>(index.size()) != shape_.rank)
             throw value_error("kiln::tensor::at: " + std::to_string(index.size()) + " indices for a tensor of rank " +
                               std::to_string(shape_.rank));
+        check_valid("at");
         std::ptrdiff_t off = 0;
         int d = 0;
         for (std::ptrdiff_t i : index) {
@@ -340,7 +430,20 @@ public:
     tensor to(kiln::dtype d) const;
 
 private:
-    tensor view(const dims& s, const dims& st, std::ptrdiff_t off) const { return tensor(storage_, dtype_, s, st, off); }
+    tensor view(const dims& s, const dims& st, std::ptrdiff_t off) const {
+        check_valid("view");
+        return tensor(storage_, dtype_, s, st, off);
+    }
+
+    void become_moved_from() noexcept {
+        storage_.reset();
+        dtype_ = dtype::float32;
+        shape_ = dims{0};
+        strides_ = dims{1};
+        offset_ = 0;
+        id_ = 0;
+        trainable_ = false;
+    }
 
     template <class Backward>
     tensor recorded(tensor v, Backward&& backward) const {

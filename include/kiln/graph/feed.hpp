@@ -244,6 +244,20 @@ void check_static_shape(const dims& fed, const char* where) {
     }
 }
 
+// A kiln::tensor fed to a leaf has its dtype checked at run time; the error names the entry point and the leaf.
+template <class Leaf, class P, class C>
+void fill_leaf(strided<P>& s, C& c, const char* where) {
+    if constexpr (requires { c.dtype(); c.raw_data(); }) {
+        using T = typename Leaf::value_type;
+        if (c.dtype() != dtype_of<T>()) [[unlikely]]
+            throw dtype_error(std::string(where) + (is_param_v<Leaf> ? ": parameter '" : ": input '") +
+                              std::string(Leaf::name.view()) + "' is declared " + std::string(dtype_name<T>()) +
+                              " but was fed a tensor of dtype " + std::string(name(c.dtype())) +
+                              " (convert it with .to(kiln::" + std::string(dtype_name<T>()) + "))");
+    }
+    fill_strided(s, c);
+}
+
 // The leaves' views, in the order of the plan's leaves.
 template <class LeafList>
 struct bound_leaves;
@@ -271,7 +285,7 @@ struct bound_leaves<types<Leaves...>> {
         [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
         type out;  // filled in place: the views are large enough that copying them shows at small sizes
         [&]<std::size_t... K>(std::index_sequence<K...>) {
-            (fill_strided(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data), ...);
+            (fill_leaf<Leaves>(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data, where), ...);
             (check_static_shape<Leaves>(std::get<K>(out).shape, where), ...);
         }(std::index_sequence_for<Leaves...>{});
         return out;

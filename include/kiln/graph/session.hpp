@@ -10,6 +10,8 @@
 // kiln::shape<10, 64>, kiln::init::glorot_uniform>), or set from tensors. Each distinct expression or step type
 // keeps its own workspace in the session, so after the first run on given shapes a run allocates nothing.
 // A session is not thread-safe.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -152,9 +154,7 @@ public:
     // A parameter's tensor (created from its initializer by the first run that uses it, or by set()).
     tensor& parameter(std::string_view name) {
         auto it = params_.find(name);
-        if (it == params_.end())
-            throw value_error("kiln::session: no parameter named '" + std::string(name) + "' (it is created by the "
-                              "first run that uses it, or by set())");
+        if (it == params_.end()) throw_unknown_parameter("kiln::session::parameter", name);
         return it->second;
     }
     bool has_parameter(std::string_view name) const { return params_.find(name) != params_.end(); }
@@ -163,10 +163,20 @@ public:
         for (const auto& kv : params_) out.push_back(kv.first);
         return out;
     }
-    // Sets a parameter's value (copied). The shape may change only before a plan has used the parameter.
+    // Sets a parameter's value (copied). The name must be a parameter the session knows: one it holds, or one of
+    // an expression it has run or initialized (session::initialize(expr), or declare(expr) to learn the names
+    // without creating anything). A name it does not know is a kiln::value_error naming the closest known ones,
+    // so a typo cannot create a parameter that nothing uses. The shape may change only before a plan has used the
+    // parameter; the dtype must be the declared one.
     void set(std::string_view name, const tensor& value) {
         auto it = params_.find(name);
         if (it == params_.end()) {
+            const auto d = declared_.find(name);
+            if (d == declared_.end()) throw_unknown_parameter("kiln::session::set", name);
+            if (d->second != value.dtype())
+                throw dtype_error("kiln::session::set: parameter '" + std::string(name) + "' is declared " +
+                                  std::string(kiln::name(d->second)) + " but the value's dtype is " +
+                                  std::string(kiln::name(value.dtype())) + " (convert it with .to())");
             params_.emplace(std::string(name), copy_of(value));
             return;
         }
@@ -176,15 +186,96 @@ public:
                               ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
         run_eager_copy(it->second, value);
     }
-    // Creates every parameter of an expression that does not exist yet.
+    // The same with the parameter itself (kiln::param<"w", ...>): its name cannot be misspelled, so it needs no
+    // earlier declaration.
+    template <fixed_string Name, class T, class S, class Kind>
+        requires is_param_v<detail::leaf<Name, T, S, Kind>>
+    void set(const detail::leaf<Name, T, S, Kind>& p, const tensor& value) {
+        declare_leaves<detail::types<detail::leaf<Name, T, S, Kind>>>();
+        set(p.name.view(), value);
+    }
+    // Creates every parameter of an expression that does not exist yet, from its initializer (a parameter without
+    // a static shape is only declared: set it with set()).
     template <class E>
     void initialize(const E&) {
         using leaves = detail::leaves_t<detail::unique_nodes_t<E>>;
-        [&]<class... L>(detail::types<L...>) { ((is_param_v<L> ? (void)parameter_for<L>() : void()), ...); }(leaves{});
+        declare_leaves<leaves>();
+        [&]<class... L>(detail::types<L...>) {
+            ((is_param_v<L> ? (void)initialize_one<L>() : void()), ...);
+        }(leaves{});
+    }
+    // Learns the names and dtypes of an expression's (or a training step's loss's) parameters, creating nothing.
+    template <class E>
+    void declare(const E&) {
+        declare_leaves<detail::leaves_t<detail::unique_nodes_t<E>>>();
+    }
+    // The names the session knows: the parameters it holds and those of the expressions it has seen.
+    std::vector<std::string> known_parameter_names() const {
+        std::vector<std::string> out;
+        for (const auto& kv : declared_) out.push_back(kv.first);
+        for (const auto& kv : params_)
+            if (!declared_.count(kv.first)) out.push_back(kv.first);
+        return out;
     }
     generator& rng() noexcept { return gen_; }
 
 private:
+    template <class L>
+    void initialize_one() {
+        if constexpr (detail::fully_static_v<typename L::shape_type>) (void)parameter_for<L>();
+    }
+
+    template <class LeafList>
+    void declare_leaves() {
+        [&]<class... L>(detail::types<L...>) {
+            ((is_param_v<L> ? (void)declared_.emplace(std::string(L::name.view()), dtype_of<typename L::value_type>())
+                            : void()),
+             ...);
+        }(LeafList{});
+    }
+
+    // Levenshtein distance, for the closest names in an error.
+    static std::size_t edit_distance(std::string_view a, std::string_view b) {
+        std::vector<std::size_t> row(b.size() + 1);
+        for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+        for (std::size_t i = 1; i <= a.size(); ++i) {
+            std::size_t diag = row[0];
+            row[0] = i;
+            for (std::size_t j = 1; j <= b.size(); ++j) {
+                const std::size_t up = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+                diag = up;
+            }
+        }
+        return row[b.size()];
+    }
+
+    [[noreturn]] void throw_unknown_parameter(const char* where, std::string_view name) const {
+        std::vector<std::string> known = known_parameter_names();
+        // Closest first: by the distance ignoring case (a wrong capital is the likeliest typo), then the exact one.
+        auto lower = [](std::string_view v) {
+            std::string out(v);
+            for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            return out;
+        };
+        const std::string lname = lower(name);
+        std::stable_sort(known.begin(), known.end(), [&](const std::string& x, const std::string& y) {
+            const auto kx = std::pair(edit_distance(lname, lower(x)), edit_distance(name, x));
+            const auto ky = std::pair(edit_distance(lname, lower(y)), edit_distance(name, y));
+            return kx < ky;
+        });
+        std::string msg = std::string(where) + ": no parameter named '" + std::string(name) + "'";
+        if (known.empty()) {
+            msg += "; the session has seen no expression with parameters yet (run one, or call "
+                   "session::initialize(expr) or session::declare(expr) first, or pass the kiln::param itself)";
+        } else {
+            msg += "; closest known: ";
+            for (std::size_t i = 0; i < known.size() && i < 3; ++i) msg += (i ? ", '" : "'") + known[i] + "'";
+            if (known.size() > 3) msg += " (" + std::to_string(known.size()) + " known in all)";
+        }
+        throw value_error(msg);
+    }
+
     // The body of run(step, feeds...), once the feeds have passed their checks.
     template <class Loss, class Rule, class... Params, class... Feeds>
     auto run_step(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
@@ -203,6 +294,7 @@ private:
         };
         state& st = cached<state, step_t>();
         if (st.t == 0) {
+            declare_leaves<detail::leaves_t<detail::unique_nodes_t<Loss>>>();
             st.rule = step.rule;
             std::size_t i = 0;
             ((st.params[i] = &parameter_for<Params>(), ++i), ...);
@@ -323,7 +415,7 @@ private:
         if constexpr (count == 0) {
             detail::fill_strided(v, parameter_for<L>());
         } else {
-            detail::fill_strided(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data);
+            detail::fill_leaf<L>(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data, "kiln::session::run");
         }
         detail::check_static_shape<L>(v.shape, "kiln::session::run");
     }
@@ -333,8 +425,13 @@ private:
         using plan_t = detail::plan<Roots...>;
         struct state : cache_base {
             typename plan_t::workspace ws;
+            bool declared = false;
         };
         state& st = cached<state, plan_t>();
+        if (!st.declared) {
+            declare_leaves<typename plan_t::user_leaves>();
+            st.declared = true;
+        }
         const auto users = bind<typename plan_t::user_leaves>(feeds...);
         plan_t::prepare(users, st.ws);
         return [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -419,6 +516,7 @@ private:
 
     generator gen_;
     std::map<std::string, tensor, std::less<>> params_;
+    std::map<std::string, dtype, std::less<>> declared_;  // parameters of the expressions seen, with their dtypes
     std::unordered_map<std::type_index, std::unique_ptr<cache_base>> cache_;
     std::type_index last_key_{typeid(void)};
     cache_base* last_ = nullptr;

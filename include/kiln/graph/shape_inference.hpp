@@ -70,7 +70,9 @@ dims infer_shape(const E& e, const Bound& bound) {
 template <class LeafList, class Bound, class... Roots>
 dims output_shape(const Bound& bound, const Roots&... roots) {
     constexpr std::size_t n = std::tuple_size_v<Bound>;
-    if constexpr (n > 0) {
+    // Every root with a leaf has the leaves' common shape when they all agree; a root without one (a constant, or
+    // run-time scalars only) is rank 0 and needs the general rule.
+    if constexpr (n > 0 && ((leaves_t<unique_nodes_t<Roots>>::size > 0) && ...)) {
         bool same = true;
         [&]<std::size_t... K>(std::index_sequence<K...>) {
             ((same = same && std::get<K>(bound).shape == std::get<0>(bound).shape), ...);

@@ -115,6 +115,27 @@ public:
         return out;
     }
 
+    // The layers, in order: model[0], model.size(), model.layers(), model.layer<kiln::nn::dense>(0).w.
+    std::size_t size() const noexcept { return layers_.size(); }
+    module& operator[](std::size_t i) const {
+        if (i >= layers_.size())
+            throw value_error("kiln::nn::sequential: layer " + std::to_string(i) + " is out of range for " +
+                              std::to_string(layers_.size()) + " layers");
+        return *layers_[i];
+    }
+    std::vector<module*> layers() const {
+        std::vector<module*> out;
+        for (const auto& l : layers_) out.push_back(l.get());
+        return out;
+    }
+    template <class M>
+    M& layer(std::size_t i) const {
+        auto* m = dynamic_cast<M*>(&(*this)[i]);
+        if (!m)
+            throw value_error("kiln::nn::sequential: layer " + std::to_string(i) + " is not of the requested type");
+        return *m;
+    }
+
 private:
     std::vector<std::unique_ptr<module>> layers_;
 };

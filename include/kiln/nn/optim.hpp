@@ -53,13 +53,38 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
     }
 }
 
+// apply_gradients(grads, params): an optimizer made without parameters adopts the first ones it is given (its
+// slots are made then); later calls must pass the same parameters in the same order.
+inline bool adopt_parameters(std::vector<variable*>& mine, const std::vector<variable*>& given, const char* who) {
+    if (mine.empty()) {
+        for (std::size_t i = 0; i < given.size(); ++i)
+            if (!given[i])
+                throw value_error(std::string("kiln::optim::") + who + "::apply_gradients: parameter " +
+                                  std::to_string(i) + " is a null pointer");
+        mine = given;
+        return true;
+    }
+    if (mine != given)
+        throw value_error(std::string("kiln::optim::") + who + "::apply_gradients: the parameters differ from the " +
+                          std::to_string(mine.size()) + " this optimizer updates (an optimizer keeps one set of " +
+                          "parameters and their slots; make one optimizer per set)");
+    return false;
+}
+
 }  // namespace detail
 
 // Stochastic gradient descent, with optional momentum: v = momentum * v + g; p -= lr * v.
 class sgd {
 public:
     sgd(std::vector<variable*> params, double lr, double momentum = 0.0) : params_(std::move(params)), lr_(lr), momentum_(momentum) {
-        for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype()));
+        make_slots();
+    }
+    // Without parameters: they come with the first apply_gradients(grads, params), as in TensorFlow.
+    explicit sgd(double lr, double momentum = 0.0) : lr_(lr), momentum_(momentum) {}
+
+    void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable*>& params) {
+        if (detail::adopt_parameters(params_, params, "sgd")) make_slots();
+        step(grads);
     }
 
     void step(const std::vector<tensor>& grads) {
@@ -75,6 +100,11 @@ public:
     }
 
 private:
+    void make_slots() {
+        velocity_.clear();
+        for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype()));
+    }
+
     std::vector<variable*> params_;
     std::vector<tensor> velocity_;
     double lr_, momentum_;
@@ -85,10 +115,15 @@ class adam {
 public:
     adam(std::vector<variable*> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
         : params_(std::move(params)), rule_{lr, beta1, beta2, eps} {
-        for (variable* p : params_) {
-            m_.push_back(zeros(p->shape(), p->dtype()));
-            v_.push_back(zeros(p->shape(), p->dtype()));
-        }
+        make_slots();
+    }
+    // Without parameters: they come with the first apply_gradients(grads, params), as in TensorFlow.
+    explicit adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
+        : rule_{lr, beta1, beta2, eps} {}
+
+    void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable*>& params) {
+        if (detail::adopt_parameters(params_, params, "adam")) make_slots();
+        step(grads);
     }
 
     void step(const std::vector<tensor>& grads) {
@@ -102,6 +137,15 @@ public:
     }
 
 private:
+    void make_slots() {
+        m_.clear();
+        v_.clear();
+        for (variable* p : params_) {
+            m_.push_back(zeros(p->shape(), p->dtype()));
+            v_.push_back(zeros(p->shape(), p->dtype()));
+        }
+    }
+
     std::vector<variable*> params_;
     std::vector<tensor> m_, v_;
     adam_rule rule_;

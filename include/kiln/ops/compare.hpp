@@ -26,6 +26,20 @@ KILN_COMPARISON(equal, "==", a == b)
 KILN_COMPARISON(not_equal, "!=", a != b)
 #undef KILN_COMPARISON
 
+}  // namespace ops
+
+namespace detail::kernels {
+// An operand as a truth value: bool for scalars, a batch_bool for xsimd batches (a comparison's result already is
+// one; a numeric batch is compared with 0).
+template <class A>
+KILN_HD KILN_INLINE constexpr auto truth(const A& a) {
+    if constexpr (requires { A::size; typename A::batch_type; }) return a;  // xsimd::batch_bool
+    else if constexpr (requires { A::size; }) return a != A(0);
+    else return static_cast<bool>(a);
+}
+}  // namespace detail::kernels
+
+namespace ops {
 // Logical ops: operands are read as truth values (nonzero is true), results are bool. Eager mode converts its
 // operands to bool first; in graph mode they take bool or numeric operands.
 #define KILN_LOGICAL(op_name, expr)                                                               \
@@ -34,8 +48,9 @@ KILN_COMPARISON(not_equal, "!=", a != b)
         static constexpr int arity = 2;                                                           \
         static constexpr bool logical = true;                                                     \
         template <class A, class B>                                                               \
-        KILN_HD KILN_INLINE static constexpr bool apply(const A& a_, const B& b_) {                \
-            const bool a = static_cast<bool>(a_), b = static_cast<bool>(b_);                      \
+        KILN_HD KILN_INLINE static constexpr auto apply(const A& a_, const B& b_) {                \
+            const auto a = detail::kernels::truth(a_);                                            \
+            const auto b = detail::kernels::truth(b_);                                            \
             return expr;                                                                          \
         }                                                                                         \
         template <class A, class B, class Y, class G>                                             \
@@ -54,7 +69,7 @@ struct logical_not {
     static constexpr int arity = 1;
     static constexpr bool logical = true;
     template <class A>
-    KILN_HD KILN_INLINE static constexpr bool apply(const A& a) { return !static_cast<bool>(a); }
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) { return !detail::kernels::truth(a); }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A&, const Y&, const G&) { return detail::grads(detail::no_grad{}); }
 };

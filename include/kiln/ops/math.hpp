@@ -233,7 +233,141 @@ struct tanh {
     }
 };
 
+struct tan {
+    static constexpr std::string_view name = "tan";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(tan)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y& y, const G& g) {
+        return detail::grads(g * (c<1> + kiln::square(y)));
+    }
+};
+
+struct asin {
+    static constexpr std::string_view name = "asin";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(asin)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(g * kiln::rsqrt(c<1> - kiln::square(a)));
+    }
+};
+
+struct acos {
+    static constexpr std::string_view name = "acos";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(acos)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(kiln::neg(g * kiln::rsqrt(c<1> - kiln::square(a))));
+    }
+};
+
+struct atan {
+    static constexpr std::string_view name = "atan";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(atan)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(g / (c<1> + kiln::square(a)));
+    }
+};
+
+// log(1 + x) and exp(x) - 1, accurate near 0 where the plain forms lose every digit.
+struct log1p {
+    static constexpr std::string_view name = "log1p";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(log1p)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g / (c<1> + a)); }
+};
+
+struct expm1 {
+    static constexpr std::string_view name = "expm1";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(expm1)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g * (y + c<1>)); }
+};
+
+// The error function; its derivative is 2 / sqrt(pi) * exp(-x^2) (the constant to 17 digits).
+struct erf {
+    static constexpr std::string_view name = "erf";
+    static constexpr int arity = 1;
+    KILN_STD_UNARY_KERNEL(erf)
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return detail::grads(c<11283791670955126, 10000000000000000> * g * kiln::exp(kiln::neg(kiln::square(a))));
+    }
+};
+
 #undef KILN_STD_UNARY_KERNEL
+
+// Rounding: integers and bools pass through unchanged (their dtype too); floating values round in their own type.
+// No gradient flows through them (PyTorch's is zero almost everywhere).
+#define KILN_ROUNDING(op_name, fn)                                                      \
+    struct op_name {                                                                    \
+        static constexpr std::string_view name = #op_name;                              \
+        static constexpr int arity = 1;                                                 \
+        template <class A>                                                              \
+        KILN_HD KILN_INLINE static auto apply(const A& a) {                             \
+            if constexpr (std::is_integral_v<A>) {                                      \
+                return a;                                                               \
+            } else {                                                                    \
+                using std::fn;                                                          \
+                return fn(a);                                                           \
+            }                                                                           \
+        }                                                                               \
+        template <class A, class Y, class G>                                            \
+        static constexpr auto gradient(const A&, const Y&, const G&) {                  \
+            return detail::grads(detail::no_grad{});                                    \
+        }                                                                               \
+    };
+KILN_ROUNDING(floor, floor)
+KILN_ROUNDING(ceil, ceil)
+KILN_ROUNDING(trunc, trunc)
+// round: halves go to the even neighbour (round(2.5) is 2, round(-0.5) is -0), as in NumPy and PyTorch.
+KILN_ROUNDING(round, nearbyint)
+#undef KILN_ROUNDING
+
+// sign: -1, 0 or 1 in the operand's type (0 keeps its sign bit: sign(-0.0) is -0.0; NaN stays NaN).
+struct sign {
+    static constexpr std::string_view name = "sign";
+    static constexpr int arity = 1;
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        using detail::kernels::select;
+        if constexpr (std::is_same_v<A, bool>) {
+            return a;
+        } else {
+            const A zero = detail::kernels::zero_like(a), one = detail::kernels::one_like(a);
+            return select(a > zero, one, select(a < zero, -one, a));
+        }
+    }
+    static constexpr detail::rational fold(detail::rational a) { return {a.num > 0 ? 1 : a.num < 0 ? -1 : 0, 1, a.ok}; }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y&, const G&) { return detail::grads(detail::no_grad{}); }
+};
+
+// Tests of floating values; for integers and bools the answers are constant (no NaN, no infinity).
+#define KILN_PREDICATE(op_name, float_expr, integer_value)                              \
+    struct op_name {                                                                    \
+        static constexpr std::string_view name = #op_name;                              \
+        static constexpr int arity = 1;                                                 \
+        template <class A>                                                              \
+        KILN_HD KILN_INLINE static constexpr bool apply(const A& a) {                   \
+            if constexpr (std::is_floating_point_v<A>) return float_expr;               \
+            else return (void)a, integer_value;                                         \
+        }                                                                               \
+        template <class A, class Y, class G>                                            \
+        static constexpr auto gradient(const A&, const Y&, const G&) {                  \
+            return detail::grads(detail::no_grad{});                                    \
+        }                                                                               \
+    };
+KILN_PREDICATE(isnan, a != a, false)
+KILN_PREDICATE(isinf, a - a != a - a && a == a, false)
+KILN_PREDICATE(isfinite, a - a == a - a, true)
+#undef KILN_PREDICATE
 
 struct sigmoid {
     static constexpr std::string_view name = "sigmoid";
@@ -270,6 +404,91 @@ struct relu {
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) {
         return detail::grads(kiln::where(a > c<0>, g, c<0>));
+    }
+};
+
+// Smooth activations of the vocabulary.
+// softplus(x) = log(1 + exp(x)), computed as max(x, 0) + log1p(exp(-|x|)) so that it neither overflows for large x
+// nor loses digits for very negative x.
+struct softplus {
+    static constexpr std::string_view name = "softplus";
+    static constexpr int arity = 1;
+    static constexpr bool promotes_to_floating = true;
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        if constexpr (std::is_integral_v<A>) return apply(static_cast<double>(a));  // (eager converts first)
+        else {
+        using std::exp;
+        using std::log1p;
+        using detail::kernels::abs;
+        return relu::apply(a) + log1p(exp(-abs(a)));
+        }
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g * kiln::sigmoid(a)); }
+};
+
+// silu(x) = x * sigmoid(x) (also called swish).
+struct silu {
+    static constexpr std::string_view name = "silu";
+    static constexpr int arity = 1;
+    static constexpr bool promotes_to_floating = true;
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        if constexpr (std::is_integral_v<A>) return apply(static_cast<double>(a));
+        else return a * sigmoid::apply(a);
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y& y, const G& g) {
+        // sigmoid(x) + x sigmoid(x) (1 - sigmoid(x)) = s + y (1 - s)
+        return detail::grads(g * (kiln::sigmoid(a) + y * (c<1> - kiln::sigmoid(a))));
+    }
+};
+
+// gelu(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))): the exact form (PyTorch's default), not the tanh
+// approximation.
+struct gelu {
+    static constexpr std::string_view name = "gelu";
+    static constexpr int arity = 1;
+    static constexpr bool promotes_to_floating = true;
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        if constexpr (std::is_integral_v<A>) {
+            return apply(static_cast<double>(a));
+        } else {
+            using std::erf;
+            const A half(0.5), one = detail::kernels::one_like(a), rsqrt2(0.70710678118654752440084436210484903928);
+            return half * a * (one + erf(a * rsqrt2));
+        }
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        // Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        return detail::grads(g * (c<1, 2> * (c<1> + kiln::erf(c<70710678118654752, 100000000000000000> * a)) +
+                                  c<3989422804014327, 10000000000000000> * a *
+                                      kiln::exp(kiln::neg(c<1, 2> * kiln::square(a)))));
+    }
+};
+
+// elu(x) = x for x > 0, exp(x) - 1 otherwise (alpha 1, PyTorch's default).
+struct elu {
+    static constexpr std::string_view name = "elu";
+    static constexpr int arity = 1;
+    static constexpr bool promotes_to_floating = true;
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        if constexpr (std::is_integral_v<A>) {
+            return apply(static_cast<double>(a));
+        } else {
+            using std::expm1;
+            using detail::kernels::select;
+            const A zero = detail::kernels::zero_like(a);
+            return select(a > zero, a, expm1(a));
+        }
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y& y, const G& g) {
+        return detail::grads(kiln::where(a > c<0>, g, g * (y + c<1>)));
     }
 };
 
@@ -374,7 +593,85 @@ struct remainder {
     static constexpr auto gradient(const A& a, const B& b, const Y&, const G& g);
 };
 
+// atan2(y, x): the angle of the point (x, y), in (-pi, pi].
+struct atan2 {
+    static constexpr std::string_view name = "atan2";
+    static constexpr int arity = 2;
+    static constexpr bool promotes_to_floating = true;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
+        using std::atan2;
+        return atan2(a, b);
+    }
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A& a, const B& b, const Y&, const G& g) {
+        return detail::grads(g * b / (kiln::square(a) + kiln::square(b)),
+                             kiln::neg(g * a / (kiln::square(a) + kiln::square(b))));
+    }
+};
+
+// leaky_relu(x, slope) = x for x >= 0, slope * x otherwise (PyTorch's default slope is 0.01).
+struct leaky_relu {
+    static constexpr std::string_view name = "leaky_relu";
+    static constexpr int arity = 2;
+    template <class A, class B>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& slope) {
+        using detail::kernels::select;
+        const A zero = detail::kernels::zero_like(a);
+        return select(a < zero, A(a * slope), a);
+    }
+    template <class A, class B, class Y, class G>
+    static constexpr auto gradient(const A& a, const B& slope, const Y&, const G& g) {
+        return detail::grads(kiln::where(a < c<0>, g * slope, g), detail::no_grad{});
+    }
+};
+
+// clamp(x, lo, hi) = min(max(x, lo), hi): NaN propagates from x; a gradient flows to x inside [lo, hi] and to the
+// bound that was taken outside it.
+struct clamp {
+    static constexpr std::string_view name = "clamp";
+    static constexpr int arity = 3;
+    template <class A, class L, class H>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const L& lo, const H& hi) {
+        return minimum::apply(maximum::apply(a, lo), hi);
+    }
+    template <class A, class L, class H, class Y, class G>
+    static constexpr auto gradient(const A& a, const L& lo, const H& hi, const Y&, const G& g) {
+        return detail::grads(kiln::where(kiln::logical_and(a >= lo, a <= hi), g, c<0>),
+                             kiln::where(a < lo, g, c<0>), kiln::where(a > hi, g, c<0>));
+    }
+};
+
 }  // namespace ops
+
+template <class A> constexpr auto tan(const A& a) { return detail::make<ops::tan>(a); }
+template <class A> constexpr auto asin(const A& a) { return detail::make<ops::asin>(a); }
+template <class A> constexpr auto acos(const A& a) { return detail::make<ops::acos>(a); }
+template <class A> constexpr auto atan(const A& a) { return detail::make<ops::atan>(a); }
+template <class A> constexpr auto log1p(const A& a) { return detail::make<ops::log1p>(a); }
+template <class A> constexpr auto expm1(const A& a) { return detail::make<ops::expm1>(a); }
+template <class A> constexpr auto erf(const A& a) { return detail::make<ops::erf>(a); }
+template <class A> constexpr auto floor(const A& a) { return detail::make<ops::floor>(a); }
+template <class A> constexpr auto ceil(const A& a) { return detail::make<ops::ceil>(a); }
+template <class A> constexpr auto trunc(const A& a) { return detail::make<ops::trunc>(a); }
+template <class A> constexpr auto round(const A& a) { return detail::make<ops::round>(a); }
+template <class A> constexpr auto sign(const A& a) { return detail::make<ops::sign>(a); }
+template <class A> constexpr auto isnan(const A& a) { return detail::make<ops::isnan>(a); }
+template <class A> constexpr auto isinf(const A& a) { return detail::make<ops::isinf>(a); }
+template <class A> constexpr auto isfinite(const A& a) { return detail::make<ops::isfinite>(a); }
+template <class A> constexpr auto softplus(const A& a) { return detail::make<ops::softplus>(a); }
+template <class A> constexpr auto silu(const A& a) { return detail::make<ops::silu>(a); }
+template <class A> constexpr auto gelu(const A& a) { return detail::make<ops::gelu>(a); }
+template <class A> constexpr auto elu(const A& a) { return detail::make<ops::elu>(a); }
+template <class A, class B> constexpr auto atan2(const A& a, const B& b) { return detail::make<ops::atan2>(a, b); }
+// The slope is a number (a run-time scalar, or a constant such as kiln::c<1, 100>).
+template <class A, class S = constant<1, 100>>
+constexpr auto leaky_relu(const A& a, const S& slope = {}) { return detail::make<ops::leaky_relu>(a, slope); }
+template <class A, class L, class H>
+constexpr auto clamp(const A& a, const L& lo, const H& hi) { return detail::make<ops::clamp>(a, lo, hi); }
+// NumPy's name for clamp.
+template <class A, class L, class H>
+constexpr auto clip(const A& a, const L& lo, const H& hi) { return detail::make<ops::clamp>(a, lo, hi); }
 
 template <class A, class B>
 constexpr auto floor_divide(const A& a, const B& b) { return detail::make<ops::floor_divide>(a, b); }

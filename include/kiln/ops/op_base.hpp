@@ -31,6 +31,9 @@ template <class A> constexpr auto sigmoid(const A& a);
 template <class A> constexpr auto relu(const A& a);
 template <class A, class B> constexpr auto pow(const A& a, const B& b);
 template <class C, class A, class B> constexpr auto where(const C& c, const A& a, const B& b);
+template <class A> constexpr auto erf(const A& a);
+template <class A, class B> constexpr auto logical_and(const A& a, const B& b);
+template <class A, class B> constexpr auto floor_divide(const A& a, const B& b);
 
 namespace detail {
 
@@ -78,7 +81,16 @@ constexpr auto make(const Args&... args) {
     constexpr operand_mode m = combined_mode<Args...>();
     static_assert(m != operand_mode::none,
                   "kiln: an operand is neither a number nor a kiln expression, constant or tensor.");
-    return op_builder<m>::template build<Op>(args...);
+    constexpr bool has_graph = ((mode_of<std::remove_cvref_t<Args>>::value == operand_mode::graph) || ...);
+    if constexpr (has_graph && m == operand_mode::eager) {
+        static_assert(!has_graph,
+                      "kiln: an eager kiln::tensor cannot be an operand of a graph-mode expression: feed it to an "
+                      "input when the graph runs (kiln::run(expr, \"x\"_in = tensor)), or compute in eager mode "
+                      "with tensors only.");
+        return 0;
+    } else {
+        return op_builder<m>::template build<Op>(args...);
+    }
 }
 
 // Marks an operand that has no gradient (a condition, a comparison's operands).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <xtensor/xarray.hpp>
+#include <xtensor/xio.hpp>  // std::cout << kiln::run(...) prints (xtensor's own printer; it costs no measurable compile time)
 #include <xtensor/xtensor.hpp>
 
 #include "../../graph/plan.hpp"
@@ -58,6 +59,9 @@ using result_container_t =
 template <class C>
 C allocate_result(const dims& shape) {
     if constexpr (requires { std::tuple_size<typename C::shape_type>::value; }) {  // xt::xtensor: a std::array shape
+        if (static_cast<std::size_t>(shape.rank) != std::tuple_size<typename C::shape_type>::value)
+            throw shape_error("kiln::run: the result has shape " + to_string(shape) + " but the expression's static "
+                              "rank is " + std::to_string(std::tuple_size<typename C::shape_type>::value));
         typename C::shape_type s{};
         for (int i = 0; i < shape.rank; ++i) s[i] = static_cast<std::size_t>(shape[i]);
         return C::from_shape(s);
@@ -65,6 +69,16 @@ C allocate_result(const dims& shape) {
         std::vector<std::size_t> s(shape.d.begin(), shape.d.begin() + shape.rank);
         return C::from_shape(s);
     }
+}
+
+// One root in its own loop (fetch's roots of different shapes).
+template <class Root, class Out, class... Feeds>
+void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feeds) {
+    using list = unique_nodes_t<Root>;
+    using loop = fused_loop<list, Root>;
+    const auto bound = bound_leaves<leaves_t<list>>::bind_checked("kiln::run", feeds...);
+    typename loop::outs_t outs{as_strided<root_type_t<Root>>(out)};
+    loop::run(root_pack<Root>(root), bound, outs, shape);
 }
 
 template <class... Roots, class... Feeds>
@@ -119,15 +133,6 @@ auto run_unplanned(const root_pack<Roots...>& roots, const Feeds&... feeds) {
         }
     }(std::index_sequence_for<Roots...>{});
     return results;
-}
-
-template <class Root, class Out, class... Feeds>
-void run_one(const Root& root, Out& out, const dims& shape, const Feeds&... feeds) {
-    using list = unique_nodes_t<Root>;
-    using loop = fused_loop<list, Root>;
-    const auto bound = bound_leaves<leaves_t<list>>::bind_checked("kiln::run", feeds...);
-    typename loop::outs_t outs{as_strided<root_type_t<Root>>(out)};
-    loop::run(root_pack<Root>(root), bound, outs, shape);
 }
 
 // Containers that are always one dense row-major range: std::vector, std::span, std::array (rank 1) and xtensor's

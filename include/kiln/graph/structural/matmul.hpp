@@ -1,9 +1,7 @@
 #pragma once
 // matmul of two graph-mode matrices: a register-blocked kernel for small products, OpenBLAS (when found) for large
 // ones, with transposed views passed to BLAS as transposed.
-#if defined(KILN_HAVE_CBLAS)
-#include <cblas.h>
-#endif
+#include "../../core/blas.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -88,7 +86,7 @@ struct matmul {
         // Small products (a training step's layers) cost less in a direct kernel than in BLAS's packing and
         // thread hand-off.
         if (m * n * k <= small_gemm_limit) return small_gemm(c, m, n, k, a, b);
-#if defined(KILN_HAVE_CBLAS)
+#if KILN_HAVE_CBLAS
         if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             // A matrix is usable in place when one of its strides is 1: then it is row-major or transposed.
             auto layout = [](const detail::strided<const T>& v, bool& trans, std::ptrdiff_t& ld) {
