@@ -3,6 +3,7 @@
 // the vocabulary (hand-computed values in both modes, gradient rules against central differences).
 #include <kiln/kiln.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -300,4 +301,76 @@ TEST_CASE("the new ops' gradient rules match central differences") {
     kiln::gradient_tape t2;
     const kiln::tensor s = kiln::sum(kiln::floor(r) + r);
     CHECK(values(t2.gradient(s, r)) == std::vector<double>{1, 1});
+}
+
+TEST_CASE("printing wraps long rows, summarizes and takes a precision") {
+    const kiln::tensor row = kiln::arange(0, 64).to(kiln::float32) / 7;
+    const std::string text = kiln::to_string(row);
+    std::size_t longest = 0, lines = 0;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line); ++lines) longest = std::max(longest, line.size());
+    CHECK(longest <= 75);  // the 64-value row was one 780-character line
+    CHECK(lines > 5);
+    CHECK(text.rfind("tensor([       0, 0.142857, 0.285714, 0.428571, 0.571429, 0.714286,\n"
+                     "        0.857143,        1,  1.14286,", 0) == 0);
+    const kiln::print_options saved = kiln::get_printoptions();
+    kiln::set_printoptions({.precision = 3, .threshold = 10, .edgeitems = 2, .linewidth = 200});
+    CHECK(kiln::to_string(row) == "tensor([    0, 0.143, ...,  8.86,     9], dtype=float32)");
+    CHECK(kiln::to_string(kiln::from_values<double>({1.23456789}, {1})) == "tensor([1.23], dtype=float64)");
+    kiln::set_printoptions({.precision = -1, .threshold = 1000, .edgeitems = 3, .linewidth = 30});
+    const std::string narrow = kiln::to_string(kiln::arange(0, 12));
+    CHECK(narrow == "tensor([ 0,  1,  2,  3,  4,\n"
+                    "         5,  6,  7,  8,  9,\n"
+                    "        10, 11], dtype=int64)");
+    CHECK_THROWS_AS(kiln::set_printoptions({.linewidth = 3}), kiln::value_error);
+    kiln::set_printoptions(saved);
+    CHECK(kiln::to_string(kiln::from_values<float>({1.5f, 2}, {2})) == "tensor([1.5,   2], dtype=float32)");
+}
+
+TEST_CASE("the lazy loader reshuffles every epoch from its seed and reuses its batch storage") {
+    const kiln::tensor x = kiln::arange(0, 10).reshape({5, 2}).to(kiln::float32);
+    const kiln::tensor y = kiln::arange(0, 5);
+    kiln::data::loader data(x, y, 2, {.shuffle = true, .drop_last = false, .seed = 11});
+    CHECK(data.size() == 3);
+    std::vector<std::vector<double>> epochs;
+    const void* storage = nullptr;
+    for (int e = 0; e < 3; ++e) {
+        std::vector<double> seen;
+        std::vector<std::ptrdiff_t> rows;
+        for (const kiln::data::batch& b : data) {
+            rows.push_back(b.x.shape()[0]);
+            const auto xv = values(b.x), yv = values(b.y);
+            for (std::size_t i = 0; i < yv.size(); ++i) {
+                CHECK(xv[2 * i] == 2 * yv[i]);  // x's row k is (2k, 2k + 1): the rows of x and y stay paired
+                CHECK(xv[2 * i + 1] == 2 * yv[i] + 1);
+                seen.push_back(yv[i]);
+            }
+            if (rows.size() == 1) {
+                if (storage) CHECK(b.x.raw_data() == storage);  // the same storage every epoch
+                storage = b.x.raw_data();
+            }
+        }
+        CHECK(rows == std::vector<std::ptrdiff_t>{2, 2, 1});  // the last partial batch is kept
+        std::vector<double> sorted = seen;
+        std::sort(sorted.begin(), sorted.end());
+        CHECK(sorted == std::vector<double>{0, 1, 2, 3, 4});
+        epochs.push_back(seen);
+    }
+    CHECK(data.epochs() == 3);
+    CHECK((epochs[0] != epochs[1] || epochs[1] != epochs[2]));  // reshuffled
+    // The same seed gives the same epochs.
+    kiln::data::loader again(x, y, 2, {.seed = 11});
+    std::vector<double> first;
+    for (const auto& b : again)
+        for (double v : values(b.y)) first.push_back(v);
+    CHECK(first == epochs[0]);
+    // drop_last drops the partial batch; no shuffle keeps the order.
+    kiln::data::loader plain(x, y, 2, {.shuffle = false, .drop_last = true});
+    CHECK(plain.size() == 2);
+    std::vector<double> order;
+    for (const auto& b : plain)
+        for (double v : values(b.y)) order.push_back(v);
+    CHECK(order == std::vector<double>{0, 1, 2, 3});
+    CHECK_THROWS_AS(kiln::data::loader(x, kiln::arange(0, 4), 2), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::data::loader(x, y, 0), kiln::value_error);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Batching with seeded shuffling: rows of the inputs gathered into batches, one shuffle per epoch.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -51,5 +52,117 @@ inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff
     }
     return out;
 }
+
+// A lazy loader: each pass over it is one epoch, reshuffled from its own generator (seeded once, so the sequence of
+// epochs is the same on every run and platform), and each batch is gathered into storage that the loader reuses,
+// so an epoch allocates nothing after the first batch. The last partial batch is kept (a batch of fewer rows) or
+// dropped with `drop_last`.
+//
+//   kiln::data::loader data(x, y, 32, {.seed = 7});
+//   for (int epoch = 0; epoch < 5; ++epoch)
+//       for (const kiln::data::batch& b : data) train(b.x, b.y);
+//
+// A batch's tensors are valid until the loader gathers the next one (clone() them to keep them); x and y are
+// shared with the caller, not copied.
+class loader {
+public:
+    struct options {
+        bool shuffle = true;
+        bool drop_last = false;
+        std::uint64_t seed = 0;
+    };
+
+    loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size) : loader(x, y, batch_size, options{}) {}
+    loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size, options o)
+        : x_(x), y_(y), size_(batch_size), opt_(o), gen_(o.seed) {
+        if (batch_size <= 0) throw value_error("kiln::data::loader: the batch size must be positive, got " +
+                                               std::to_string(batch_size));
+        if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
+            throw shape_error("kiln::data::loader: x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
+                              " must have the same number of rows");
+        rows_ = x.shape()[0];
+        order_.resize(static_cast<std::size_t>(rows_));
+    }
+
+    // Batches per epoch.
+    std::ptrdiff_t size() const noexcept {
+        return opt_.drop_last ? rows_ / size_ : (rows_ + size_ - 1) / size_;
+    }
+    std::ptrdiff_t rows() const noexcept { return rows_; }
+    // How many epochs have begun.
+    int epochs() const noexcept { return epoch_; }
+
+    class iterator {
+    public:
+        using value_type = batch;
+        using difference_type = std::ptrdiff_t;
+        const batch& operator*() const { return owner_->current_; }
+        const batch* operator->() const { return &owner_->current_; }
+        iterator& operator++() {
+            ++index_;
+            if (index_ < owner_->size()) owner_->gather(index_);
+            return *this;
+        }
+        bool operator==(const iterator& o) const noexcept { return index_ == o.index_; }
+
+    private:
+        friend class loader;
+        iterator(loader* l, std::ptrdiff_t i) : owner_(l), index_(i) {}
+        loader* owner_;
+        std::ptrdiff_t index_;
+    };
+
+    // Starts an epoch: a new order (when shuffling) and the first batch.
+    iterator begin() {
+        std::iota(order_.begin(), order_.end(), std::ptrdiff_t{0});
+        if (opt_.shuffle)
+            for (std::ptrdiff_t i = rows_ - 1; i > 0; --i)
+                std::swap(order_[static_cast<std::size_t>(i)],
+                          order_[static_cast<std::size_t>(gen_.next() % static_cast<std::uint64_t>(i + 1))]);
+        ++epoch_;
+        if (size() > 0) gather(0);
+        return iterator(this, 0);
+    }
+    iterator end() { return iterator(this, size()); }
+
+private:
+    static void copy_rows(const tensor& src, tensor& dst, const std::ptrdiff_t* rows, std::ptrdiff_t n) {
+        const std::size_t row_bytes = static_cast<std::size_t>(src.numel() / std::max<std::ptrdiff_t>(src.shape()[0], 1)) *
+                                      src.itemsize();
+        if (src.is_contiguous()) {
+            const auto* s = static_cast<const std::byte*>(src.raw_data());
+            auto* d = static_cast<std::byte*>(dst.raw_data());
+            for (std::ptrdiff_t i = 0; i < n; ++i)
+                std::memcpy(d + static_cast<std::size_t>(i) * row_bytes, s + static_cast<std::size_t>(rows[i]) * row_bytes,
+                            row_bytes);
+        } else {
+            for (std::ptrdiff_t i = 0; i < n; ++i) dst.select(0, i).copy_(src.select(0, rows[i]));
+        }
+    }
+
+    void gather(std::ptrdiff_t b) {
+        const std::ptrdiff_t first = b * size_, n = std::min(size_, rows_ - first);
+        auto fill = [&](const tensor& src, tensor& buf, tensor& view) {
+            if (buf.numel() == 0 && src.numel() > 0) {
+                dims s = src.shape();
+                s[0] = size_;
+                buf = tensor(src.dtype(), s);
+            }
+            view = n == size_ ? buf : buf.slice(0, 0, n);
+            copy_rows(src, view, order_.data() + first, n);
+        };
+        fill(x_, xbuf_, current_.x);
+        fill(y_, ybuf_, current_.y);
+    }
+
+    tensor x_, y_;
+    std::ptrdiff_t size_, rows_ = 0;
+    options opt_;
+    generator gen_;
+    std::vector<std::ptrdiff_t> order_;
+    tensor xbuf_, ybuf_;
+    batch current_;
+    int epoch_ = 0;
+};
 
 }  // namespace kiln::data

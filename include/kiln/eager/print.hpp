@@ -13,12 +13,39 @@
 namespace kiln {
 namespace detail {
 
-// Above this many elements, each dimension shows its first and last `edge` entries.
-inline constexpr std::ptrdiff_t print_threshold = 1000;
-inline constexpr std::ptrdiff_t print_edge = 3;
+}  // namespace detail
+
+// How tensors print, like NumPy's set_printoptions. `precision` is the number of significant digits of floating
+// values (-1: 6 for float32, 8 for float64); tensors of more than `threshold` elements show the first and last
+// `edgeitems` entries of each dimension around "..."; rows wrap to lines of at most `linewidth` characters.
+struct print_options {
+    int precision = -1;
+    std::ptrdiff_t threshold = 1000;
+    std::ptrdiff_t edgeitems = 3;
+    std::ptrdiff_t linewidth = 75;
+};
+
+namespace detail {
+inline print_options& current_print_options() {
+    static print_options o;
+    return o;
+}
+}  // namespace detail
+
+// Sets the options for every later print (not thread-safe against concurrent printing); checked: precision from -1
+// to 17, threshold and edgeitems non-negative, linewidth at least 10 (a kiln::value_error otherwise).
+inline void set_printoptions(const print_options& o) {
+    if (o.precision < -1 || o.precision > 17 || o.threshold < 0 || o.edgeitems < 0 || o.linewidth < 10)
+        throw value_error("kiln: value_error in 'set_printoptions': precision must be -1 to 17, threshold and "
+                          "edgeitems non-negative and linewidth at least 10");
+    detail::current_print_options() = o;
+}
+inline print_options get_printoptions() { return detail::current_print_options(); }
+
+namespace detail {
 
 template <class T>
-std::string element_text(T v, bool all_integral) {
+std::string element_text(T v, bool all_integral, int precision) {
     char buf[48];
     if constexpr (std::is_same_v<T, bool>) {
         return v ? "True" : "False";
@@ -29,7 +56,8 @@ std::string element_text(T v, bool all_integral) {
         if (v == std::numeric_limits<T>::infinity()) return "inf";
         if (v == -std::numeric_limits<T>::infinity()) return "-inf";
         if (all_integral) std::snprintf(buf, sizeof buf, "%.0f.", static_cast<double>(v));
-        else std::snprintf(buf, sizeof buf, "%.*g", std::is_same_v<T, float> ? 6 : 8, static_cast<double>(v));
+        else std::snprintf(buf, sizeof buf, "%.*g", precision >= 0 ? precision : std::is_same_v<T, float> ? 6 : 8,
+                           static_cast<double>(v));
     }
     return buf;
 }
@@ -37,18 +65,35 @@ std::string element_text(T v, bool all_integral) {
 struct printer {
     const tensor& t;
     bool summarize;
+    print_options opt;
     std::vector<std::string> cells;  // formatted elements in visiting order
     std::size_t width = 0;
 
     bool shown(int d, std::ptrdiff_t i) const {
-        const std::ptrdiff_t n = t.shape()[d];
-        return !summarize || n <= 2 * print_edge || i < print_edge || i >= n - print_edge;
+        const std::ptrdiff_t n = t.shape()[d], e = opt.edgeitems;
+        return !summarize || n <= 2 * e || i < e || i >= n - e;
+    }
+
+    // The length of the line `out` ends with.
+    static std::size_t line_length(const std::string& out) {
+        const auto nl = out.rfind('\n');
+        return nl == std::string::npos ? out.size() : out.size() - nl - 1;
+    }
+    // Before a cell (or "...") of the innermost dimension: ", " and a new line when the next item would pass the
+    // line width (a closing bracket per open dimension is allowed for).
+    void separate(std::string& out, int indent, std::size_t next, int d) {
+        out += ',';
+        const std::size_t closing = static_cast<std::size_t>(d + 1) + 1;
+        if (line_length(out) + 1 + next + closing > static_cast<std::size_t>(opt.linewidth))
+            out += "\n" + std::string(static_cast<std::size_t>(indent), ' ');
+        else
+            out += ' ';
     }
 
     template <class T>
     void collect(const T* base, int d, std::ptrdiff_t off, bool all_integral) {
         if (d == t.dim()) {
-            cells.push_back(element_text(base[off], all_integral));
+            cells.push_back(element_text(base[off], all_integral, opt.precision));
             width = std::max(width, cells.back().size());
             return;
         }
@@ -68,13 +113,18 @@ struct printer {
         bool first = true;
         for (std::ptrdiff_t i = 0; i < n; ++i) {
             if (!shown(d, i)) {
-                if (i == print_edge) {
-                    out += d + 1 == t.dim() ? ", ..." : ",\n" + std::string(static_cast<std::size_t>(indent + 1), ' ') + "...";
+                if (i == opt.edgeitems) {
+                    if (d + 1 == t.dim()) {
+                        separate(out, indent + 1, 3, d);
+                        out += "...";
+                    } else {
+                        out += ",\n" + std::string(static_cast<std::size_t>(indent + 1), ' ') + "...";
+                    }
                 }
                 continue;
             }
             if (!first) {
-                if (d + 1 == t.dim()) out += ", ";
+                if (d + 1 == t.dim()) separate(out, indent + 1, width, d);
                 else out += "," + std::string(static_cast<std::size_t>(t.dim() - d - 1), '\n') +
                             std::string(static_cast<std::size_t>(indent + 1), ' ');
             }
@@ -89,7 +139,9 @@ struct printer {
 
 // "tensor([[1., 2.],\n        [3., 4.]], dtype=float32)"
 inline std::string to_string(const tensor& t) {
-    detail::printer p{t, t.numel() > detail::print_threshold, {}, 0};
+    t.check_valid("print");
+    const print_options opt = get_printoptions();
+    detail::printer p{t, t.numel() > opt.threshold, opt, {}, 0};
     if (t.numel() > 0) {
         detail::dispatch(t.dtype(), [&]<class T>() {
             const T* base = t.data<const T>();

@@ -95,6 +95,9 @@ constexpr auto minimize(const Loss& loss, Rule rule) {
     static_assert(std::is_same_v<kiln::detail::shape_of_t<Loss>, shape<>>,
                   "kiln::optim::minimize: the loss must be a scalar (static shape ()); reduce it with kiln::mean or "
                   "kiln::sum.");
+    static_assert(kiln::detail::is_pure<Loss>::value,
+                  "kiln::optim::minimize: the loss holds a run-time scalar (such as 0.5f * x); write it as a constant "
+                  "(0.5_c) or feed it as an input, so that the loss can be differentiated.");
     using leaves = kiln::detail::leaves_t<kiln::detail::unique_nodes_t<Loss>>;
     using params = decltype([]<class... L>(kiln::detail::types<L...>) {
         return (kiln::detail::types<>{} + ... + std::conditional_t<is_param_v<L>, kiln::detail::types<L>, kiln::detail::types<>>{});
