@@ -176,6 +176,13 @@ TEST_CASE("rounding, sign and the floating tests, in eager and graph mode") {
     check_all_close(values(kiln::round(x)), std::vector<double>{-2, -2, -0.0, -0.0, 0, 0, 2, 2, 3}, 0);  // halves to even
     check_all_close(values(kiln::sign(x)), std::vector<double>{-1, -1, -1, 0, 1, 1, 1, 1, 1}, 0);
     CHECK(std::signbit(values(kiln::sign(x))[3]));
+    // Zero results keep the operand's sign on the vector path too (xsimd's SSE2 fallbacks lose it).
+    CHECK(std::signbit(values(kiln::ceil(x))[2]));   // ceil(-0.5) = -0
+    CHECK(std::signbit(values(kiln::trunc(x))[2]));  // trunc(-0.5) = -0
+    CHECK(std::signbit(values(kiln::round(x))[2]));  // round(-0.5) = -0
+    CHECK(std::signbit(values(kiln::floor(x))[3]));  // floor(-0) = -0
+    CHECK(std::signbit(values(kiln::log1p(x))[3]));  // log1p(-0) = -0
+    CHECK(std::signbit(values(kiln::expm1(x))[3]));  // expm1(-0) = -0
     const kiln::tensor xi = kiln::from_values<std::int32_t>({-3, 0, 4}, {3});
     CHECK(kiln::floor(xi).dtype() == kiln::int32);
     CHECK(values(kiln::round(xi)) == std::vector<double>{-3, 0, 4});
@@ -373,4 +380,29 @@ TEST_CASE("the lazy loader reshuffles every epoch from its seed and reuses its b
     CHECK(order == std::vector<double>{0, 1, 2, 3});
     CHECK_THROWS_AS(kiln::data::loader(x, kiln::arange(0, 4), 2), kiln::shape_error);
     CHECK_THROWS_AS(kiln::data::loader(x, y, 0), kiln::value_error);
+}
+
+TEST_CASE("graph-mode var and std, and the new activations as layer values") {
+    const auto x = kiln::input<"x", double>();
+    std::vector<double> xv{1, 2, 3, 5, 7, 9};
+    const auto xs = kiln::view(xv.data(), {2, 3});
+    auto v = kiln::run(kiln::var<1>(x), x = xs);
+    CHECK(v(0) == doctest::Approx(1));
+    CHECK(v(1) == doctest::Approx(4));
+    CHECK(kiln::run(kiln::std(x), x = xs)() == doctest::Approx(std::sqrt(values(kiln::var(kiln::from_vector(xv))).at(0))));
+    auto vk = kiln::run(kiln::var<1>(x, kiln::keep_dims), x = xs);
+    CHECK(vk.shape()[1] == 1);
+    // d var / dx = 2 (x - mean) / (N - 1)
+    auto g = kiln::run(kiln::grad(kiln::sum(kiln::var<1>(x)), x), x = xs);
+    check_all_close(std::vector<double>(g.begin(), g.end()), std::vector<double>{-1, 0, 1, -2, 0, 2}, 1e-12);
+    // The eager and graph answers agree.
+    check_all_close(values(kiln::std(kiln::from_vector(xv, {2, 3}), {0})),
+                    [&] {
+                        auto r = kiln::run(kiln::std<0>(x), x = xs);
+                        return std::vector<double>(r.begin(), r.end());
+                    }(),
+                    1e-12);
+    kiln::nn::dense layer(3, 2, kiln::nn::gelu);
+    CHECK(layer(kiln::ones({4, 3})).shape() == kiln::dims{4, 2});
+    CHECK(kiln::to_string(kiln::nn::silu(x)) == "silu(x)");
 }

@@ -196,6 +196,69 @@ def binary_value(name, x, y, special):
     return BINARY[name](x.astype(d), y.astype(d))
 
 
+def draw_shape_op(p, rng, a, x):
+    """The ops a NumPy user reaches for beyond the elementwise vocabulary (issue #19)."""
+    floating = x.dtype.kind == "f"
+    name = rng.choice(["flip", "cumsum", "sort", "argsort", "any", "all", "var", "std", "tile", "repeat", "take",
+                       "outer", "argmax_flat"])
+    if x.ndim == 0 and name not in ("any", "all", "outer", "argmax_flat"):
+        return False
+    axis = int(rng.integers(x.ndim)) if x.ndim else 0
+    if name == "flip":
+        return p.op(np.flip(x, axis), "flip", a, axis)
+    if name == "cumsum":
+        if x.dtype.kind != "f" and np.max(np.abs(x.astype(np.int64)), initial=0) > 10**6:
+            return False
+        d = x.dtype if floating else np.dtype("int64")
+        v = np.cumsum(x.astype(d), axis=axis)
+        return acceptable(v, p.special) and p.op(v, "cumsum", a, axis)
+    if name in ("sort", "argsort"):
+        if x.dtype == np.bool_:
+            return False
+        if name == "argsort" and floating and x.size > 1:
+            # Computed values that differ only by rounding would sort in either order: draw argsort only where
+            # distinct values are clearly apart (exact ties are fine: both sorts are stable).
+            s = np.sort(x, axis=axis)
+            gaps = np.abs(np.diff(s, axis=axis))
+            scale = 1 + np.abs(np.take(s, range(1, s.shape[axis]), axis=axis))
+            with np.errstate(invalid="ignore"):
+                if np.any((gaps != 0) & (gaps < 1e-3 * scale)):
+                    return False
+        v = np.sort(x, axis=axis, kind="stable") if name == "sort" else np.argsort(x, axis=axis, kind="stable")
+        return p.op(v, name, a, axis)
+    if name in ("any", "all"):
+        v = np.any(x) if name == "any" else np.all(x)
+        return p.op(np.asarray(v), name, a)
+    if name in ("var", "std"):
+        if not floating or x.shape[axis] < 2 or not np.all(np.isfinite(x)):
+            return False
+        v = (np.var if name == "var" else np.std)(x, axis=axis, ddof=1)
+        return acceptable(v, p.special) and p.op(v.astype(x.dtype), name, a, axis)
+    if name == "tile":
+        reps = tuple(int(r) for r in rng.integers(1, 3, size=x.ndim))
+        return p.op(np.tile(x, reps), "tile", a, ",".join(map(str, reps)))
+    if name == "repeat":
+        r = int(rng.integers(0, 3))
+        v = np.repeat(x, r, axis=axis)
+        return (v.size > 0 or p.zero) and p.op(v, "repeat", a, r, axis)
+    if name == "take":
+        n = x.shape[axis]
+        if n == 0:
+            return False
+        idx = [int(i) for i in rng.integers(-n, n, size=int(rng.integers(1, 4)))]
+        return p.op(np.take(x, idx, axis=axis), "take", a, axis, ",".join(map(str, idx)))
+    if name == "outer":
+        if x.dtype == np.bool_ or x.size > 64:
+            return False
+        if x.dtype.kind == "i" and np.max(np.abs(x.astype(np.int64)), initial=0) > 10**4:
+            return False
+        v = np.outer(x, x)
+        return acceptable(v, p.special) and p.op(v, "outer", a)
+    if x.size == 0 or x.dtype == np.bool_ or (floating and np.any(np.isnan(x))):
+        return False
+    return p.op(np.asarray(np.argmax(x), dtype=np.int64), "argmax_flat", a)
+
+
 def draw_step(p, rng, family):
     """Appends one random op whose NumPy result is acceptable; returns False when the drawn op did not apply."""
     names = numeric(p, list(p.values))
@@ -206,7 +269,7 @@ def draw_step(p, rng, family):
     floating = np.issubdtype(x.dtype, np.floating)
     sp = p.special
     kind = rng.choice(["unary", "binary", "binary", "scalar", "reduce", "compare", "view", "matmul", "join", "cast",
-                       "inplace", "where_number"])
+                       "inplace", "where_number", "shape_ops"])
     if kind == "unary":
         table = UNARY_BOOL if x.dtype == np.bool_ else UNARY_FLOAT if floating else UNARY_INT
         name = rng.choice(sorted(table))
@@ -323,7 +386,8 @@ def draw_step(p, rng, family):
         if x.ndim >= 1 and rng.random() < 0.5:
             axis = int(rng.integers(x.ndim))
             n = x.shape[axis]
-            start, stop, step = int(rng.integers(0, n + 1)), int(rng.integers(0, n + 1)), int(rng.integers(1, 3))
+            start, stop = int(rng.integers(-n - 1, n + 2)), int(rng.integers(-n - 1, n + 2))
+            step = int(rng.choice([1, 2, -1, -2]))
             v = x[(slice(None),) * axis + (slice(start, stop, step),)]
             return (v.size > 0 or p.zero) and p.op(v, "slice", a, axis, start, stop, step)
         if x.ndim >= 1 and rng.random() < 0.5:
@@ -335,6 +399,8 @@ def draw_step(p, rng, family):
         except ValueError:
             return False
         return p.op(v, "reshape", a, ",".join(map(str, shape)))
+    if kind == "shape_ops":
+        return draw_shape_op(p, rng, a, x)
     if kind == "matmul":
         if x.ndim == 0 or x.shape[-1] == 0 or x.dtype == np.bool_ or (floating and not np.all(np.isfinite(x))):
             return False

@@ -162,6 +162,27 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
     if (op == "matmul") return kiln::matmul(t(0), t(1));
     if (op == "transpose") return t(0).transpose(std::stoi(a.at(1)), std::stoi(a.at(2)));
     if (op == "reshape") return t(0).reshape(dims_list(a.at(1)));
+    if (op == "flip") return kiln::flip(t(0), {std::stoi(a.at(1))});
+    if (op == "cumsum") return kiln::cumsum(t(0), std::stoi(a.at(1)));
+    if (op == "sort") return kiln::sort(t(0), std::stoi(a.at(1)));
+    if (op == "argsort") return kiln::argsort(t(0), std::stoi(a.at(1)));
+    if (op == "any") return kiln::any(t(0));
+    if (op == "all") return kiln::all(t(0));
+    if (op == "var") return kiln::var(t(0), {std::stoi(a.at(1))});
+    if (op == "std") return kiln::std(t(0), {std::stoi(a.at(1))});
+    if (op == "tile") {
+        std::vector<std::ptrdiff_t> reps;
+        for (int r : int_list(a.at(1))) reps.push_back(r);
+        return kiln::tile(t(0), reps);
+    }
+    if (op == "repeat") return kiln::repeat(t(0), std::stoll(a.at(1)), std::stoi(a.at(2)));
+    if (op == "take") {
+        std::vector<std::int64_t> idx;
+        for (int i : int_list(a.at(2))) idx.push_back(i);
+        return kiln::index_select(t(0), std::stoi(a.at(1)), kiln::from_vector(idx));
+    }
+    if (op == "outer") return kiln::outer(t(0), t(0));
+    if (op == "argmax_flat") return kiln::argmax(t(0));
     if (op == "slice") return t(0).slice(std::stoi(a.at(1)), std::stoi(a.at(2)), std::stoi(a.at(3)), std::stoi(a.at(4)));
     if (op == "broadcast_to") return t(0).broadcast_to(dims_list(a.at(1)));
     if (op == "cast") return t(0).to(dtype_named(a.at(1)));

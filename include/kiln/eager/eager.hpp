@@ -2,6 +2,7 @@
 // Eager mode: kiln::tensor, its factories, elementwise ops, reductions and printing.
 #include "elementwise.hpp"
 #include "factories.hpp"
+#include "indexing.hpp"
 #include "linalg.hpp"
 #include "npy.hpp"
 #include "print.hpp"

@@ -61,6 +61,16 @@ constexpr bool refuses_bool() {
            std::is_same_v<Op, ops::floor_divide> || std::is_same_v<Op, ops::remainder>;
 }
 
+template <class Op>
+constexpr bool integral_only_op() {
+    if constexpr (requires { Op::integral_only; }) return Op::integral_only;
+    else return false;
+}
+// Whether eager dispatch instantiates Op's kernel for T (an integer-only op has none for floating types; its
+// compute_dtype has refused them already).
+template <class Op, class T>
+inline constexpr bool runs_on_v = !(integral_only_op<Op>() && std::is_floating_point_v<T>);
+
 // The dtype an op computes in, from its operands' promoted dtype: logical ops work on bool, fractional ops (exp,
 // true division) on floating types, every other op on the promoted dtype itself.
 template <class Op>
@@ -68,6 +78,10 @@ dtype compute_dtype(dtype d) {
     if constexpr (logical_op<Op>()) {
         return dtype::boolean;
     } else {
+        if constexpr (integral_only_op<Op>())
+            if (is_floating(d)) [[unlikely]]
+                throw dtype_error("kiln: dtype_error in '" + std::string(Op::name) + "': '" + std::string(Op::name) +
+                                  "' is defined for integer and bool operands, not " + std::string(name(d)));
         if constexpr (refuses_bool<Op>())
             if (d == dtype::boolean) [[unlikely]]
                 throw dtype_error("kiln: dtype_error in '" + std::string(Op::name) + "': '" + std::string(Op::name) +
@@ -200,7 +214,10 @@ tensor eager_unary(const tensor& a) {
     const dtype d = compute_dtype<Op>(a.dtype());
     tensor xc;
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
-    return dispatch(d, [&]<class T>() { return run_eager(make_node<Op>(indexed_leaf<0, T>{}), x.shape(), x); });
+    return dispatch(d, [&]<class T>() {
+        if constexpr (!runs_on_v<Op, T>) return tensor{};
+        else return run_eager(make_node<Op>(indexed_leaf<0, T>{}), x.shape(), x);
+    });
 }
 
 template <class Op>
@@ -213,7 +230,8 @@ tensor eager_binary(const tensor& a, const tensor& b) {
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
     const tensor& y = b.dtype() == d ? b : (yc = as_dtype(b, d));
     return dispatch(d, [&]<class T>() {
-        return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}), shape, x, y);
+        if constexpr (!runs_on_v<Op, T>) return tensor{};
+        else return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}), shape, x, y);
     });
 }
 
@@ -224,9 +242,13 @@ tensor eager_scalar(const tensor& a, S s, bool scalar_first) {
     tensor xc;
     const tensor& x = a.dtype() == d ? a : (xc = as_dtype(a, d));
     return dispatch(d, [&]<class T>() {
-        const scalar<T> v{value_cast<T>(s)};
-        if (scalar_first) return run_eager(make_node<Op>(v, indexed_leaf<0, T>{}), x.shape(), x);
-        return run_eager(make_node<Op>(indexed_leaf<0, T>{}, v), x.shape(), x);
+        if constexpr (!runs_on_v<Op, T>) {
+            return tensor{};
+        } else {
+            const scalar<T> v{value_cast<T>(s)};
+            if (scalar_first) return run_eager(make_node<Op>(v, indexed_leaf<0, T>{}), x.shape(), x);
+            return run_eager(make_node<Op>(indexed_leaf<0, T>{}, v), x.shape(), x);
+        }
     });
 }
 
@@ -246,8 +268,9 @@ tensor eager_ternary(const tensor& a, const tensor& b, const tensor& c) {
     check_same_device(Op::name, {&a, &b, &c});
     const dims shape = broadcast_named(Op::name, {&a, &b, &c});
     return dispatch(a.dtype(), [&]<class T>() {
-        return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}, indexed_leaf<2, T>{}), shape, a, b,
-                         c);
+        if constexpr (!runs_on_v<Op, T>) return tensor{};
+        else return run_eager(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}, indexed_leaf<2, T>{}), shape,
+                              a, b, c);
     });
 }
 

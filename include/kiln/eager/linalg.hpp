@@ -108,8 +108,10 @@ inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     if (vec_b) b = b.unsqueeze(1);
     const int ra = a.dim(), rb = b.dim();
     if (a.shape()[ra - 1] != b.shape()[rb - 2])
-        throw shape_error("kiln: shape_error in 'matmul': inner dimensions differ: " +
-                          detail::operands_text({&a_in, &b_in}));
+        throw shape_error("kiln: shape_error in 'matmul': cannot multiply " + to_string(a_in.shape()) + " by " +
+                          to_string(b_in.shape()) + ": the inner dimensions " +
+                          std::to_string(a.shape()[ra - 1]) + " and " + std::to_string(b.shape()[rb - 2]) +
+                          " differ");
     // Batch dimensions broadcast.
     dims batch_a, batch_b, batch;
     batch_a.rank = ra - 2;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <cstring>
 #include <array>
 #include <memory>
@@ -28,6 +29,11 @@ struct device {
     friend constexpr bool operator==(const device&, const device&) = default;
 };
 inline constexpr device cpu{};
+
+// For slices that run to the end in either direction: t.slice(0, kiln::slice_end, kiln::slice_begin, -1) reverses
+// (start past the end clamps to the last element; stop before the start means "through the first").
+inline constexpr std::ptrdiff_t slice_begin = std::numeric_limits<std::ptrdiff_t>::min() / 2;
+inline constexpr std::ptrdiff_t slice_end = std::numeric_limits<std::ptrdiff_t>::max() / 2;
 
 inline std::string to_string(const device& d) {
     return d.type == device_type::cpu ? "cpu" : "cuda:" + std::to_string(d.index);
@@ -174,6 +180,10 @@ public:
 
     // t[i]: the sub-tensor at index i of the first dimension (a view; negative i counts from the end).
     tensor operator[](std::ptrdiff_t i) const { return select(0, i); }
+    // t[index]: NumPy's advanced indexing on the first dimension. An integer tensor selects rows (a copy,
+    // kiln::index_select(t, 0, index)); a bool tensor of t's shape (or leading shape) selects the elements where it
+    // is true into a 1-D copy (kiln::masked_select). Both are recorded on gradient tapes.
+    tensor operator[](const tensor& index) const;
     // t(i, j, ...): the sub-tensor at those indices of the leading dimensions (a view; all indices give a rank-0
     // view, whose value item() reads and which assignment writes).
     template <class... I>
@@ -341,20 +351,37 @@ public:
         return recorded(view(s, st, offset_), [x, y](const tensor& g) { return g.transpose(x, y); });
     }
 
-    // Elements [start, stop) with a step along one dimension; negative start and stop count from the end.
+    // Elements [start, stop) with a step along one dimension, with NumPy's rules: negative start and stop count
+    // from the end and are clamped to the dimension; a negative step walks backwards from start down to (not
+    // including) stop, so slice(0, -1, kiln::slice_begin, -1) reverses (a view with a negative stride).
     tensor slice(int axis, std::ptrdiff_t start, std::ptrdiff_t stop, std::ptrdiff_t step = 1) const {
         const int ax = normalize_axis(axis, "slice");
-        if (step <= 0) throw value_error("kiln::tensor::slice: the step must be positive, got " + std::to_string(step));
-        const std::ptrdiff_t n = shape_[ax];
-        auto clamp = [n](std::ptrdiff_t i) { return i < 0 ? std::max<std::ptrdiff_t>(i + n, 0) : std::min(i, n); };
-        start = clamp(start);
-        stop = clamp(stop);
+        if (step == 0) throw value_error("kiln::tensor::slice: the step must not be 0");
+        if (step == std::numeric_limits<std::ptrdiff_t>::min())
+            throw value_error("kiln::tensor::slice: the step is out of range");
+        const std::ptrdiff_t n = shape_[ax], raw_start = start, raw_stop = stop;
         dims s = shape_, st = strides_;
-        s[ax] = stop > start ? (stop - start - 1) / step + 1 : 0;  // (no overflow for a huge step)
-        st[ax] = s[ax] > 1 ? strides_[ax] * step : strides_[ax];    // step < n here, so the product fits
-        return recorded(view(s, st, offset_ + start * strides_[ax]), [src = *this, ax, start, stop, step](const tensor& g) {
-            return detail::scatter_slice(src, g, ax, start, stop, step);
-        });
+        if (step > 0) {
+            auto clamp = [n](std::ptrdiff_t i) { return i < 0 ? std::max<std::ptrdiff_t>(i + n, 0) : std::min(i, n); };
+            start = clamp(start);
+            stop = clamp(stop);
+            s[ax] = stop > start ? (stop - start - 1) / step + 1 : 0;  // (no overflow for a huge step)
+        } else {
+            // Backwards: indices are clamped to [-1, n - 1], -1 meaning before the first element.
+            auto clamp = [n](std::ptrdiff_t i) {
+                if (i < 0) i = i < -n ? -1 : i + n;
+                return std::min(i, n - 1);
+            };
+            start = clamp(start);
+            stop = clamp(stop);
+            s[ax] = start > stop ? (start - stop - 1) / -step + 1 : 0;
+        }
+        st[ax] = s[ax] > 1 ? strides_[ax] * step : strides_[ax];  // |step| < n here, so the product fits
+        const std::ptrdiff_t first = s[ax] > 0 ? start : 0;
+        return recorded(view(s, st, offset_ + first * strides_[ax]),
+                        [src = *this, ax, raw_start, raw_stop, step](const tensor& g) {
+                            return detail::scatter_slice(src, g, ax, raw_start, raw_stop, step);
+                        });
     }
 
     // The sub-tensor at one index of a dimension (the dimension is removed).

@@ -22,6 +22,33 @@ struct tanh_fn {
     constexpr auto operator()(const X& x) const { return kiln::tanh(x); }
 };
 
+// The vocabulary's newer activations, as values for layers.
+struct softplus_fn {
+    template <class X>
+    constexpr auto operator()(const X& x) const { return kiln::softplus(x); }
+};
+struct silu_fn {
+    template <class X>
+    constexpr auto operator()(const X& x) const { return kiln::silu(x); }
+};
+struct gelu_fn {
+    template <class X>
+    constexpr auto operator()(const X& x) const { return kiln::gelu(x); }
+};
+struct elu_fn {
+    template <class X>
+    constexpr auto operator()(const X& x) const { return kiln::elu(x); }
+};
+struct leaky_relu_fn {
+    template <class X>
+    constexpr auto operator()(const X& x) const { return kiln::leaky_relu(x); }
+};
+
+inline constexpr softplus_fn softplus{};
+inline constexpr silu_fn silu{};
+inline constexpr gelu_fn gelu{};
+inline constexpr elu_fn elu{};
+inline constexpr leaky_relu_fn leaky_relu{};
 inline constexpr identity_fn identity{};
 inline constexpr relu_fn relu{};
 inline constexpr sigmoid_fn sigmoid{};

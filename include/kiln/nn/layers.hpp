@@ -142,3 +142,9 @@ private:
 
 }  // namespace kiln::nn
 
+namespace kiln {
+// softmax and log_softmax are also reachable as kiln::softmax and kiln::log_softmax, as in PyTorch.
+using nn::log_softmax;
+using nn::softmax;
+}  // namespace kiln
+

@@ -74,6 +74,44 @@ struct logical_not {
     static constexpr auto gradient(const A&, const Y&, const G&) { return detail::grads(detail::no_grad{}); }
 };
 
+// Bitwise ops on integers and bools (on bools they are the logical ops, with a bool result). Floating operands are
+// refused: a static_assert in graph mode, a kiln::dtype_error in eager mode (`integral_only`). No gradient.
+#define KILN_BITWISE(op_name, text, prec, expr)                                                    \
+    struct op_name {                                                                               \
+        static constexpr std::string_view name = #op_name, symbol = text;                          \
+        static constexpr int arity = 2, precedence = prec; /* C++'s: below comparisons */          \
+        static constexpr bool integral_only = true;                                                \
+        template <class A, class B>                                                                \
+        KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {                   \
+            static_assert(std::is_integral_v<A> && std::is_integral_v<B>,                          \
+                          "kiln::" #op_name ": operands must be integers or bool, not floating.");  \
+            if constexpr (std::is_same_v<A, bool> && std::is_same_v<B, bool>) return bool(expr);   \
+            else return expr;                                                                      \
+        }                                                                                          \
+        template <class A, class B, class Y, class G>                                              \
+        static constexpr auto gradient(const A&, const B&, const Y&, const G&) {                   \
+            return detail::grads(detail::no_grad{}, detail::no_grad{});                            \
+        }                                                                                          \
+    };
+KILN_BITWISE(bitwise_and, "&", 2, a & b)
+KILN_BITWISE(bitwise_or, "|", 0, a | b)
+KILN_BITWISE(bitwise_xor, "^", 1, a ^ b)
+#undef KILN_BITWISE
+
+struct bitwise_not {
+    static constexpr std::string_view name = "bitwise_not", symbol = "~";
+    static constexpr int arity = 1, precedence = 7;
+    static constexpr bool integral_only = true;
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        static_assert(std::is_integral_v<A>, "kiln::bitwise_not: the operand must be an integer or bool, not floating.");
+        if constexpr (std::is_same_v<A, bool>) return !a;
+        else return static_cast<A>(~a);
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A&, const Y&, const G&) { return detail::grads(detail::no_grad{}); }
+};
+
 struct where {
     static constexpr std::string_view name = "where";
     static constexpr int condition_arg = 0;  // excluded from the operands' common element type
@@ -103,6 +141,19 @@ template <class A, class B> constexpr auto logical_and(const A& a, const B& b) {
 template <class A, class B> constexpr auto logical_or(const A& a, const B& b) { return detail::make<ops::logical_or>(a, b); }
 template <class A, class B> constexpr auto logical_xor(const A& a, const B& b) { return detail::make<ops::logical_xor>(a, b); }
 template <class A> constexpr auto logical_not(const A& a) { return detail::make<ops::logical_not>(a); }
+
+template <class A, class B> constexpr auto bitwise_and(const A& a, const B& b) { return detail::make<ops::bitwise_and>(a, b); }
+template <class A, class B> constexpr auto bitwise_or(const A& a, const B& b) { return detail::make<ops::bitwise_or>(a, b); }
+template <class A, class B> constexpr auto bitwise_xor(const A& a, const B& b) { return detail::make<ops::bitwise_xor>(a, b); }
+template <class A> constexpr auto bitwise_not(const A& a) { return detail::make<ops::bitwise_not>(a); }
+template <class A, class B> requires detail::kiln_operands_v<A, B>
+constexpr auto operator&(const A& a, const B& b) { return detail::make<ops::bitwise_and>(a, b); }
+template <class A, class B> requires detail::kiln_operands_v<A, B>
+constexpr auto operator|(const A& a, const B& b) { return detail::make<ops::bitwise_or>(a, b); }
+template <class A, class B> requires detail::kiln_operands_v<A, B>
+constexpr auto operator^(const A& a, const B& b) { return detail::make<ops::bitwise_xor>(a, b); }
+template <class A> requires detail::kiln_operands_v<A>
+constexpr auto operator~(const A& a) { return detail::make<ops::bitwise_not>(a); }
 
 // Comparison operators for kiln operands. (== and != stay comparisons of values, as in NumPy.)
 template <class A, class B> requires detail::kiln_operands_v<A, B>

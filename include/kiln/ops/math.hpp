@@ -277,7 +277,18 @@ struct atan {
 struct log1p {
     static constexpr std::string_view name = "log1p";
     static constexpr int arity = 1;
-    KILN_STD_UNARY_KERNEL(log1p)
+    static constexpr bool promotes_to_floating = true;
+    // The result has the operand's sign (log1p(-0) is -0), which xsimd's vector log1p loses: batches copy it back.
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::log1p;
+        if constexpr (requires { A::size; }) {
+            using std::copysign;
+            return copysign(log1p(a), a);
+        } else {
+            return log1p(a);
+        }
+    }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g / (c<1> + a)); }
 };
@@ -285,7 +296,18 @@ struct log1p {
 struct expm1 {
     static constexpr std::string_view name = "expm1";
     static constexpr int arity = 1;
-    KILN_STD_UNARY_KERNEL(expm1)
+    static constexpr bool promotes_to_floating = true;
+    // The result has the operand's sign (expm1(-0) is -0), which xsimd's vector expm1 loses: batches copy it back.
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::expm1;
+        if constexpr (requires { A::size; }) {
+            using std::copysign;
+            return copysign(expm1(a), a);
+        } else {
+            return expm1(a);
+        }
+    }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g * (y + c<1>)); }
 };
@@ -304,7 +326,8 @@ struct erf {
 #undef KILN_STD_UNARY_KERNEL
 
 // Rounding: integers and bools pass through unchanged (their dtype too); floating values round in their own type.
-// No gradient flows through them (PyTorch's is zero almost everywhere).
+// No gradient flows through them (PyTorch's is zero almost everywhere). A rounded value always has its operand's
+// sign (ceil(-0.5) is -0), which xsimd's SSE2 fallbacks lose for zero results: batches get it back with copysign.
 #define KILN_ROUNDING(op_name, fn)                                                      \
     struct op_name {                                                                    \
         static constexpr std::string_view name = #op_name;                              \
@@ -313,6 +336,10 @@ struct erf {
         KILN_HD KILN_INLINE static auto apply(const A& a) {                             \
             if constexpr (std::is_integral_v<A>) {                                      \
                 return a;                                                               \
+            } else if constexpr (requires { A::size; }) {                               \
+                using std::fn;                                                          \
+                using std::copysign;                                                    \
+                return copysign(fn(a), a);                                              \
             } else {                                                                    \
                 using std::fn;                                                          \
                 return fn(a);                                                           \
@@ -598,10 +625,16 @@ struct atan2 {
     static constexpr std::string_view name = "atan2";
     static constexpr int arity = 2;
     static constexpr bool promotes_to_floating = true;
+    // Batches lane by lane: xsimd's vector atan2 gives NaN for atan2(+-inf, +-inf) and atan2(+-0, +-0), where
+    // IEEE (and NumPy) give multiples of pi/4 and signed zeros or +-pi.
     template <class A, class B>
     KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
-        using std::atan2;
-        return atan2(a, b);
+        if constexpr (requires { A::size; }) {
+            return detail::kernels::lanewise(a, b, [](auto x, auto y) { return apply(x, y); });
+        } else {
+            using std::atan2;
+            return atan2(a, b);
+        }
     }
     template <class A, class B, class Y, class G>
     static constexpr auto gradient(const A& a, const B& b, const Y&, const G& g) {

@@ -48,6 +48,16 @@ struct matmul_static_shape {
     using type = typename rule<typename as_matrix<SA>::type, typename as_matrix<SB>::type>::type;
 };
 
+// Whether two static shapes can be multiplied (checked first at kiln::matmul, so that its sentence opens the
+// diagnostic instead of closing a chain of instantiations).
+template <class SA, class SB>
+inline constexpr bool matmul_fits = true;
+template <std::ptrdiff_t M, std::ptrdiff_t K, std::ptrdiff_t K2, std::ptrdiff_t N>
+inline constexpr bool matmul_fits<shape<M, K>, shape<K2, N>> = K == dyn || K2 == dyn || K == K2;
+template <class SA, class SB>
+inline constexpr bool matmul_matrices =
+    (std::is_same_v<SA, dynamic> || SA::rank == 2) && (std::is_same_v<SB, dynamic> || SB::rank == 2);
+
 
 }  // namespace detail
 
@@ -66,12 +76,12 @@ struct matmul {
 
     static dims shape(const dims& a, const dims& b) {
         if (a.rank != 2 || b.rank != 2)
-            throw shape_error("kiln::matmul: graph mode multiplies matrices, got shapes " + to_string(a) + " and " +
-                              to_string(b));
+            throw shape_error("kiln: shape_error in 'matmul': graph mode multiplies matrices, got shapes " +
+                              to_string(a) + " and " + to_string(b));
         if (a[1] != b[0])
-            throw shape_error("kiln::matmul: cannot multiply " + to_string(a) + " by " + to_string(b) +
-                              ": the inner dimensions " + std::to_string(a[1]) + " and " + std::to_string(b[0]) +
-                              " differ");
+            throw shape_error("kiln: shape_error in 'matmul': cannot multiply " + to_string(a) + " by " +
+                              to_string(b) + ": the inner dimensions " + std::to_string(a[1]) + " and " +
+                              std::to_string(b[0]) + " differ");
         return dims{a[0], b[1]};
     }
 
@@ -237,7 +247,21 @@ struct matmul {
 template <class A, class B>
     requires(is_graph_v<A> && is_graph_v<B>)
 constexpr auto matmul(const A& a, const B& b) {
-    return detail::structural<ops::matmul>(a, b);
+    using SA = detail::shape_of_t<A>;
+    using SB = detail::shape_of_t<B>;
+    if constexpr (!detail::matmul_matrices<SA, SB>) {
+        static_assert(detail::matmul_matrices<SA, SB>,
+                      "kiln::matmul: in graph mode both operands must be matrices (rank 2; the shapes are SA and SB "
+                      "on the line above); reshape vectors with kiln::reshape<1, n>(x).");
+        return 0;
+    } else if constexpr (!detail::matmul_fits<SA, SB>) {
+        static_assert(detail::matmul_fits<SA, SB>,
+                      "kiln::matmul: the static shapes of the operands do not fit: the columns of A must equal the "
+                      "rows of B (the note below names both shapes).");
+        return 0;
+    } else {
+        return detail::structural<ops::matmul>(a, b);
+    }
 }
 namespace ops {
 template <class A, class B, class Y, class G>

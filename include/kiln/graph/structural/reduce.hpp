@@ -141,4 +141,30 @@ KILN_GRAPH_REDUCTION(max, max)
 KILN_GRAPH_REDUCTION(min, min)
 #undef KILN_GRAPH_REDUCTION
 
+// Graph-mode variance and standard deviation over Axes (every axis when none), unbiased (dividing by N - 1, as
+// torch.var and eager mode's default): kiln::var<1>(x), kiln::std<1>(x, kiln::keep_dims). Differentiable through
+// the vocabulary's own mean, sum and sqrt.
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto var(const E& e) {
+    const auto d = e - kiln::mean<Axes...>(e, keep_dims);
+    return kiln::sum<Axes...>(kiln::square(d)) / (detail::reduced_count<Axes...>(e) - c<1>);
+}
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto var(const E& e, keep_dims_t) {
+    const auto d = e - kiln::mean<Axes...>(e, keep_dims);
+    return kiln::sum<Axes...>(kiln::square(d), keep_dims) / (detail::reduced_count<Axes...>(e) - c<1>);
+}
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto std(const E& e) {
+    return kiln::sqrt(kiln::var<Axes...>(e));
+}
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto std(const E& e, keep_dims_t) {
+    return kiln::sqrt(kiln::var<Axes...>(e, keep_dims));
+}
+
 }  // namespace kiln
