@@ -2,6 +2,7 @@
 // names and feeds, the eager training API, element access and assignment, printing, and the new elementwise ops of
 // the vocabulary (hand-computed values in both modes, gradient rules against central differences).
 #include <kiln/kiln.hpp>
+#include <xtensor/xio.hpp>  // printing kiln::run's results, as documented
 
 #include <algorithm>
 #include <cmath>
@@ -62,7 +63,7 @@ TEST_CASE("kiln::run of a graph that folded to a constant gives the constant") {
     // x * 0 + 3 keeps x's shape.
     auto z = kiln::run(x * 0_c + 3_c, x = xv);
     check_all_close(std::vector<double>(z.begin(), z.end()), std::vector<double>{3, 3, 3}, 0);
-    // Results print with std::cout (xtensor's printer is included).
+    // Results print with std::cout once <xtensor/xio.hpp> is included.
     std::ostringstream os;
     os << kiln::run(x * 2_c, x = xv);
     CHECK(os.str() == "{ 2.,  4.,  6.}");

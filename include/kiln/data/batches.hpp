@@ -64,7 +64,8 @@ inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff
 //
 // A batch's tensors are valid until the loader gathers the next one (clone() them to keep them); x and y are
 // shared with the caller, not copied.
-class loader {
+template <class = void>
+class basic_loader {
 public:
     struct options {
         bool shuffle = true;
@@ -72,8 +73,9 @@ public:
         std::uint64_t seed = 0;
     };
 
-    loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size) : loader(x, y, batch_size, options{}) {}
-    loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size, options o)
+    basic_loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size)
+        : basic_loader(x, y, batch_size, options{}) {}
+    basic_loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size, options o)
         : x_(x), y_(y), size_(batch_size), opt_(o), gen_(o.seed) {
         if (batch_size <= 0) throw value_error("kiln::data::loader: the batch size must be positive, got " +
                                                std::to_string(batch_size));
@@ -106,9 +108,9 @@ public:
         bool operator==(const iterator& o) const noexcept { return index_ == o.index_; }
 
     private:
-        friend class loader;
-        iterator(loader* l, std::ptrdiff_t i) : owner_(l), index_(i) {}
-        loader* owner_;
+        friend class basic_loader;
+        iterator(basic_loader* l, std::ptrdiff_t i) : owner_(l), index_(i) {}
+        basic_loader* owner_;
         std::ptrdiff_t index_;
     };
 
@@ -164,5 +166,8 @@ private:
     batch current_;
     int epoch_ = 0;
 };
+
+// (A class template only so that its kernels are compiled in the programs that use it.)
+using loader = basic_loader<>;
 
 }  // namespace kiln::data

@@ -493,7 +493,8 @@ tensor& eager_in_place(tensor& a, const B& b) {
 
 }  // namespace detail
 
-inline tensor& tensor::copy_(const tensor& src) {
+template <int N>
+tensor& tensor::copy_(const tensor& src) {
     if (detail::recording_tapes > 0 && detail::watched_by_a_tape(*this))
         throw value_error("kiln: value_error in 'copy_': writing into a tensor that a gradient tape watches would "
                           "corrupt its gradient; build a new tensor instead");

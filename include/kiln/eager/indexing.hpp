@@ -22,6 +22,16 @@
 namespace kiln {
 namespace detail {
 
+// A tensor type that depends on a template parameter: expressions on it are compiled when the template is
+// instantiated, not where it is defined (an operator on plain tensors returns `auto`, whose body, with its kernels
+// for every dtype, the compiler would otherwise instantiate at the definition).
+template <int N>
+struct dependent {
+    using type = tensor;
+};
+template <int N>
+using dependent_tensor = typename dependent<N>::type;
+
 inline int checked_axis(const tensor& x, int axis, const char* op) {
     const int a = axis < 0 ? axis + x.dim() : axis;
     if (a < 0 || a >= x.dim())
@@ -64,7 +74,8 @@ inline std::vector<std::int64_t> checked_indices(const tensor& index, std::ptrdi
 }
 
 // out[.., idx[k], ..] += src[.., k, ..] along `axis` of a contiguous `out` (the gradient of index_select).
-inline void index_add_into(tensor& out, int axis, const std::vector<std::int64_t>& idx, const tensor& src) {
+template <int = 0>
+void index_add_into(tensor& out, int axis, const std::vector<std::int64_t>& idx, const tensor& src) {
     const tensor s = dense(src.to(out.dtype()));
     const axis_split o = split_at(out.shape(), axis);
     const auto k = static_cast<std::ptrdiff_t>(idx.size());
@@ -83,7 +94,8 @@ inline void index_add_into(tensor& out, int axis, const std::vector<std::int64_t
 }
 
 // The same for index tensors shaped like `src` (the gradient of take_along_axis; torch.scatter_add).
-inline void scatter_add_into(tensor& out, int axis, const tensor& index, const tensor& src) {
+template <int = 0>
+void scatter_add_into(tensor& out, int axis, const tensor& index, const tensor& src) {
     const tensor s = dense(src.to(out.dtype()));
     const std::vector<std::int64_t> idx = checked_indices(index, out.shape()[axis], "scatter_add");
     const axis_split o = split_at(out.shape(), axis), is = split_at(index.shape(), axis);
@@ -118,7 +130,8 @@ struct tape_pause {
 // ---- views --------------------------------------------------------------------------------------------------
 
 // x with the order of the elements reversed along `axes` (every axis when empty): a view with negative strides.
-inline tensor flip(const tensor& x, std::vector<int> axes = {}) {
+template <int = 0>
+tensor flip(const tensor& x, std::vector<int> axes = {}) {
     if (axes.empty())
         for (int i = 0; i < x.dim(); ++i) axes.push_back(i);
     tensor y = x;
@@ -137,7 +150,8 @@ inline tensor flip(const tensor& x, std::vector<int> axes = {}) {
 
 // The entries of x at `index` (a 1-D int32/int64 tensor; negative entries count from the end) along `axis`:
 // numpy.take(x, index, axis), torch.index_select. A copy; the gradient adds into the selected positions.
-inline tensor index_select(const tensor& x, int axis, const tensor& index) {
+template <int = 0>
+tensor index_select(const tensor& x, int axis, const tensor& index) {
     const int ax = detail::checked_axis(x, axis, "index_select");
     if (index.dim() != 1)
         throw shape_error("kiln: shape_error in 'index_select': the index must be 1-D, got shape " +
@@ -168,7 +182,8 @@ inline tensor index_select(const tensor& x, int axis, const tensor& index) {
 
 // out[i][j] = x[index[i][j]][j] along `axis` (numpy.take_along_axis, torch.gather): `index` has x's rank and
 // x's extents except along `axis`. The gradient scatters back with scatter_add.
-inline tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
+template <int = 0>
+tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
     const int ax = detail::checked_axis(x, axis, "take_along_axis");
     bool ok = index.dim() == x.dim();
     for (int i = 0; ok && i < x.dim(); ++i) ok = i == ax || index.shape()[i] == x.shape()[i];
@@ -203,7 +218,8 @@ inline tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
 
 // A copy of x with src added at `index` along `axis` (torch.scatter_add): out[index[i][j]][j] += src[i][j].
 // Gradients: x gets g, src gets take_along_axis(g, index, axis).
-inline tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor& src) {
+template <int = 0>
+tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor& src) {
     const int ax = detail::checked_axis(x, axis, "scatter_add");
     bool ok = index.dim() == x.dim() && src.shape() == index.shape();
     for (int i = 0; ok && i < x.dim(); ++i) ok = i == ax || index.shape()[i] == x.shape()[i];
@@ -229,7 +245,8 @@ inline tensor scatter_add(const tensor& x, int axis, const tensor& index, const 
 
 // The elements of x where `mask` (bool, x's shape or broadcastable to it) is true, in row-major order, as a 1-D
 // copy: x[mask] in NumPy. The gradient scatters back into x's shape.
-inline tensor masked_select(const tensor& x, const tensor& mask) {
+template <int = 0>
+tensor masked_select(const tensor& x, const tensor& mask) {
     if (mask.dtype() != dtype::boolean)
         throw dtype_error("kiln: dtype_error in 'masked_select': the mask must be bool, not " +
                           std::string(name(mask.dtype())));
@@ -259,7 +276,8 @@ inline tensor masked_select(const tensor& x, const tensor& mask) {
     return out;
 }
 
-inline tensor tensor::operator[](const tensor& index) const {
+template <int N>
+tensor tensor::operator[](const tensor& index) const {
     if (index.dtype() == dtype::boolean) return masked_select(*this, index);
     if (dim() == 0) throw value_error("kiln: value_error in 'index': a rank-0 tensor cannot be indexed");
     // The result's shape: the index's, then this tensor's without its first dimension (NumPy's t[index]).
@@ -277,7 +295,8 @@ inline tensor tensor::operator[](const tensor& index) const {
 
 namespace detail {
 // A stable order of each line along `axis`: NaN last, as NumPy sorts.
-inline tensor sort_order(const tensor& x, int ax, bool descending) {
+template <int = 0>
+tensor sort_order(const tensor& x, int ax, bool descending) {
     tape_pause pause;
     const tensor src = dense(x);
     tensor order(dtype::int64, x.shape());
@@ -305,13 +324,15 @@ inline tensor sort_order(const tensor& x, int ax, bool descending) {
 }  // namespace detail
 
 // The indices that sort x along `axis` (stable; NaN last; largest first when `descending`), int64.
-inline tensor argsort(const tensor& x, int axis = -1, bool descending = false) {
+template <int = 0>
+tensor argsort(const tensor& x, int axis = -1, bool descending = false) {
     const int ax = detail::checked_axis(x, axis, "argsort");
     return detail::sort_order(x, ax, descending);
 }
 
 // x sorted along `axis`; the gradient flows back to the positions the values came from.
-inline tensor sort(const tensor& x, int axis = -1, bool descending = false) {
+template <int = 0>
+tensor sort(const tensor& x, int axis = -1, bool descending = false) {
     const int ax = detail::checked_axis(x, axis, "sort");
     return take_along_axis(x, detail::sort_order(x, ax, descending), ax);
 }
@@ -320,7 +341,8 @@ inline tensor sort(const tensor& x, int axis = -1, bool descending = false) {
 
 namespace detail {
 // Running sums or products along `axis` in dtype d (bool and int32 accumulate in int64, as in PyTorch).
-inline tensor cumulate(const tensor& x, int ax, bool product) {
+template <int = 0>
+tensor cumulate(const tensor& x, int ax, bool product) {
     const dtype d = is_floating(x.dtype()) ? x.dtype() : dtype::int64;
     tensor out = dense(x.to(d)).clone();
     const axis_split o = split_at(x.shape(), ax);
@@ -343,7 +365,8 @@ inline tensor cumulate(const tensor& x, int ax, bool product) {
 }  // namespace detail
 
 // Running sum along `axis`: cumsum([1, 2, 3]) is [1, 3, 6]. Integer and bool inputs give int64.
-inline tensor cumsum(const tensor& x, int axis) {
+template <int = 0>
+tensor cumsum(const tensor& x, int axis) {
     const int ax = detail::checked_axis(x, axis, "cumsum");
     tensor y;
     {
@@ -359,15 +382,17 @@ inline tensor cumsum(const tensor& x, int axis) {
 }
 
 // Running product along `axis`. Its gradient divides by x, so it is not defined where x is 0.
-inline tensor cumprod(const tensor& x, int axis) {
+template <int N = 0>
+tensor cumprod(const tensor& x_in, int axis) {
+    const detail::dependent_tensor<N>& x = x_in;
     const int ax = detail::checked_axis(x, axis, "cumprod");
-    tensor y;
+    detail::dependent_tensor<N> y;
     {
         detail::tape_pause pause;
         y = detail::cumulate(x, ax, true);
     }
     if (detail::recording_tapes > 0)
-        detail::record_entry({{x}, y, [x, y, ax](const tensor& g) {
+        detail::record_entry({{x}, y, [x, y, ax](const detail::dependent_tensor<N>& g) {
                                   return detail::one_gradient(flip(cumsum(flip(g * y, {ax}), ax), {ax}) / x);
                               }});
     return y;
@@ -377,37 +402,47 @@ inline tensor cumprod(const tensor& x, int axis) {
 
 // True where any (all) element along `axes` is nonzero; every axis when `axes` is empty. Empty reductions give
 // false for any and true for all, as in NumPy.
-inline tensor any(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+template <int N = 0>
+tensor any(const tensor& x_in, std::vector<int> axes = {}, bool keepdims = false) {
+    const detail::dependent_tensor<N>& x = x_in;
     const auto r = detail::reduced_shape(x, axes, keepdims, "any");
     if (r.count == 0) return full(r.result, 0.0, dtype::boolean);
     return max(not_equal(x, 0), axes, keepdims);
 }
-inline tensor all(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+template <int N = 0>
+tensor all(const tensor& x_in, std::vector<int> axes = {}, bool keepdims = false) {
+    const detail::dependent_tensor<N>& x = x_in;
     const auto r = detail::reduced_shape(x, axes, keepdims, "all");
     if (r.count == 0) return full(r.result, 1.0, dtype::boolean);
     return min(not_equal(x, 0), axes, keepdims);
 }
 
 // The index of the largest (smallest) element of the flattened tensor, as NumPy's argmax without an axis.
-inline tensor argmax(const tensor& x) { return argmax(x.reshape({-1}), 0); }
-inline tensor argmin(const tensor& x) { return argmin(x.reshape({-1}), 0); }
+template <int = 0>
+tensor argmax(const tensor& x) { return argmax(x.reshape({-1}), 0); }
+template <int = 0>
+tensor argmin(const tensor& x) { return argmin(x.reshape({-1}), 0); }
 
 // The variance along `axes` (every axis when empty), dividing by N - correction (1 by default: the unbiased
 // estimate, as torch.var; 0 gives NumPy's default). N - correction <= 0 gives infinity or NaN, as in PyTorch.
-inline tensor var(const tensor& x, std::vector<int> axes = {}, double correction = 1, bool keepdims = false) {
-    const tensor xf = detail::is_floating(x.dtype()) ? x : x.to(dtype::float32);
+template <int N = 0>
+tensor var(const tensor& x, std::vector<int> axes = {}, double correction = 1, bool keepdims = false) {
+    const detail::dependent_tensor<N> xf = detail::is_floating(x.dtype()) ? x : x.to(dtype::float32);
     const auto r = detail::reduced_shape(xf, axes, keepdims, "var");
     const tensor d = xf - mean(xf, axes, true);
     return sum(d * d, axes, keepdims) / std::max(static_cast<double>(r.count) - correction, 0.0);
 }
-inline tensor std(const tensor& x, std::vector<int> axes = {}, double correction = 1, bool keepdims = false) {
-    return sqrt(var(x, axes, correction, keepdims));
+template <int N = 0>
+tensor std(const tensor& x, std::vector<int> axes = {}, double correction = 1, bool keepdims = false) {
+    const detail::dependent_tensor<N> v = var<N>(x, axes, correction, keepdims);
+    return sqrt(v);
 }
 
 // ---- shape ops --------------------------------------------------------------------------------------------------
 
 // x repeated reps[i] times along each dimension (numpy.tile): reps longer than x's rank adds leading dimensions.
-inline tensor tile(const tensor& x, const std::vector<std::ptrdiff_t>& reps) {
+template <int = 0>
+tensor tile(const tensor& x, const std::vector<std::ptrdiff_t>& reps) {
     for (std::ptrdiff_t r : reps)
         if (r < 0) throw value_error("kiln: value_error in 'tile': repetitions must be non-negative");
     const int rank = std::max(x.dim(), static_cast<int>(reps.size()));
@@ -432,7 +467,8 @@ inline tensor tile(const tensor& x, const std::vector<std::ptrdiff_t>& reps) {
 }
 
 // Each element repeated `repeats` times along `axis` (numpy.repeat; the flattened tensor when axis is omitted).
-inline tensor repeat(const tensor& x, std::ptrdiff_t repeats, std::optional<int> axis = std::nullopt) {
+template <int = 0>
+tensor repeat(const tensor& x, std::ptrdiff_t repeats, std::optional<int> axis = std::nullopt) {
     if (repeats < 0) throw value_error("kiln: value_error in 'repeat': repetitions must be non-negative");
     if (!axis) return repeat(x.reshape({-1}), repeats, 0);
     const int ax = detail::checked_axis(x, *axis, "repeat");
@@ -444,7 +480,8 @@ inline tensor repeat(const tensor& x, std::ptrdiff_t repeats, std::optional<int>
 }
 
 // Views of consecutive parts of x along `axis`: `sections` equal parts (which must divide the extent) ...
-inline std::vector<tensor> split(const tensor& x, std::ptrdiff_t sections, int axis = 0) {
+template <int = 0>
+std::vector<tensor> split(const tensor& x, std::ptrdiff_t sections, int axis = 0) {
     const int ax = detail::checked_axis(x, axis, "split");
     if (sections <= 0 || x.shape()[ax] % sections != 0)
         throw value_error("kiln: value_error in 'split': " + std::to_string(sections) +
@@ -455,7 +492,8 @@ inline std::vector<tensor> split(const tensor& x, std::ptrdiff_t sections, int a
     return out;
 }
 // ... or parts of the given sizes (which must add up to the extent), as torch.split with a list.
-inline std::vector<tensor> split(const tensor& x, const std::vector<std::ptrdiff_t>& sizes, int axis) {
+template <int = 0>
+std::vector<tensor> split(const tensor& x, const std::vector<std::ptrdiff_t>& sizes, int axis) {
     const int ax = detail::checked_axis(x, axis, "split");
     std::ptrdiff_t total = 0;
     for (std::ptrdiff_t s : sizes) {
@@ -473,7 +511,8 @@ inline std::vector<tensor> split(const tensor& x, const std::vector<std::ptrdiff
 
 // x with `widths[i] = {before, after}` elements of `value` added around dimension i (numpy.pad, constant mode);
 // fewer widths than dimensions pad the leading ones.
-inline tensor pad(const tensor& x, const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& widths,
+template <int = 0>
+tensor pad(const tensor& x, const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& widths,
                   double value = 0) {
     if (static_cast<int>(widths.size()) > x.dim())
         throw value_error("kiln: value_error in 'pad': " + std::to_string(widths.size()) +
@@ -492,13 +531,18 @@ inline tensor pad(const tensor& x, const std::vector<std::pair<std::ptrdiff_t, s
 }
 
 // The outer product of two tensors, flattened: out[i][j] = a[i] * b[j].
-inline tensor outer(const tensor& a, const tensor& b) { return a.reshape({-1}).unsqueeze(1) * b.reshape({-1}).unsqueeze(0); }
+template <int N = 0>
+tensor outer(const tensor& a, const tensor& b) {
+    const detail::dependent_tensor<N> x = a.reshape({-1}).unsqueeze(1);
+    return x * b.reshape({-1}).unsqueeze(0);
+}
 
 // Einstein summation over two operands ("ij,jk->ik", "bij,bjk->bik", "i,i->", "ij->ji" needs one operand and is
 // not covered): letters in both operands and the output are batch dimensions, letters in both but not the output
 // are contracted, letters of one operand missing from the output are summed first. Computed with one (batched)
 // matmul; gradients come from the recorded views, sums and matmul. An output spec is required ("->").
-inline tensor einsum(const std::string& spec, const tensor& a, const tensor& b) {
+template <int = 0>
+tensor einsum(const std::string& spec, const tensor& a, const tensor& b) {
     auto fail = [&](const std::string& why) -> tensor {
         throw value_error("kiln: value_error in 'einsum': '" + spec + "': " + why);
     };

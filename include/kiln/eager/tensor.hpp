@@ -167,9 +167,14 @@ public:
     // Assigning to a view writes into the elements it views, as in NumPy and PyTorch: t[0] = 5.0f, m(1, 2) = 3,
     // t.slice(0, 0, 2) = other (broadcast to the view's shape, converted to its dtype). Assigning to a named tensor
     // (an lvalue) rebinds the handle instead, as copying a shared pointer does.
-    tensor& operator=(const tensor& value) && { return copy_(value); }
+    // (Templates, like copy_ below: their kernels are compiled only in the programs that use them.)
+    template <int = 0>
+    tensor& operator=(const tensor& value) && {
+        return copy_(value);
+    }
 
     // Writes `src` (broadcast to this shape, converted to this dtype) into this tensor's elements, in place.
+    template <int = 0>
     tensor& copy_(const tensor& src);
     // Sets every element to `value`.
     template <class T>
@@ -183,6 +188,7 @@ public:
     // t[index]: NumPy's advanced indexing on the first dimension. An integer tensor selects rows (a copy,
     // kiln::index_select(t, 0, index)); a bool tensor of t's shape (or leading shape) selects the elements where it
     // is true into a 1-D copy (kiln::masked_select). Both are recorded on gradient tapes.
+    template <int = 0>
     tensor operator[](const tensor& index) const;
     // t(i, j, ...): the sub-tensor at those indices of the leading dimensions (a view; all indices give a rank-0
     // view, whose value item() reads and which assignment writes).

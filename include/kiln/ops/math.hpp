@@ -7,6 +7,14 @@
 namespace kiln {
 namespace detail::kernels {
 
+// An operand of a floating-only kernel: integers and bools as double (eager mode converts them to float32 first,
+// so this serves graph mode and keeps every dtype's kernel well-formed), anything else as it is.
+template <class V>
+KILN_HD KILN_INLINE constexpr auto floating_of(const V& v) {
+    if constexpr (std::is_integral_v<V>) return static_cast<double>(v);
+    else return v;
+}
+
 // One of the operand's type: a scalar or an xsimd batch filled with 1.
 template <class V>
 KILN_HD KILN_INLINE constexpr V one_like(const V&) { return V(1); }
@@ -443,13 +451,11 @@ struct softplus {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        if constexpr (std::is_integral_v<A>) return apply(static_cast<double>(a));  // (eager converts first)
-        else {
         using std::exp;
         using std::log1p;
         using detail::kernels::abs;
-        return relu::apply(a) + log1p(exp(-abs(a)));
-        }
+        const auto x = detail::kernels::floating_of(a);
+        return relu::apply(x) + log1p(exp(-abs(x)));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g * kiln::sigmoid(a)); }
@@ -462,8 +468,8 @@ struct silu {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        if constexpr (std::is_integral_v<A>) return apply(static_cast<double>(a));
-        else return a * sigmoid::apply(a);
+        const auto x = detail::kernels::floating_of(a);
+        return x * sigmoid::apply(x);
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y& y, const G& g) {
@@ -480,13 +486,11 @@ struct gelu {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        if constexpr (std::is_integral_v<A>) {
-            return apply(static_cast<double>(a));
-        } else {
-            using std::erf;
-            const A half(0.5), one = detail::kernels::one_like(a), rsqrt2(0.70710678118654752440084436210484903928);
-            return half * a * (one + erf(a * rsqrt2));
-        }
+        using std::erf;
+        const auto x = detail::kernels::floating_of(a);
+        using X = std::remove_const_t<decltype(x)>;
+        const X half(0.5), one = detail::kernels::one_like(x), rsqrt2(0.70710678118654752440084436210484903928);
+        return half * x * (one + erf(x * rsqrt2));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) {
@@ -504,14 +508,11 @@ struct elu {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        if constexpr (std::is_integral_v<A>) {
-            return apply(static_cast<double>(a));
-        } else {
-            using std::expm1;
-            using detail::kernels::select;
-            const A zero = detail::kernels::zero_like(a);
-            return select(a > zero, a, expm1(a));
-        }
+        using std::expm1;
+        using detail::kernels::select;
+        const auto x = detail::kernels::floating_of(a);
+        const auto zero = detail::kernels::zero_like(x);
+        return select(x > zero, x, expm1(x));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y& y, const G& g) {

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include <xtensor/xarray.hpp>
-#include <xtensor/xio.hpp>  // std::cout << kiln::run(...) prints (xtensor's own printer; it costs no measurable compile time)
 #include <xtensor/xtensor.hpp>
 
 #include "../../graph/plan.hpp"
