@@ -5,7 +5,7 @@
 
 #include <kiln/kiln.hpp>
 
-#if defined(KILN_HAVE_CBLAS)
+#if KILN_HAVE_CBLAS
 #include <cblas.h>
 #endif
 #if defined(KILN_BENCH_TORCH)
@@ -102,7 +102,7 @@ void matmul_kiln(benchmark::State& state) {
     state.counters["flops"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-#if defined(KILN_HAVE_CBLAS)
+#if KILN_HAVE_CBLAS
 void matmul_openblas(benchmark::State& state) {
     const auto n = state.range(0);
     kiln::generator g(2);

@@ -54,9 +54,12 @@ template <class SA, class SB>
 inline constexpr bool matmul_fits = true;
 template <std::ptrdiff_t M, std::ptrdiff_t K, std::ptrdiff_t K2, std::ptrdiff_t N>
 inline constexpr bool matmul_fits<shape<M, K>, shape<K2, N>> = K == dyn || K2 == dyn || K == K2;
+template <class S>
+inline constexpr bool matrix_shape = true;  // dynamic: checked at run time
+template <std::ptrdiff_t... D>
+inline constexpr bool matrix_shape<shape<D...>> = sizeof...(D) == 2;
 template <class SA, class SB>
-inline constexpr bool matmul_matrices =
-    (std::is_same_v<SA, dynamic> || SA::rank == 2) && (std::is_same_v<SB, dynamic> || SB::rank == 2);
+inline constexpr bool matmul_matrices = matrix_shape<SA> && matrix_shape<SB>;
 
 
 }  // namespace detail
