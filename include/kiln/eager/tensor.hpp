@@ -92,7 +92,8 @@ using scalar_storage_t = std::conditional_t<
     std::conditional_t<std::is_floating_point_v<T>, std::conditional_t<(sizeof(T) <= 4), float, double>,
                        std::conditional_t<(sizeof(T) <= 4), std::int32_t, std::int64_t>>>;
 
-[[noreturn]] inline void throw_moved_from(const char* what) {
+// Out of line and cold: the check sits on every op's path, the message building must not.
+[[noreturn, gnu::noinline, gnu::cold]] inline void throw_moved_from(const char* what) {
     throw value_error(std::string("kiln: value_error in '") + what +
                       "': the tensor was moved from (std::move leaves an empty tensor with no storage); assign a "
                       "tensor to it before using it again");
@@ -469,10 +470,11 @@ private:
     }
 
     void become_moved_from() noexcept {
-        storage_.reset();
+        storage_.reset();  // (a no-op after the move; kept for clarity)
         dtype_ = dtype::float32;
-        shape_ = dims{0};
-        strides_ = dims{1};
+        shape_.rank = strides_.rank = 1;
+        shape_[0] = 0;
+        strides_[0] = 1;
         offset_ = 0;
         id_ = 0;
         trainable_ = false;
