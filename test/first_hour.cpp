@@ -289,6 +289,7 @@ TEST_CASE("the new ops' gradient rules match central differences") {
         CHECK(kiln_test::close(std::get<1>(g), (std::atan2(a, b + h) - std::atan2(a, b - h)) / (2 * h), 1e-6, 1e-9));
         const auto gl = kiln::ops::leaky_relu::gradient(a, 0.1, 0.0, 1.0);
         CHECK(std::get<0>(gl) == (a < 0 ? 0.1 : 1.0));
+        CHECK(std::get<1>(gl) == (a < 0 ? a : 0.0));  // d/dslope: x where x < 0
     }
     // Through the tape and graph mode's grad: clamp sends the gradient to x inside the bounds, to a bound outside.
     kiln::variable x(kiln::from_values<double>({-3, 0.2, 5}, {3}));

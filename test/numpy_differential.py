@@ -246,17 +246,18 @@ def draw_shape_op(p, rng, a, x):
         if n == 0:
             return False
         idx = [int(i) for i in rng.integers(-n, n, size=int(rng.integers(1, 4)))]
-        return p.op(np.take(x, idx, axis=axis), "take", a, axis, ",".join(map(str, idx)))
+        index = p.load(np.asarray(idx, dtype=np.int64))
+        return p.op(np.take(x, idx, axis=axis), "index_select", a, index, axis)
     if name == "outer":
         if x.dtype == np.bool_ or x.size > 64:
             return False
         if x.dtype.kind == "i" and np.max(np.abs(x.astype(np.int64)), initial=0) > 10**4:
             return False
         v = np.outer(x, x)
-        return acceptable(v, p.special) and p.op(v, "outer", a)
+        return acceptable(v, p.special) and p.op(v, "outer", a, a)
     if x.size == 0 or x.dtype == np.bool_ or (floating and np.any(np.isnan(x))):
         return False
-    return p.op(np.asarray(np.argmax(x), dtype=np.int64), "argmax_flat", a)
+    return p.op(np.asarray(np.argmax(x), dtype=np.int64), "argmax", a)
 
 
 def draw_step(p, rng, family):
@@ -378,7 +379,8 @@ def draw_step(p, rng, family):
                 v = np.asarray(getattr(np, name)(x, axis=axes, keepdims=bool(keep)))
         except ValueError:
             return False  # an extremum over an empty axis: NumPy refuses it (kiln too, tested elsewhere)
-        return acceptable(v, sp) and p.op(v, name, a, text, keep)
+        # Attributes by position (in the schema's order) or by name; no axes means every axis.
+        return acceptable(v, sp) and p.op(v, name, a, *([] if axes is None else [text]), f"keepdims={keep}")
     if kind == "view":
         if x.ndim >= 2 and rng.random() < 0.4:
             i, j = (int(k) for k in rng.choice(x.ndim, size=2, replace=False))

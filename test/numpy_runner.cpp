@@ -5,11 +5,13 @@
 // Case file, one statement per line:
 //   case <id>
 //   load <name> <file.npy>
-//   op <name> <op> <operands and arguments...>
+//   op <name> <op> <input tensors and attributes...>   (any op of kiln's registry, or a call form below)
 //   out <name>
 #include <kiln/kiln.hpp>
 
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -18,30 +20,6 @@
 
 namespace {
 
-std::vector<int> int_list(const std::string& text) {
-    std::vector<int> out;
-    if (text == "all") return out;
-    std::stringstream ss(text);
-    for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-    return out;
-}
-
-kiln::dims dims_list(const std::string& text) {
-    const std::vector<int> v = int_list(text);
-    kiln::dims d;
-    d.assign(v.begin(), v.size());
-    return d;
-}
-
-kiln::dtype dtype_named(const std::string& n) {
-    if (n == "float32") return kiln::float32;
-    if (n == "float64") return kiln::float64;
-    if (n == "int32") return kiln::int32;
-    if (n == "int64") return kiln::int64;
-    if (n == "bool") return kiln::bool_;
-    throw std::runtime_error("numpy_runner: unknown dtype " + n);
-}
-
 // A number operand as the C++ type kiln sees: an int64 when written without '.', 'e' or "nan", a double otherwise.
 template <class F>
 kiln::tensor with_number(const std::string& s, F&& f) {
@@ -49,71 +27,10 @@ kiln::tensor with_number(const std::string& s, F&& f) {
     return f(std::stod(s));
 }
 
-// One statement "op <dst> <name> args..." evaluated on the named tensors.
-kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std::map<std::string, kiln::tensor>& env) {
-    auto t = [&](std::size_t i) -> const kiln::tensor& {
-        auto found = env.find(a.at(i));
-        if (found == env.end()) throw std::runtime_error("numpy_runner: unknown tensor " + a.at(i));
-        return found->second;
-    };
-    auto tensors_from = [&](std::size_t first) {
-        std::vector<kiln::tensor> ts;
-        for (std::size_t i = first; i < a.size(); ++i) ts.push_back(t(i));
-        return ts;
-    };
-    // Unary ops of the vocabulary.
-    if (op == "neg") return -t(0);
-    if (op == "abs") return kiln::abs(t(0));
-    if (op == "exp") return kiln::exp(t(0));
-    if (op == "log") return kiln::log(t(0));
-    if (op == "sqrt") return kiln::sqrt(t(0));
-    if (op == "rsqrt") return kiln::rsqrt(t(0));
-    if (op == "square") return kiln::square(t(0));
-    if (op == "sin") return kiln::sin(t(0));
-    if (op == "cos") return kiln::cos(t(0));
-    if (op == "tanh") return kiln::tanh(t(0));
-    if (op == "sigmoid") return kiln::sigmoid(t(0));
-    if (op == "relu") return kiln::relu(t(0));
-    if (op == "floor") return kiln::floor(t(0));
-    if (op == "ceil") return kiln::ceil(t(0));
-    if (op == "trunc") return kiln::trunc(t(0));
-    if (op == "round") return kiln::round(t(0));
-    if (op == "sign") return kiln::sign(t(0));
-    if (op == "isnan") return kiln::isnan(t(0));
-    if (op == "isinf") return kiln::isinf(t(0));
-    if (op == "isfinite") return kiln::isfinite(t(0));
-    if (op == "tan") return kiln::tan(t(0));
-    if (op == "asin") return kiln::asin(t(0));
-    if (op == "acos") return kiln::acos(t(0));
-    if (op == "atan") return kiln::atan(t(0));
-    if (op == "log1p") return kiln::log1p(t(0));
-    if (op == "expm1") return kiln::expm1(t(0));
-    if (op == "erf") return kiln::erf(t(0));
-    if (op == "softplus") return kiln::softplus(t(0));
-    if (op == "silu") return kiln::silu(t(0));
-    if (op == "gelu") return kiln::gelu(t(0));
-    if (op == "elu") return kiln::elu(t(0));
-    if (op == "leaky_relu") return kiln::leaky_relu(t(0));
-    if (op == "clamp_unit") return kiln::clamp(t(0), -1, 1);
-    if (op == "atan2") return kiln::atan2(t(0), t(1));
-    // Binary ops with broadcasting and promotion.
-    if (op == "add") return t(0) + t(1);
-    if (op == "sub") return t(0) - t(1);
-    if (op == "mul") return t(0) * t(1);
-    if (op == "div") return t(0) / t(1);
-    if (op == "pow") return kiln::pow(t(0), t(1));
-    if (op == "maximum") return kiln::maximum(t(0), t(1));
-    if (op == "minimum") return kiln::minimum(t(0), t(1));
-    if (op == "less") return t(0) < t(1);
-    if (op == "greater_equal") return t(0) >= t(1);
-    if (op == "equal") return kiln::equal(t(0), t(1));
-    if (op == "where") return kiln::where(t(0), t(1), t(2));
-    if (op == "floor_divide") return kiln::floor_divide(t(0), t(1));
-    if (op == "remainder") return kiln::remainder(t(0), t(1));
-    if (op == "logical_and") return kiln::logical_and(t(0), t(1));
-    if (op == "logical_or") return kiln::logical_or(t(0), t(1));
-    if (op == "logical_xor") return kiln::logical_xor(t(0), t(1));
-    if (op == "logical_not") return kiln::logical_not(t(0));
+// The statements that exercise C++ call forms rather than ops (a C++ number as an operand, in-place updates of
+// views); nullopt for every other name.
+std::optional<kiln::tensor> call_form(const std::string& op, const std::vector<std::string>& a,
+                                      const std::function<const kiln::tensor&(std::size_t)>& t) {
     // where with a number in one branch: op <dst> where_ts <c> <t> <number> (or where_st <c> <number> <t>).
     if (op == "where_ts" || op == "where_st") {
         return with_number(a.at(2), [&](auto v) -> kiln::tensor {
@@ -121,6 +38,8 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
             return kiln::where(t(0), v, t(1));
         });
     }
+    if (op == "clamp_unit") return kiln::clamp(t(0), -1, 1);
+    if (op == "leaky_relu" && a.size() == 1) return kiln::leaky_relu(t(0));  // the default slope, a C++ number
     // In place on two views of one copy: op <dst> iadd_view <x> <axis> <dst start> <src start> <length>, or
     // op <dst> iadd_transpose <x> (a square matrix plus its own transpose).
     if (op == "iadd_view") {
@@ -146,50 +65,38 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
             return v - t(0);
         });
     }
-    // Reductions: op <dst> <kind> <x> <axes|all> <keepdims>.
-    if (op == "sum" || op == "mean" || op == "max" || op == "min" || op == "prod") {
-        const std::vector<int> axes = int_list(a.at(1));
-        const bool keep = a.at(2) == "1";
-        if (op == "sum") return kiln::sum(t(0), axes, keep);
-        if (op == "mean") return kiln::mean(t(0), axes, keep);
-        if (op == "max") return kiln::max(t(0), axes, keep);
-        if (op == "min") return kiln::min(t(0), axes, keep);
-        return kiln::prod(t(0), axes, keep);
+    return std::nullopt;
+}
+
+// One statement "op <dst> <name> args..." evaluated on the named tensors. Every op is found in kiln's registry by
+// its name: the arguments that name tensors are its inputs, in order; the others are its attributes, as
+// key=value or by position in the order of the op's schema, parsed by the schema's kinds.
+kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std::map<std::string, kiln::tensor>& env) {
+    auto t = [&](std::size_t i) -> const kiln::tensor& {
+        auto found = env.find(a.at(i));
+        if (found == env.end()) throw std::runtime_error("numpy_runner: unknown tensor " + a.at(i));
+        return found->second;
+    };
+    if (auto r = call_form(op, a, t)) return *r;
+    const kiln::op_schema* schema = kiln::find_op_or_null(op);
+    if (!schema) throw std::runtime_error("numpy_runner: unknown op " + op);
+    std::vector<kiln::tensor> inputs;
+    kiln::attributes attrs;
+    std::size_t position = 0;
+    for (const std::string& word : a) {
+        if (auto found = env.find(word); found != env.end()) {
+            inputs.push_back(found->second);
+        } else if (const std::size_t eq = word.find('='); eq != std::string::npos) {
+            const std::string key = word.substr(0, eq);
+            attrs.set(key, kiln::parse_attribute(*schema, key, word.substr(eq + 1)));
+        } else {
+            if (position >= schema->attrs.size())
+                throw std::runtime_error("numpy_runner: too many attributes for " + op + ": " + word);
+            const std::string& key = schema->attrs[position++].name;
+            attrs.set(key, kiln::parse_attribute(*schema, key, word));
+        }
     }
-    if (op == "argmax") return kiln::argmax(t(0), std::stoi(a.at(1)), a.at(2) == "1");
-    if (op == "argmin") return kiln::argmin(t(0), std::stoi(a.at(1)), a.at(2) == "1");
-    // Products, views and joins.
-    if (op == "matmul") return kiln::matmul(t(0), t(1));
-    if (op == "transpose") return t(0).transpose(std::stoi(a.at(1)), std::stoi(a.at(2)));
-    if (op == "reshape") return t(0).reshape(dims_list(a.at(1)));
-    if (op == "flip") return kiln::flip(t(0), {std::stoi(a.at(1))});
-    if (op == "cumsum") return kiln::cumsum(t(0), std::stoi(a.at(1)));
-    if (op == "sort") return kiln::sort(t(0), std::stoi(a.at(1)));
-    if (op == "argsort") return kiln::argsort(t(0), std::stoi(a.at(1)));
-    if (op == "any") return kiln::any(t(0));
-    if (op == "all") return kiln::all(t(0));
-    if (op == "var") return kiln::var(t(0), {std::stoi(a.at(1))});
-    if (op == "std") return kiln::std(t(0), {std::stoi(a.at(1))});
-    if (op == "tile") {
-        std::vector<std::ptrdiff_t> reps;
-        for (int r : int_list(a.at(1))) reps.push_back(r);
-        return kiln::tile(t(0), reps);
-    }
-    if (op == "repeat") return kiln::repeat(t(0), std::stoll(a.at(1)), std::stoi(a.at(2)));
-    if (op == "take") {
-        std::vector<std::int64_t> idx;
-        for (int i : int_list(a.at(2))) idx.push_back(i);
-        return kiln::index_select(t(0), std::stoi(a.at(1)), kiln::from_vector(idx));
-    }
-    if (op == "outer") return kiln::outer(t(0), t(0));
-    if (op == "argmax_flat") return kiln::argmax(t(0));
-    if (op == "slice") return t(0).slice(std::stoi(a.at(1)), std::stoi(a.at(2)), std::stoi(a.at(3)), std::stoi(a.at(4)));
-    if (op == "broadcast_to") return t(0).broadcast_to(dims_list(a.at(1)));
-    if (op == "cast") return t(0).to(dtype_named(a.at(1)));
-    // op <dst> concat <axis> <names...>
-    if (op == "concat") return kiln::concat(tensors_from(1), std::stoi(a.at(0)));
-    if (op == "stack") return kiln::stack(tensors_from(1), std::stoi(a.at(0)));
-    throw std::runtime_error("numpy_runner: unknown op " + op);
+    return schema->apply(inputs, attrs);
 }
 
 }  // namespace

@@ -14,3 +14,4 @@
 #include "nn/layers.hpp"
 #include "nn/optim.hpp"
 #include "ops/ops.hpp"
+#include "registry.hpp"

@@ -404,7 +404,10 @@ inline tensor tensor::to(kiln::dtype d) const {
     return recorded(detail::as_dtype(*this, d), [from](const tensor& g) { return g.to(from); });
 }
 
-inline tensor tensor::reshape(dims target) const {
+namespace detail {
+
+// The shape `target` (one extent may be -1) resolved for a tensor of shape `from`: reshape's shape rule.
+inline dims reshaped(const dims& from, dims target) {
     int infer = -1;
     std::ptrdiff_t known = 1;
     bool overflow = false;
@@ -420,16 +423,23 @@ inline tensor tensor::reshape(dims target) const {
             overflow = true;
         }
     }
-    const std::ptrdiff_t n = numel();
+    const std::ptrdiff_t n = from.size();
     bool ok = !overflow || n == 0;
     if (ok && infer >= 0) {
         if (known > 0 && n % known == 0) target[infer] = n / known;
         else ok = false;  // -1 beside a zero extent is ambiguous, and a count that does not divide has no answer
     }
-    if (ok) ok = detail::checked_numel(target, "reshape") == n;
+    if (ok) ok = checked_numel(target, "reshape") == n;
     if (!ok)
-        throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(shape_) + " (" +
+        throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(from) + " (" +
                           std::to_string(n) + " elements) to " + to_string(target));
+    return target;
+}
+
+}  // namespace detail
+
+inline tensor tensor::reshape(dims target_in) const {
+    const dims target = detail::reshaped(shape_, target_in);
     if (is_contiguous())
         return recorded(view(target, detail::contiguous_strides(target), offset_),
                         [s = shape_](const tensor& g) { return g.reshape(s); });

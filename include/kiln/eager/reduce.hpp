@@ -22,34 +22,41 @@ inline std::string axes_text(const std::vector<int>& axes) {
     return s + "}";
 }
 
-inline reduction_shape reduced_shape(const tensor& x, const std::vector<int>& axes, bool keepdims, const char* op) {
+// The shapes of a reduction of a (shape, dtype) over `axes` (every axis when empty); the dtype only names the
+// operand in errors. Also the shape rule of the registry's reductions.
+inline reduction_shape reduced_shape(const dims& shape, dtype dt, const std::vector<int>& axes, bool keepdims,
+                                     const char* op) {
     reduction_shape r;
-    r.keep = x.shape();
+    r.keep = shape;
     bool reduce[max_rank] = {};
     if (axes.empty())
-        for (int i = 0; i < x.dim(); ++i) reduce[i] = true;
+        for (int i = 0; i < shape.rank; ++i) reduce[i] = true;
     for (int a : axes) {
-        const int ax = a < 0 ? a + x.dim() : a;
-        if (ax < 0 || ax >= x.dim())
+        const int ax = a < 0 ? a + shape.rank : a;
+        if (ax < 0 || ax >= shape.rank)
             throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " is out of range for shape " +
-                              to_string(x.shape()) + " (" + std::string(name(x.dtype())) + ")");
+                              to_string(shape) + " (" + std::string(name(dt)) + ")");
         if (reduce[ax] && !axes.empty())  // after normalizing: {0, -2} on a matrix names axis 0 twice
             throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " repeats (axes " +
-                              axes_text(axes) + " on shape " + to_string(x.shape()) + ")");
+                              axes_text(axes) + " on shape " + to_string(shape) + ")");
         reduce[ax] = true;
     }
     r.result.rank = 0;
-    for (int i = 0; i < x.dim(); ++i) {
+    for (int i = 0; i < shape.rank; ++i) {
         if (reduce[i]) {
             // Saturating: an empty tensor may reduce extents whose product overflows; its count is then moot.
-            if (__builtin_mul_overflow(r.count, x.shape()[i], &r.count)) r.count = std::numeric_limits<std::ptrdiff_t>::max();
+            if (__builtin_mul_overflow(r.count, shape[i], &r.count)) r.count = std::numeric_limits<std::ptrdiff_t>::max();
             r.keep[i] = 1;
             if (keepdims) r.result[r.result.rank++] = 1;
         } else {
-            r.result[r.result.rank++] = x.shape()[i];
+            r.result[r.result.rank++] = shape[i];
         }
     }
     return r;
+}
+
+inline reduction_shape reduced_shape(const tensor& x, const std::vector<int>& axes, bool keepdims, const char* op) {
+    return reduced_shape(x.shape(), x.dtype(), axes, keepdims, op);
 }
 
 // Visits every element of x with the flat index of its output (reduced axes contribute nothing).

@@ -206,6 +206,39 @@ public:
     // d target / d source for each source. A non-scalar target is summed first (its seed is ones). A source the
     // target does not depend on, or that this tape does not watch, gets zeros of its shape.
     std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources) {
+        return gradient_from(target, sources, nullptr);
+    }
+
+    // The same with the target's gradient given (TensorFlow's output_gradients): the vector-Jacobian product
+    // sum over target of output_gradient * d target / d source. output_gradient has the target's shape.
+    std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
+                                 const tensor& output_gradient) {
+        output_gradient.check_valid("gradient_tape::gradient");
+        if (!(output_gradient.shape() == target.shape()))
+            throw shape_error("kiln: shape_error in 'gradient_tape::gradient': the output gradient has shape " +
+                              to_string(output_gradient.shape()) + " but the target has shape " +
+                              to_string(target.shape()));
+        return gradient_from(target, sources, &output_gradient);
+    }
+
+    tensor gradient(const tensor& target, const tensor& source) { return gradient(target, std::vector<tensor>{source})[0]; }
+
+    // The gradients of a model's parameters: tape.gradient(loss, model.parameters()).
+    std::vector<tensor> gradient(const tensor& target, const std::vector<variable*>& sources);
+
+    void record(const detail::tape_entry& e) { record(detail::tape_entry(e)); }
+
+    // Used by the op hooks: records `e` when one of its inputs is watched; its output is then watched too.
+    void record(detail::tape_entry&& e) {
+        bool any = false;
+        for (const tensor& t : e.inputs) any = any || watches(t);
+        if (!any) return;
+        watched_.insert(e.output.id());
+        entries_.push_back(std::move(e));
+    }
+
+private:
+    std::vector<tensor> gradient_from(const tensor& target, const std::vector<tensor>& sources, const tensor* seed) {
         if (used_ && !persistent_)
             throw value_error("kiln::gradient_tape::gradient: a non-persistent tape computes gradients once; make it "
                               "with gradient_tape(true) to call gradient() again");
@@ -213,7 +246,7 @@ public:
         // This tape must not record its own backward pass; the tapes around it do.
         const bool was_recording = pause();
         std::unordered_map<std::uint64_t, tensor> grads;
-        grads.emplace(target.id(), full(target.shape(), 1.0, target.dtype()));
+        grads.emplace(target.id(), seed ? seed->to(target.dtype()) : full(target.shape(), 1.0, target.dtype()));
         for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
             auto found = grads.find(it->output.id());
             if (found == grads.end()) continue;
@@ -237,23 +270,6 @@ public:
         return out;
     }
 
-    tensor gradient(const tensor& target, const tensor& source) { return gradient(target, std::vector<tensor>{source})[0]; }
-
-    // The gradients of a model's parameters: tape.gradient(loss, model.parameters()).
-    std::vector<tensor> gradient(const tensor& target, const std::vector<variable*>& sources);
-
-    void record(const detail::tape_entry& e) { record(detail::tape_entry(e)); }
-
-    // Used by the op hooks: records `e` when one of its inputs is watched; its output is then watched too.
-    void record(detail::tape_entry&& e) {
-        bool any = false;
-        for (const tensor& t : e.inputs) any = any || watches(t);
-        if (!any) return;
-        watched_.insert(e.output.id());
-        entries_.push_back(std::move(e));
-    }
-
-private:
     bool pause() {
         const auto& st = detail::tape_stack;
         const bool active = std::find(st.begin(), st.end(), this) != st.end();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../backend/cpu/run.hpp"
+#include "../core/names.hpp"
 #include "../eager/random.hpp"
 #include "../eager/tensor.hpp"
 #include "../nn/rules.hpp"
@@ -237,44 +238,14 @@ private:
         }(LeafList{});
     }
 
-    // Levenshtein distance, for the closest names in an error.
-    static std::size_t edit_distance(std::string_view a, std::string_view b) {
-        std::vector<std::size_t> row(b.size() + 1);
-        for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-        for (std::size_t i = 1; i <= a.size(); ++i) {
-            std::size_t diag = row[0];
-            row[0] = i;
-            for (std::size_t j = 1; j <= b.size(); ++j) {
-                const std::size_t up = row[j];
-                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-                diag = up;
-            }
-        }
-        return row[b.size()];
-    }
-
     [[noreturn]] void throw_unknown_parameter(const char* where, std::string_view name) const {
         std::vector<std::string> known = known_parameter_names();
-        // Closest first: by the distance ignoring case (a wrong capital is the likeliest typo), then the exact one.
-        auto lower = [](std::string_view v) {
-            std::string out(v);
-            for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-            return out;
-        };
-        const std::string lname = lower(name);
-        std::stable_sort(known.begin(), known.end(), [&](const std::string& x, const std::string& y) {
-            const auto kx = std::pair(edit_distance(lname, lower(x)), edit_distance(name, x));
-            const auto ky = std::pair(edit_distance(lname, lower(y)), edit_distance(name, y));
-            return kx < ky;
-        });
         std::string msg = std::string(where) + ": no parameter named '" + std::string(name) + "'";
         if (known.empty()) {
             msg += "; the session has seen no expression with parameters yet (run one, or call "
                    "session::initialize(expr) or session::declare(expr) first, or pass the kiln::param itself)";
         } else {
-            msg += "; closest known: ";
-            for (std::size_t i = 0; i < known.size() && i < 3; ++i) msg += (i ? ", '" : "'") + known[i] + "'";
-            if (known.size() > 3) msg += " (" + std::to_string(known.size()) + " known in all)";
+            msg += "; closest known: " + detail::closest_text(name, std::move(known));
         }
         throw value_error(msg);
     }

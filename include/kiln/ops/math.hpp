@@ -656,7 +656,7 @@ struct leaky_relu {
     }
     template <class A, class B, class Y, class G>
     static constexpr auto gradient(const A& a, const B& slope, const Y&, const G& g) {
-        return detail::grads(kiln::where(a < c<0>, g * slope, g), detail::no_grad{});
+        return detail::grads(kiln::where(a < c<0>, g * slope, g), kiln::where(a < c<0>, g * a, c<0>));
     }
 };
 
