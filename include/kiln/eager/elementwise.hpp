@@ -252,7 +252,8 @@ tensor eager_scalar(const tensor& a, S s, bool scalar_first) {
     });
 }
 
-inline tensor eager_where(const tensor& c, const tensor& a, const tensor& b) {
+template <int N = 0>
+tensor eager_where(const dependent_tensor<N>& c, const dependent_tensor<N>& a, const dependent_tensor<N>& b) {
     check_same_device("where", {&c, &a, &b});
     const dims shape = broadcast_named("where", {&c, &a, &b});
     const dtype d = promote(a.dtype(), b.dtype());
@@ -370,7 +371,7 @@ struct op_builder<operand_mode::eager> {
         tensor cond;
         if constexpr (std::is_same_v<C, tensor>) cond = c;
         else cond = scalar_tensor(static_cast<bool>(c));
-        return eager_where(cond, branch_of(a, b), branch_of(b, a));
+        return eager_where<sizeof(C) * 0>(cond, branch_of(a, b), branch_of(b, a));
     }
 
     template <class Op, class A, class B>

@@ -22,16 +22,6 @@
 namespace kiln {
 namespace detail {
 
-// A tensor type that depends on a template parameter: expressions on it are compiled when the template is
-// instantiated, not where it is defined (an operator on plain tensors returns `auto`, whose body, with its kernels
-// for every dtype, the compiler would otherwise instantiate at the definition).
-template <int N>
-struct dependent {
-    using type = tensor;
-};
-template <int N>
-using dependent_tensor = typename dependent<N>::type;
-
 inline int checked_axis(const tensor& x, int axis, const char* op) {
     const int a = axis < 0 ? axis + x.dim() : axis;
     if (a < 0 || a >= x.dim())
@@ -429,7 +419,7 @@ template <int N = 0>
 tensor var(const tensor& x, std::vector<int> axes = {}, double correction = 1, bool keepdims = false) {
     const detail::dependent_tensor<N> xf = detail::is_floating(x.dtype()) ? x : x.to(dtype::float32);
     const auto r = detail::reduced_shape(xf, axes, keepdims, "var");
-    const tensor d = xf - mean(xf, axes, true);
+    const detail::dependent_tensor<N> d = xf - mean<N>(xf, axes, true);
     return sum(d * d, axes, keepdims) / std::max(static_cast<double>(r.count) - correction, 0.0);
 }
 template <int N = 0>

@@ -85,18 +85,17 @@ void for_each_reduced(const tensor& x, const dims& keep, F&& f) {
     }
 }
 
-template <class Acc>
-dtype accumulate_dtype(dtype d) {
-    if (is_floating(d)) return d;
-    return dtype::int64;
-}
-
 enum class fold_kind { sum, prod, max, min };
 
-// Records a reduction on the active tapes (defined with the tape).
-void record_reduction(const tensor& x, const tensor& y, const dims& keep, fold_kind kind);
+// Record reductions on the active tapes (defined with the tape). A sum's rule is views only; the rule of a product
+// or an extremum computes, so it is a template (compiled where prod, max or min is called).
+void record_sum(const tensor& x, const tensor& y, const dims& keep);
+template <int N>
+void record_reduction(const dependent_tensor<N>& x, const dependent_tensor<N>& y, const dims& keep, fold_kind kind);
 
-inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims, fold_kind kind, const char* op) {
+// The reduction's values (not recorded); `keep` receives the input's shape with the reduced axes set to 1.
+inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims, fold_kind kind, const char* op,
+                   dims& keep) {
     x.check_valid(op);
     const reduction_shape r = reduced_shape(x, axes, keepdims, op);
     const bool extremum = kind == fold_kind::max || kind == fold_kind::min;
@@ -144,8 +143,15 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
             });
         }
     });
-    tensor y = out.reshape(r.result);
-    if (recording_tapes > 0) record_reduction(x, y, r.keep, kind);
+    keep = r.keep;
+    return out.reshape(r.result);
+}
+
+template <int N>
+tensor recorded_fold(const tensor& x, const std::vector<int>& axes, bool keepdims, fold_kind kind, const char* op) {
+    dims keep;
+    const dependent_tensor<N> y = fold(x, axes, keepdims, kind, op, keep);
+    if (recording_tapes > 0) record_reduction<N>(x, y, keep, kind);
     return y;
 }
 
@@ -176,22 +182,31 @@ inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max
 }  // namespace detail
 
 inline tensor sum(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
-    return detail::fold(x, axes, keepdims, detail::fold_kind::sum, "sum");
+    dims keep;
+    tensor y = detail::fold(x, axes, keepdims, detail::fold_kind::sum, "sum", keep);
+    if (detail::recording_tapes > 0) detail::record_sum(x, y, keep);
+    return y;
 }
-inline tensor prod(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
-    return detail::fold(x, axes, keepdims, detail::fold_kind::prod, "prod");
+template <int N = 0>
+tensor prod(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::recorded_fold<N>(x, axes, keepdims, detail::fold_kind::prod, "prod");
 }
-inline tensor max(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
-    return detail::fold(x, axes, keepdims, detail::fold_kind::max, "max");
+template <int N = 0>
+tensor max(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::recorded_fold<N>(x, axes, keepdims, detail::fold_kind::max, "max");
 }
-inline tensor min(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
-    return detail::fold(x, axes, keepdims, detail::fold_kind::min, "min");
+template <int N = 0>
+tensor min(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::recorded_fold<N>(x, axes, keepdims, detail::fold_kind::min, "min");
 }
 // The mean in the input's floating type (integer inputs give float32); NaN over an empty axis.
-inline tensor mean(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
-    const tensor xf = detail::is_floating(x.dtype()) ? x : x.to(dtype::float32);
-    const auto r = detail::reduced_shape(xf, axes, keepdims, "mean");
-    return detail::fold(xf, axes, keepdims, detail::fold_kind::sum, "mean") / static_cast<double>(r.count);
+template <int N = 0>
+tensor mean(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    const detail::dependent_tensor<N> xf = detail::is_floating(x.dtype()) ? x : x.to(dtype::float32);
+    dims keep;
+    const detail::dependent_tensor<N> s = detail::fold(xf, axes, keepdims, detail::fold_kind::sum, "mean", keep);
+    if (detail::recording_tapes > 0) detail::record_sum(xf, s, keep);
+    return s / static_cast<double>(detail::reduced_shape(xf, axes, keepdims, "mean").count);
 }
 inline tensor argmax(const tensor& x, int axis, bool keepdims = false) {
     return detail::arg_extremum(x, axis, keepdims, true, "argmax");

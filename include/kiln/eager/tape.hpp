@@ -205,12 +205,14 @@ public:
 
     // d target / d source for each source. A non-scalar target is summed first (its seed is ones). A source the
     // target does not depend on, or that this tape does not watch, gets zeros of its shape.
+    template <int N = 0>
     std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources) {
-        return gradient_from(target, sources, nullptr);
+        return gradient_from<N>(target, sources, nullptr);
     }
 
     // The same with the target's gradient given (TensorFlow's output_gradients): the vector-Jacobian product
     // sum over target of output_gradient * d target / d source. output_gradient has the target's shape.
+    template <int N = 0>
     std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                  const tensor& output_gradient) {
         output_gradient.check_valid("gradient_tape::gradient");
@@ -218,12 +220,16 @@ public:
             throw shape_error("kiln: shape_error in 'gradient_tape::gradient': the output gradient has shape " +
                               to_string(output_gradient.shape()) + " but the target has shape " +
                               to_string(target.shape()));
-        return gradient_from(target, sources, &output_gradient);
+        return gradient_from<N>(target, sources, &output_gradient);
     }
 
-    tensor gradient(const tensor& target, const tensor& source) { return gradient(target, std::vector<tensor>{source})[0]; }
+    template <int N = 0>
+    tensor gradient(const tensor& target, const tensor& source) {
+        return gradient<N>(target, std::vector<tensor>{source})[0];
+    }
 
     // The gradients of a model's parameters: tape.gradient(loss, model.parameters()).
+    template <int N = 0>
     std::vector<tensor> gradient(const tensor& target, const std::vector<variable*>& sources);
 
     void record(const detail::tape_entry& e) { record(detail::tape_entry(e)); }
@@ -238,6 +244,8 @@ public:
     }
 
 private:
+    // (A template: its sums of gradients compile where gradients are asked for.)
+    template <int N>
     std::vector<tensor> gradient_from(const tensor& target, const std::vector<tensor>& sources, const tensor* seed) {
         if (used_ && !persistent_)
             throw value_error("kiln::gradient_tape::gradient: a non-persistent tape computes gradients once; make it "
@@ -245,7 +253,7 @@ private:
         used_ = true;
         // This tape must not record its own backward pass; the tapes around it do.
         const bool was_recording = pause();
-        std::unordered_map<std::uint64_t, tensor> grads;
+        std::unordered_map<std::uint64_t, detail::dependent_tensor<N>> grads;
         grads.emplace(target.id(), seed ? seed->to(target.dtype()) : full(target.shape(), 1.0, target.dtype()));
         for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
             auto found = grads.find(it->output.id());
@@ -401,10 +409,17 @@ void record_op(const tensor& y, const Args&... args) {
     record_entry(tape_entry{std::move(inputs), y, {}, &op_rule<Op, Args...>, numbers});
 }
 
-inline void record_reduction(const tensor& x, const tensor& y, const dims& keep, fold_kind kind) {
-    record_entry({{x}, y, [x, y, keep, kind](const tensor& g) {
-                      const tensor gb = g.reshape(keep).broadcast_to(x.shape());
-                      tensor r;
+inline void record_sum(const tensor& x, const tensor& y, const dims& keep) {
+    record_entry({{x}, y, [x, keep](const tensor& g) {
+                      return std::vector<std::optional<tensor>>{g.reshape(keep).broadcast_to(x.shape()).to(x.dtype())};
+                  }});
+}
+
+template <int N>
+void record_reduction(const dependent_tensor<N>& x, const dependent_tensor<N>& y, const dims& keep, fold_kind kind) {
+    record_entry({{x}, y, [x, y, keep, kind](const dependent_tensor<N>& g) {
+                      const dependent_tensor<N> gb = g.reshape(keep).broadcast_to(x.shape());
+                      dependent_tensor<N> r;
                       if (kind == fold_kind::sum) {
                           r = gb;
                       } else if (kind == fold_kind::prod) {
@@ -469,7 +484,8 @@ public:
     }
 };
 
-inline std::vector<tensor> gradient_tape::gradient(const tensor& target, const std::vector<variable*>& sources) {
+template <int N>
+std::vector<tensor> gradient_tape::gradient(const tensor& target, const std::vector<variable*>& sources) {
     std::vector<tensor> s;
     s.reserve(sources.size());
     for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -477,7 +493,7 @@ inline std::vector<tensor> gradient_tape::gradient(const tensor& target, const s
             throw value_error("kiln::gradient_tape::gradient: source " + std::to_string(i) + " is a null pointer");
         s.push_back(*sources[i]);
     }
-    return gradient(target, s);
+    return gradient<N>(target, s);
 }
 
 namespace detail {

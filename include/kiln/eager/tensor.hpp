@@ -512,4 +512,20 @@ protected:
 };
 
 
+namespace detail {
+
+// A tensor type that depends on a template parameter: expressions on it are compiled when the template is
+// instantiated, not where it is defined (an operator on plain tensors returns `auto`, whose body, with its kernels
+// for every dtype, the compiler would otherwise instantiate at the definition). Eager functions whose bodies run
+// elementwise ops are templates `template <int N = 0>` computing on dependent_tensor<N>, so that a translation unit
+// compiles their kernels only when it calls them (issue #13: compile time).
+template <int N>
+struct dependent {
+    using type = tensor;
+};
+template <int N>
+using dependent_tensor = typename dependent<N>::type;
+
+}  // namespace detail
+
 }  // namespace kiln

@@ -13,27 +13,41 @@ namespace kiln::nn {
 using activation = std::function<tensor(const tensor&)>;
 
 
+// The functions below are templates on an unused int (kiln::nn::mse(p, y) needs no brackets): their kernels are
+// compiled only in the translation units that call them (see detail::dependent_tensor).
+
 // Softmax along an axis, shifted by the (gradient-free) maximum for stability.
-inline tensor softmax(const tensor& x, int axis = -1) {
-    const tensor z = x - stop_gradient(max(x, {axis}, true));
-    const tensor e = exp(z);
+template <int N = 0>
+tensor softmax(const tensor& x_in, int axis = -1) {
+    const detail::dependent_tensor<N>& x = x_in;
+    const detail::dependent_tensor<N> z = x - stop_gradient(max<N>(x, {axis}, true));
+    const detail::dependent_tensor<N> e = exp(z);
     return e / sum(e, {axis}, true);
 }
 
-inline tensor log_softmax(const tensor& x, int axis = -1) {
-    const tensor z = x - stop_gradient(max(x, {axis}, true));
+template <int N = 0>
+tensor log_softmax(const tensor& x_in, int axis = -1) {
+    const detail::dependent_tensor<N>& x = x_in;
+    const detail::dependent_tensor<N> z = x - stop_gradient(max<N>(x, {axis}, true));
     return z - log(sum(exp(z), {axis}, true));
 }
 
 // Mean squared error.
-inline tensor mse(const tensor& prediction, const tensor& target) { return mean(square(prediction - target)); }
+template <int N = 0>
+tensor mse(const tensor& prediction, const tensor& target) {
+    const detail::dependent_tensor<N>& p = prediction;
+    return mean<N>(square(p - target));
+}
 
 // Cross-entropy of logits (batch, classes) against int64/int32 class indices (batch,) or probabilities (batch,
 // classes); averaged over the batch.
-inline tensor cross_entropy(const tensor& logits, const tensor& labels) {
+template <int N = 0>
+tensor cross_entropy(const tensor& logits_in, const tensor& labels_in) {
+    const detail::dependent_tensor<N>& logits = logits_in;
+    const detail::dependent_tensor<N>& labels = labels_in;
     if (logits.dim() != 2)
         throw shape_error("kiln::nn::cross_entropy: logits must be (batch, classes), got " + to_string(logits.shape()));
-    tensor target = labels;
+    detail::dependent_tensor<N> target = labels;
     if (!detail::is_floating(labels.dtype())) {
         if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
             throw shape_error("kiln::nn::cross_entropy: labels " + to_string(labels.shape()) + " do not match logits " +
@@ -41,7 +55,7 @@ inline tensor cross_entropy(const tensor& logits, const tensor& labels) {
         if (labels.dtype() == dtype::boolean)
             throw dtype_error("kiln::nn::cross_entropy: class labels must be integers, got bool");
         const std::ptrdiff_t k = logits.shape()[1];
-        const tensor lo = kiln::min(labels), hi = kiln::max(labels);
+        const tensor lo = kiln::min<N>(labels), hi = kiln::max<N>(labels);
         if (labels.numel() > 0 && (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= k))
             throw value_error("kiln::nn::cross_entropy: class index " +
                               std::to_string(lo.item<std::int64_t>() < 0 ? lo.item<std::int64_t>()
@@ -50,7 +64,7 @@ inline tensor cross_entropy(const tensor& logits, const tensor& labels) {
         const tensor classes = arange(0, static_cast<double>(k), 1, labels.dtype());
         target = equal(labels.unsqueeze(1), classes).to(logits.dtype());
     }
-    return -mean(sum(target * log_softmax(logits, 1), {1}));
+    return -mean<N>(sum(target * log_softmax<N>(logits, 1), {1}));
 }
 
 // Glorot (Xavier) uniform initialization for a (fan_in, fan_out) weight.
@@ -69,14 +83,17 @@ public:
     tensor operator()(const tensor& x) { return forward(x); }
 };
 
-// y = activation(x @ w + b), w of shape (in, out) with Glorot initialization and b zeros.
-class dense : public module {
+// y = activation(x @ w + b), w of shape (in, out) with Glorot initialization and b zeros. (A class template with
+// one instance, kiln::nn::dense, so that its forward pass compiles only where a dense layer is made.)
+template <int N = 0>
+class basic_dense : public module {
 public:
-    dense(std::ptrdiff_t in, std::ptrdiff_t out, activation act = identity, generator& g = default_generator(),
-          dtype d = dtype::float32)
+    basic_dense(std::ptrdiff_t in, std::ptrdiff_t out, activation act = identity, generator& g = default_generator(),
+                dtype d = dtype::float32)
         : w(glorot_uniform(in, out, g, d)), b(zeros({out}, d)), act_(std::move(act)) {}
 
-    tensor forward(const tensor& x) override {
+    tensor forward(const tensor& x_in) override {
+        const detail::dependent_tensor<N>& x = x_in;
         if (x.dim() < 1 || x.shape()[x.dim() - 1] != w.shape()[0])
             throw shape_error("kiln::nn::dense: input " + to_string(x.shape()) + " does not end in " +
                               std::to_string(w.shape()[0]) + " features");
@@ -89,6 +106,7 @@ public:
 private:
     activation act_;
 };
+using dense = basic_dense<>;
 
 // Modules applied in order.
 class sequential : public module {

@@ -82,11 +82,14 @@ public:
     // Without parameters: they come with the first apply_gradients(grads, params), as in TensorFlow.
     explicit sgd(double lr, double momentum = 0.0) : lr_(lr), momentum_(momentum) {}
 
+    // (Templates on an unused int, called without brackets: the update kernels compile where a step is taken.)
+    template <int N = 0>
     void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable*>& params) {
         if (detail::adopt_parameters(params_, params, "sgd")) make_slots();
-        step(grads);
+        step<N>(grads);
     }
 
+    template <int N = 0>
     void step(const std::vector<tensor>& grads) {
         detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
             // The update graphs of graph mode's sgd_rule and momentum_rule.
@@ -121,11 +124,14 @@ public:
     explicit adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
         : rule_{lr, beta1, beta2, eps} {}
 
+    // (Templates on an unused int, called without brackets: the update kernels compile where a step is taken.)
+    template <int N = 0>
     void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable*>& params) {
         if (detail::adopt_parameters(params_, params, "adam")) make_slots();
-        step(grads);
+        step<N>(grads);
     }
 
+    template <int N = 0>
     void step(const std::vector<tensor>& grads) {
         detail::check_grads(params_, grads, "adam");  // before the step count moves
         rule_.next_step(++t_);
