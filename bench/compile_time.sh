@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# Compile time and peak compiler memory at -O2 of the 50-node expression and of the graph-mode training example,
-# against a translation unit that only
-# includes kiln (the baseline: what any kiln user pays for the headers).
+# Compile time and peak compiler memory at -O2: what a program pays for kiln's headers, against xtensor's own
+# <xtensor/xarray.hpp> compiled in the same run (the baseline), and the 50-node expression and the graph-mode
+# training example. Each translation unit is compiled ROUNDS times (default 3), interleaved; the median is shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=${CXX:-g++}
+rounds=${ROUNDS:-3}
 flags="-std=c++20 -O2 -Iinclude -c -o /dev/null"
-echo '#include <kiln/kiln.hpp>
-int main() {}' > /tmp/kiln_include_only.cpp
-measure() {
-  /usr/bin/time -f "%e %M" $cxx $flags "$1" 2>&1 | tail -1
-}
-echo '#include <kiln/backend/cpu/run.hpp>
-#include <kiln/graph/session.hpp>
-int main() {}' > /tmp/kiln_graph_only.cpp
-read -r all_s all_kb < <(measure /tmp/kiln_include_only.cpp)
-read -r base_s base_kb < <(measure /tmp/kiln_graph_only.cpp)
-read -r fifty_s fifty_kb < <(measure bench/compile_time/fifty_nodes.cpp)
-read -r train_s train_kb < <(measure examples/03_train_graph.cpp)
-echo "| translation unit | seconds | peak MB | ratio to graph-mode headers only |"
-echo "|---|---|---|---|"
-echo "| include <kiln/kiln.hpp> only (both modes) | $all_s | $((all_kb / 1024)) | $(python3 -c "print(f'{$all_s / $base_s:.2f}x')") |"
-echo "| include graph-mode headers only (run.hpp, session.hpp) | $base_s | $((base_kb / 1024)) | 1.00x |"
-echo "| 50-node expression, planned and run | $fifty_s | $((fifty_kb / 1024)) | $(python3 -c "print(f'{$fifty_s / $base_s:.2f}x')") |"
-echo "| graph-mode training example (examples/03_train_graph.cpp) | $train_s | $((train_kb / 1024)) | $(python3 -c "print(f'{$train_s / $base_s:.2f}x')") |"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '#include <xtensor/xarray.hpp>\nint main() {}\n' > "$tmp/xtensor_only.cpp"
+printf '#include <kiln/kiln.hpp>\nint main() {}\n' > "$tmp/kiln_all.cpp"
+printf '#include <kiln/graph.hpp>\nint main() {}\n' > "$tmp/kiln_graph.cpp"
+units=("$tmp/xtensor_only.cpp" "$tmp/kiln_all.cpp" "$tmp/kiln_graph.cpp" bench/compile_time/fifty_nodes.cpp
+       examples/03_train_graph.cpp)
+labels=("include <xtensor/xarray.hpp> only (baseline)" "include <kiln/kiln.hpp> only (both modes)"
+        "include <kiln/graph.hpp> only (graph mode)" "50-node expression, planned and run"
+        "graph-mode training example (examples/03_train_graph.cpp)")
+declare -A secs mem
+for ((r = 0; r < rounds; r++)); do
+  for i in "${!units[@]}"; do
+    read -r s kb < <(/usr/bin/time -f "%U %M" $cxx $flags "${units[$i]}" 2>&1 | tail -1)
+    secs[$i]="${secs[$i]:-} $s"
+    mem[$i]=$kb
+  done
+done
+median() { tr ' ' '\n' <<< "$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+base=$(median "${secs[0]}")
+echo "| translation unit | user seconds (median of $rounds) | runs | peak MB | ratio to xtensor |"
+echo "|---|---:|---|---:|---:|"
+for i in "${!units[@]}"; do
+  m=$(median "${secs[$i]}")
+  echo "| ${labels[$i]} | $m |${secs[$i]} | $((mem[$i] / 1024)) | $(python3 -c "print(f'{$m / $base:.2f}x')") |"
+done

@@ -2,6 +2,7 @@
 // Value checks shared by the tests: NaN equals NaN, infinities must match exactly, finite values within rtol.
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include <doctest/doctest.h>
 
@@ -29,6 +30,16 @@ void check_all_close(const A& actual, const E& expected, double rtol, double ato
     INFO(bad << " of " << i << " elements differ; the first is element " << first << ": got " << first_a
               << ", expected " << first_e);
     CHECK(bad == 0);
+}
+
+// An op's gradient rule on numbers (Op::gradient with doubles) against a central difference of its own kernel.
+template <class Op>
+void check_unary_rule(double a, double h = 1e-6) {
+    const double y = Op::apply(a);
+    const double g = std::get<0>(Op::gradient(a, y, 1.0));
+    const double fd = (Op::apply(a + h) - Op::apply(a - h)) / (2 * h);
+    INFO(Op::name << " at " << a << ": rule " << g << ", differences " << fd);
+    CHECK(close(g, fd, 1e-6, 1e-9));
 }
 
 }  // namespace kiln_test

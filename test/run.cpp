@@ -228,7 +228,7 @@ TEST_CASE("run_into over dense containers takes raw pointers only when every sha
     // Same element count, other shape: an error, not a flat run.
     std::vector<float> flat(6, 7.f);
     CHECK_THROWS_WITH_AS(kiln::run_into(flat, x + y, x = rm, y = rm),
-                         "kiln::run_into: the output has shape (6,) but the expression gives shape (2, 3)",
+                         "kiln: shape_error in 'run_into': the output has shape (6,) but the expression gives shape (2, 3)",
                          kiln::shape_error);
     CHECK(flat[0] == 7.f);
     const std::vector<float> four(4), six(6);
@@ -237,7 +237,7 @@ TEST_CASE("run_into over dense containers takes raw pointers only when every sha
     // A statically shaped input keeps its declared-shape check.
     const auto s = kiln::input<"s", float, kiln::shape<kiln::dyn, 3>>{};
     CHECK_THROWS_WITH_AS(kiln::run_into(flat, s * 2_c, s = six),
-                         "kiln::run_into: input 's' is declared with shape (?, 3) but was fed shape (6,)",
+                         "kiln: shape_error in 'run_into': input 's' is declared with shape (?, 3) but was fed shape (6,)",
                          kiln::shape_error);
     // In place through the unrolled loop, at sizes around two batches.
     for (std::size_t n : {std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{33}, std::size_t{1001}}) {
@@ -265,11 +265,11 @@ TEST_CASE("run-time shape errors name the op and both shapes") {
                          "kiln: shape_error in 'sub': cannot broadcast shapes (2, 3) and (3, 2)", kiln::shape_error);
     std::vector<float> out(5);
     CHECK_THROWS_WITH_AS(kiln::run_into(out, x * 2_c, x = a),
-                         "kiln::run_into: the output has shape (5,) but the expression gives shape (3,)",
+                         "kiln: shape_error in 'run_into': the output has shape (5,) but the expression gives shape (3,)",
                          kiln::shape_error);
     const auto s = kiln::input<"s", float, kiln::shape<kiln::dyn, 3>>{};
     CHECK_THROWS_WITH_AS((void)kiln::run(s * 2_c, s = n),
-                         "kiln::run: input 's' is declared with shape (?, 3) but was fed shape (3, 2)",
+                         "kiln: shape_error in 'run': input 's' is declared with shape (?, 3) but was fed shape (3, 2)",
                          kiln::shape_error);
     CHECK_THROWS_AS((void)kiln::view(a.data(), {3}, {1, 1}), kiln::shape_error);
     CHECK_THROWS_AS(kiln::set_num_threads(0), kiln::value_error);

@@ -55,7 +55,7 @@ TEST_CASE("a session creates parameters from static shapes and initializers") {
     // A feed that contradicts a static shape is named, with the entry point that was called.
     std::vector<float> twenty_nine(29, 1.f);
     CHECK_THROWS_WITH_AS(s.run(kiln::sum(pb), pb = kiln::view(twenty_nine.data(), {29})),
-                         "kiln::session::run: parameter 'b' is declared with shape (30,) but was fed shape (29,)",
+                         "kiln: shape_error in 'session::run': parameter 'b' is declared with shape (30,) but was fed shape (29,)",
                          kiln::shape_error);
     CHECK_THROWS_AS(s.parameter("nope"), kiln::value_error);
     kiln::param<"d", float> dynamic_param;

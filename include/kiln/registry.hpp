@@ -430,7 +430,7 @@ tensor_spec reduction_shape_rule(std::span<const tensor_spec> in, const attribut
     const reduction_shape r =
         reduced_shape(in[0].shape, in[0].dtype, int_list(a, "axes"), a.boolean("keepdims"), Name.chars);
     if (NonEmpty && r.count == 0)
-        throw value_error("kiln::" + std::string(Name.view()) + ": cannot reduce over an empty dimension (shape " +
+        throw value_error("kiln: value_error in '" + std::string(Name.view()) + "': cannot reduce over an empty dimension (shape " +
                           to_string(in[0]) + ")");
     const dtype d = R == reduce_out::sum ? sum_dtype(in[0].dtype)
                     : R == reduce_out::same ? in[0].dtype
@@ -443,7 +443,7 @@ template <fixed_string Name>
 tensor_spec arg_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     const bool keep = a.boolean("keepdims");
     auto empty = [&] {
-        return value_error("kiln::" + std::string(Name.view()) + ": cannot reduce over an empty dimension (shape " +
+        return value_error("kiln: value_error in '" + std::string(Name.view()) + "': cannot reduce over an empty dimension (shape " +
                            to_string(in[0].shape.rank == 0 || a.has("axis") ? in[0].shape : dims{in[0].shape.size()}) +
                            ", " + std::string(name(in[0].dtype)) + ")");
     };

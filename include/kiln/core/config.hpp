@@ -21,6 +21,16 @@
 #define KILN_INLINE inline
 #endif
 
+// KILN_NOINLINE keeps a function out of line: the cold or size-heavy paths of a fused loop (threaded runs, head
+// and tail batches) that would otherwise be inlined once more at every call.
+#if defined(__CUDACC__)
+#define KILN_NOINLINE __noinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#define KILN_NOINLINE __attribute__((noinline))
+#else
+#define KILN_NOINLINE
+#endif
+
 // The same for the index-sequence lambdas inside those functions (host code only): an outlined lambda would take
 // the frame of computed values by reference, which keeps every value in memory instead of in registers.
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)

@@ -2,6 +2,7 @@
 // The run-time error hierarchy. Every message names the operation and the values involved.
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kiln {
 
@@ -40,5 +41,16 @@ class file_error : public error {
 public:
     using error::error;
 };
+
+namespace detail {
+
+// The head of every run-time message, one form in every mode: "kiln: shape_error in 'session::run': ". `where`
+// may name the entry point with or without its "kiln::".
+inline std::string error_prefix(std::string_view kind, std::string_view where) {
+    if (where.substr(0, 6) == "kiln::") where.remove_prefix(6);
+    return "kiln: " + std::string(kind) + " in '" + std::string(where) + "': ";
+}
+
+}  // namespace detail
 
 }  // namespace kiln

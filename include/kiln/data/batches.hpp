@@ -11,14 +11,14 @@ namespace kiln::data {
 
 // Rows `index` of t (along the first dimension), copied into a new tensor.
 inline tensor take_rows(const tensor& t, const std::vector<std::ptrdiff_t>& index) {
-    if (t.dim() == 0) throw shape_error("kiln::data::take_rows: a scalar has no rows");
+    if (t.dim() == 0) throw shape_error("kiln: shape_error in 'data::take_rows': a scalar has no rows");
     dims shape = t.shape();
     shape[0] = static_cast<std::ptrdiff_t>(index.size());
     tensor out(t.dtype(), shape);
     kiln::detail::dispatch(t.dtype(), [&]<class T>() {
         for (std::size_t i = 0; i < index.size(); ++i) {
             if (index[i] < 0 || index[i] >= t.shape()[0])
-                throw value_error("kiln::data::take_rows: row " + std::to_string(index[i]) + " is out of range for shape " +
+                throw value_error("kiln: value_error in 'data::take_rows': row " + std::to_string(index[i]) + " is out of range for shape " +
                                   to_string(t.shape()));
             tensor dst = out.select(0, static_cast<std::ptrdiff_t>(i));
             kiln::detail::run_eager_into(dst, kiln::detail::indexed_leaf<0, T>{}, t.select(0, index[i]));
@@ -34,9 +34,9 @@ struct batch {
 // Splits (x, y) into batches of `size` rows (the last may be smaller), in a shuffled order when `shuffle`.
 inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff_t size, bool shuffle,
                                   generator& g = default_generator()) {
-    if (size <= 0) throw value_error("kiln::data::batches: the batch size must be positive");
+    if (size <= 0) throw value_error("kiln: value_error in 'data::batches': the batch size must be positive");
     if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
-        throw shape_error("kiln::data::batches: x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
+        throw shape_error("kiln: shape_error in 'data::batches': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
                           " must have the same number of rows");
     const std::ptrdiff_t n = x.shape()[0];
     std::vector<std::ptrdiff_t> order(static_cast<std::size_t>(n));
@@ -77,10 +77,10 @@ public:
         : basic_loader(x, y, batch_size, options{}) {}
     basic_loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size, options o)
         : x_(x), y_(y), size_(batch_size), opt_(o), gen_(o.seed) {
-        if (batch_size <= 0) throw value_error("kiln::data::loader: the batch size must be positive, got " +
+        if (batch_size <= 0) throw value_error("kiln: value_error in 'data::loader': the batch size must be positive, got " +
                                                std::to_string(batch_size));
         if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
-            throw shape_error("kiln::data::loader: x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
+            throw shape_error("kiln: shape_error in 'data::loader': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
                               " must have the same number of rows");
         rows_ = x.shape()[0];
         order_.resize(static_cast<std::size_t>(rows_));

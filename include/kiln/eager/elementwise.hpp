@@ -54,11 +54,12 @@ constexpr bool logical_op() {
     else return false;
 }
 
-// Ops that PyTorch refuses on bool operands (bool - bool, -bool, bool ** bool, // and % of bools).
+// Ops that PyTorch refuses on bool operands (bool - bool, -bool, bool ** bool, // and % of bools) say so in the
+// vocabulary: `static constexpr bool refuses_bool = true`.
 template <class Op>
 constexpr bool refuses_bool() {
-    return std::is_same_v<Op, ops::sub> || std::is_same_v<Op, ops::neg> || std::is_same_v<Op, ops::pow> ||
-           std::is_same_v<Op, ops::floor_divide> || std::is_same_v<Op, ops::remainder>;
+    if constexpr (requires { Op::refuses_bool; }) return Op::refuses_bool;
+    else return false;
 }
 
 template <class Op>

@@ -28,7 +28,7 @@ inline tensor ones(const dims& shape, dtype d = dtype::float32) { return full(sh
 // start, start + step, ... below stop (like numpy.arange); int64 unless a dtype is given.
 inline tensor arange(double start, double stop, double step = 1.0, dtype d = dtype::int64) {
     if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
-        throw value_error("kiln::arange: start, stop and step must be finite and step nonzero");
+        throw value_error("kiln: value_error in 'arange': start, stop and step must be finite and step nonzero");
     // The count is computed in double and checked before it becomes an integer (arange(0, 1e300) has no answer).
     const double count = std::max(0.0, std::ceil((stop - start) / step));
     if (!(count <= static_cast<double>(detail::max_bytes / static_cast<std::ptrdiff_t>(size_of(d)))))
@@ -49,7 +49,7 @@ inline tensor arange(double stop) { return arange(0, stop); }
 
 // n points from a to b inclusive.
 inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d = dtype::float32) {
-    if (n < 0) throw value_error("kiln::linspace: the number of points must be non-negative, got " + std::to_string(n));
+    if (n < 0) throw value_error("kiln: value_error in 'linspace': the number of points must be non-negative, got " + std::to_string(n));
     tensor t(d, dims{n});
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();
@@ -64,7 +64,7 @@ template <class T>
 tensor from_vector(const std::vector<T>& v, dims shape) {
     static_assert(is_dtype_v<T>, "kiln::from_vector: element types are bool, int32_t, int64_t, float and double.");
     if (detail::checked_numel(shape, "from_vector") != static_cast<std::ptrdiff_t>(v.size()))
-        throw shape_error("kiln::from_vector: " + std::to_string(v.size()) + " values do not fill shape " +
+        throw shape_error("kiln: shape_error in 'from_vector': " + std::to_string(v.size()) + " values do not fill shape " +
                           to_string(shape));
     tensor t(dtype_of<T>(), shape);
     std::copy(v.begin(), v.end(), t.data<T>());
@@ -116,7 +116,7 @@ inline void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
 // Uniform in [low, high).
 inline tensor uniform(const dims& shape, double low, double high, dtype d = dtype::float32,
                       generator& g = default_generator()) {
-    if (!detail::is_floating(d)) throw dtype_error("kiln::uniform: the dtype must be float32 or float64");
+    if (!detail::is_floating(d)) throw dtype_error("kiln: dtype_error in 'uniform': the dtype must be float32 or float64");
     tensor t(d, shape);
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();
@@ -128,7 +128,7 @@ inline tensor rand(const dims& shape, dtype d = dtype::float32, generator& g = d
     return uniform(shape, 0.0, 1.0, d, g);
 }
 inline tensor randn(const dims& shape, dtype d = dtype::float32, generator& g = default_generator()) {
-    if (!detail::is_floating(d)) throw dtype_error("kiln::randn: the dtype must be float32 or float64");
+    if (!detail::is_floating(d)) throw dtype_error("kiln: dtype_error in 'randn': the dtype must be float32 or float64");
     tensor t(d, shape);
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();

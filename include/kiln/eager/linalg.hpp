@@ -153,12 +153,12 @@ inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
 // Joins tensors along an existing axis; their shapes must agree elsewhere. Dtypes promote.
 inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
     for (const tensor& t : ts) t.check_valid("concat");
-    if (ts.empty()) throw value_error("kiln::concat: no tensors to join");
+    if (ts.empty()) throw value_error("kiln: value_error in 'concat': no tensors to join");
     const tensor& first = ts.front();
     const int r = first.dim();
     const int ax = axis < 0 ? axis + r : axis;
     if (ax < 0 || ax >= r)
-        throw value_error("kiln::concat: axis " + std::to_string(axis) + " is out of range for shape " +
+        throw value_error("kiln: value_error in 'concat': axis " + std::to_string(axis) + " is out of range for shape " +
                           to_string(first.shape()));
     dtype d = first.dtype();
     dims shape = first.shape();
@@ -186,7 +186,7 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
 
 // Joins tensors of one shape along a new axis.
 inline tensor stack(const std::vector<tensor>& ts, int axis = 0) {
-    if (ts.empty()) throw value_error("kiln::stack: no tensors to join");
+    if (ts.empty()) throw value_error("kiln: value_error in 'stack': no tensors to join");
     std::vector<tensor> expanded;
     for (const tensor& t : ts) {
         if (!(t.shape() == ts.front().shape()))

@@ -268,7 +268,7 @@ struct npy_memory_source {
 
 inline void save_npy(const std::string& path, const tensor& t) {
     std::ofstream out(path, std::ios::binary);
-    if (!out) throw error("kiln::save_npy: cannot open '" + path + "' for writing");
+    if (!out) throw file_error("kiln: file_error in 'save_npy': cannot open '" + path + "' for writing");
     const std::string header = detail::npy_header(t.dtype(), t.shape());
     out.write("\x93NUMPY\x01\x00", 8);
     const auto len = static_cast<std::uint16_t>(header.size());
@@ -278,7 +278,7 @@ inline void save_npy(const std::string& path, const tensor& t) {
     const tensor c = t.contiguous();
     static_assert(std::endian::native == std::endian::little, "kiln::save_npy writes little-endian data");
     out.write(static_cast<const char*>(c.raw_data()), static_cast<std::streamsize>(c.numel() * c.itemsize()));
-    if (!out) throw error("kiln::save_npy: writing '" + path + "' failed");
+    if (!out) throw file_error("kiln: file_error in 'save_npy': writing '" + path + "' failed");
 }
 
 // Reads a .npy file. The file is untrusted: its header is parsed strictly, every size is checked against the

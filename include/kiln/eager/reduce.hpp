@@ -34,10 +34,10 @@ inline reduction_shape reduced_shape(const dims& shape, dtype dt, const std::vec
     for (int a : axes) {
         const int ax = a < 0 ? a + shape.rank : a;
         if (ax < 0 || ax >= shape.rank)
-            throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " is out of range for shape " +
+            throw value_error("kiln: value_error in '" + std::string(op) + "': axis " + std::to_string(a) + " is out of range for shape " +
                               to_string(shape) + " (" + std::string(name(dt)) + ")");
         if (reduce[ax] && !axes.empty())  // after normalizing: {0, -2} on a matrix names axis 0 twice
-            throw value_error("kiln::" + std::string(op) + ": axis " + std::to_string(a) + " repeats (axes " +
+            throw value_error("kiln: value_error in '" + std::string(op) + "': axis " + std::to_string(a) + " repeats (axes " +
                               axes_text(axes) + " on shape " + to_string(shape) + ")");
         reduce[ax] = true;
     }
@@ -100,7 +100,7 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
     const reduction_shape r = reduced_shape(x, axes, keepdims, op);
     const bool extremum = kind == fold_kind::max || kind == fold_kind::min;
     if (extremum && r.count == 0)
-        throw value_error("kiln::" + std::string(op) + ": cannot reduce over an empty dimension (shape " +
+        throw value_error("kiln: value_error in '" + std::string(op) + "': cannot reduce over an empty dimension (shape " +
                           to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
     const dtype out_dtype = extremum ? x.dtype() : (is_floating(x.dtype()) ? x.dtype() : dtype::int64);
     tensor out(out_dtype, r.keep);
@@ -159,7 +159,7 @@ inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max
     x.check_valid(op);
     const reduction_shape r = reduced_shape(x, {axis}, keepdims, op);
     if (r.count == 0)
-        throw value_error("kiln::" + std::string(op) + ": cannot reduce over an empty dimension (shape " +
+        throw value_error("kiln: value_error in '" + std::string(op) + "': cannot reduce over an empty dimension (shape " +
                           to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
     const int ax = axis < 0 ? axis + x.dim() : axis;
     tensor out(dtype::int64, r.keep);

@@ -248,7 +248,7 @@ private:
     template <int N>
     std::vector<tensor> gradient_from(const tensor& target, const std::vector<tensor>& sources, const tensor* seed) {
         if (used_ && !persistent_)
-            throw value_error("kiln::gradient_tape::gradient: a non-persistent tape computes gradients once; make it "
+            throw value_error("kiln: value_error in 'gradient_tape::gradient': a non-persistent tape computes gradients once; make it "
                               "with gradient_tape(true) to call gradient() again");
         used_ = true;
         // This tape must not record its own backward pass; the tapes around it do.
@@ -476,7 +476,7 @@ public:
     // Copies `value` into the variable's storage (same shape; converted to its dtype). Not recorded.
     void assign(const tensor& value) {
         if (!(value.shape() == shape()))
-            throw shape_error("kiln::variable::assign: the value has shape " + to_string(value.shape()) +
+            throw shape_error("kiln: shape_error in 'variable::assign': the value has shape " + to_string(value.shape()) +
                               " but the variable has shape " + to_string(shape()));
         const tensor v = value.to(dtype());
         tensor& self = *this;
@@ -490,7 +490,7 @@ std::vector<tensor> gradient_tape::gradient(const tensor& target, const std::vec
     s.reserve(sources.size());
     for (std::size_t i = 0; i < sources.size(); ++i) {
         if (!sources[i])
-            throw value_error("kiln::gradient_tape::gradient: source " + std::to_string(i) + " is a null pointer");
+            throw value_error("kiln: value_error in 'gradient_tape::gradient': source " + std::to_string(i) + " is a null pointer");
         s.push_back(*sources[i]);
     }
     return gradient<N>(target, s);

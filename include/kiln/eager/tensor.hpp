@@ -267,7 +267,7 @@ public:
     T* data() const {
         check_valid("data");
         if (dtype_of<std::remove_const_t<T>>() != dtype_)
-            throw dtype_error("kiln::tensor::data: the tensor's dtype is " + std::string(name(dtype_)) +
+            throw dtype_error("kiln: dtype_error in 'tensor::data': the tensor's dtype is " + std::string(name(dtype_)) +
                               ", not " + std::string(dtype_name<std::remove_const_t<T>>()));
         return reinterpret_cast<T*>(storage_->data) + offset_;
     }
@@ -286,7 +286,7 @@ public:
     template <class T>
     T item() const {
         if (numel() != 1)
-            throw value_error("kiln::tensor::item: the tensor has " + std::to_string(numel()) +
+            throw value_error("kiln: value_error in 'tensor::item': the tensor has " + std::to_string(numel()) +
                               " elements (shape " + to_string(shape_) + "), not one");
         return detail::dispatch(dtype_, [&]<class U>() { return value_cast<T>(*data<U>()); });
     }
@@ -295,7 +295,7 @@ public:
     template <class T>
     T at(std::initializer_list<std::ptrdiff_t> index) const {
         if (static_cast<int>(index.size()) != shape_.rank)
-            throw value_error("kiln::tensor::at: " + std::to_string(index.size()) + " indices for a tensor of rank " +
+            throw value_error("kiln: value_error in 'tensor::at': " + std::to_string(index.size()) + " indices for a tensor of rank " +
                               std::to_string(shape_.rank));
         check_valid("at");
         std::ptrdiff_t off = 0;
@@ -303,7 +303,7 @@ public:
         for (std::ptrdiff_t i : index) {
             if (i < 0) i += shape_[d];
             if (i < 0 || i >= shape_[d])
-                throw value_error("kiln::tensor::at: index " + std::to_string(i) + " is out of range for dimension " +
+                throw value_error("kiln: value_error in 'tensor::at': index " + std::to_string(i) + " is out of range for dimension " +
                                   std::to_string(d) + " of shape " + to_string(shape_));
             off += i * strides_[d++];
         }
@@ -316,7 +316,7 @@ public:
 
     tensor permute(std::initializer_list<int> order) const {
         if (static_cast<int>(order.size()) != shape_.rank)
-            throw value_error("kiln::tensor::permute: " + std::to_string(order.size()) + " axes for shape " +
+            throw value_error("kiln: value_error in 'tensor::permute': " + std::to_string(order.size()) + " axes for shape " +
                               to_string(shape_));
         dims s = shape_, st = strides_;
         std::array<int, max_rank> inverse{};
@@ -324,7 +324,7 @@ public:
         int i = 0;
         for (int a : order) {
             const int ax = normalize_axis(a, "permute");
-            if (seen[ax]) throw value_error("kiln::tensor::permute: axis " + std::to_string(a) + " repeats");
+            if (seen[ax]) throw value_error("kiln: value_error in 'tensor::permute': axis " + std::to_string(a) + " repeats");
             seen[ax] = true;
             s[i] = shape_[ax];
             st[i] = strides_[ax];
@@ -363,9 +363,9 @@ public:
     // including) stop, so slice(0, -1, kiln::slice_begin, -1) reverses (a view with a negative stride).
     tensor slice(int axis, std::ptrdiff_t start, std::ptrdiff_t stop, std::ptrdiff_t step = 1) const {
         const int ax = normalize_axis(axis, "slice");
-        if (step == 0) throw value_error("kiln::tensor::slice: the step must not be 0");
+        if (step == 0) throw value_error("kiln: value_error in 'tensor::slice': the step must not be 0");
         if (step == std::numeric_limits<std::ptrdiff_t>::min())
-            throw value_error("kiln::tensor::slice: the step is out of range");
+            throw value_error("kiln: value_error in 'tensor::slice': the step is out of range");
         const std::ptrdiff_t n = shape_[ax], raw_start = start, raw_stop = stop;
         dims s = shape_, st = strides_;
         if (step > 0) {
@@ -396,7 +396,7 @@ public:
         const int ax = normalize_axis(axis, "select");
         if (index < 0) index += shape_[ax];
         if (index < 0 || index >= shape_[ax])
-            throw value_error("kiln::tensor::select: index " + std::to_string(index) + " is out of range for axis " +
+            throw value_error("kiln: value_error in 'tensor::select': index " + std::to_string(index) + " is out of range for axis " +
                               std::to_string(ax) + " of shape " + to_string(shape_));
         dims s, st;
         s.rank = st.rank = shape_.rank - 1;
@@ -410,7 +410,7 @@ public:
     tensor unsqueeze(int axis) const {
         if (axis < 0) axis += shape_.rank + 1;
         if (axis < 0 || axis > shape_.rank || shape_.rank == max_rank)
-            throw value_error("kiln::tensor::unsqueeze: axis " + std::to_string(axis) + " is out of range for shape " +
+            throw value_error("kiln: value_error in 'tensor::unsqueeze': axis " + std::to_string(axis) + " is out of range for shape " +
                               to_string(shape_));
         dims s, st;
         s.rank = st.rank = shape_.rank + 1;
@@ -425,7 +425,7 @@ public:
     tensor squeeze(int axis) const {
         const int ax = normalize_axis(axis, "squeeze");
         if (shape_[ax] != 1)
-            throw value_error("kiln::tensor::squeeze: dimension " + std::to_string(ax) + " of shape " +
+            throw value_error("kiln: value_error in 'tensor::squeeze': dimension " + std::to_string(ax) + " of shape " +
                               to_string(shape_) + " has size " + std::to_string(shape_[ax]) + ", not 1");
         return select(ax, 0);
     }
@@ -489,7 +489,7 @@ private:
     int normalize_axis(int axis, const char* op) const {
         const int a = axis < 0 ? axis + shape_.rank : axis;
         if (a < 0 || a >= shape_.rank)
-            throw value_error("kiln::tensor::" + std::string(op) + ": axis " + std::to_string(axis) +
+            throw value_error("kiln: value_error in 'tensor::" + std::string(op) + "': axis " + std::to_string(axis) +
                               " is out of range for shape " + to_string(shape_));
         return a;
     }

@@ -19,10 +19,10 @@ namespace detail {
 template <class T>
 T* checked_data(const tensor& t, const char* op) {
     if (t.dtype() != dtype_of<T>())
-        throw dtype_error(std::string("kiln::") + op + ": the tensor's dtype is " + std::string(name(t.dtype())) +
+        throw dtype_error(detail::error_prefix("dtype_error", op) + "the tensor's dtype is " + std::string(name(t.dtype())) +
                           ", not the requested " + std::string(name(dtype_of<T>())) + "; convert with .to() first");
     if (!(t.device() == kiln::cpu))
-        throw device_error(std::string("kiln::") + op + ": the tensor lives on " + to_string(t.device()) +
+        throw device_error(detail::error_prefix("device_error", op) + "the tensor lives on " + to_string(t.device()) +
                            "; xtensor views need host memory");
     return t.data<T>();
 }

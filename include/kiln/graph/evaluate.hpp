@@ -128,8 +128,9 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
     // product: 0 no; 1 the first; 2 the second. The product's factors and the other operand must have one floating
     // type. A product that other nodes also use is still computed once for them; the fused form only replaces the
     // add, so it never costs an instruction.
+    // (KILN_HD: apply_op runs in device code, and nvcc warns (#20013) about a host-only constexpr call there.)
     template <class Ctx, class Op, class... A>
-    static constexpr int contraction() {
+    KILN_HD static constexpr int contraction() {
         if constexpr (!KILN_FP_CONTRACT || sizeof...(A) != 2 ||
                       !(std::is_same_v<Op, ops::add> || std::is_same_v<Op, ops::sub>)) {
             return 0;
@@ -142,7 +143,7 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
         }
     }
     template <class Ctx, class M, class C>
-    static constexpr bool factors_match() {
+    KILN_HD static constexpr bool factors_match() {
         if constexpr (!mul_factors<M>::value) {
             return false;
         } else {

@@ -41,7 +41,7 @@ view_t<T> view(T* data, dims shape) {
 template <class T>
 view_t<T> view(T* data, dims shape, dims strides) {
     if (strides.rank != shape.rank)
-        throw shape_error("kiln::view: shape " + to_string(shape) + " and strides " + to_string(strides) +
+        throw shape_error("kiln: shape_error in 'view': shape " + to_string(shape) + " and strides " + to_string(strides) +
                           " have different ranks");
     return view_t<T>{data, shape, strides};
 }
@@ -238,7 +238,7 @@ void check_static_shape(const dims& fed, const char* where) {
         bool ok = fed.rank == S::rank;
         for (int i = 0; ok && i < S::rank; ++i) ok = S::dims[i] == dyn || S::dims[i] == fed[i];
         if (!ok)
-            throw shape_error(std::string(where) + (is_param_v<Leaf> ? ": parameter '" : ": input '") +
+            throw shape_error(error_prefix("shape_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
                               std::string(Leaf::name.view()) + "' is declared with shape " +
                               static_shape_text<S>::get() + " but was fed shape " + to_string(fed));
     }
@@ -250,7 +250,7 @@ void fill_leaf(strided<P>& s, C& c, const char* where) {
     if constexpr (requires { c.dtype(); c.raw_data(); }) {
         using T = typename Leaf::value_type;
         if (c.dtype() != dtype_of<T>()) [[unlikely]]
-            throw dtype_error(std::string(where) + (is_param_v<Leaf> ? ": parameter '" : ": input '") +
+            throw dtype_error(error_prefix("dtype_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
                               std::string(Leaf::name.view()) + "' is declared " + std::string(dtype_name<T>()) +
                               " but was fed a tensor of dtype " + std::string(name(c.dtype())) +
                               " (convert it with .to(kiln::" + std::string(dtype_name<T>()) + "))");

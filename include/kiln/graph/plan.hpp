@@ -250,7 +250,6 @@ struct plan {
     static void materialize(const user_bound_t& users, workspace& ws) {
         using M = typename at<K, mat>::type;
         using T = value_type_t<M>;
-        using B = typename not_bool<T>::type;
         auto& slot = std::get<K>(ws.slots);
         auto& buf = std::get<K>(ws.buffers);
         if constexpr (is_structural_node<M>::value) {
@@ -287,7 +286,6 @@ struct plan {
             T* p = reinterpret_cast<T*>(grow(buf, s.size()));
             run_elementwise(def, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
             set_contiguous(slot, p, s);
-            (void)sizeof(B);
         }
     }
 

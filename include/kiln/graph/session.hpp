@@ -40,7 +40,7 @@ tensor fill(const dims& s, dtype d, F f) {
             T* p = t.data<T>();
             for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(f());
         } else {
-            throw dtype_error("kiln::init: parameters are float32 or float64");
+            throw dtype_error("kiln: dtype_error in 'init': parameters are float32 or float64");
         }
     });
     return t;
@@ -178,14 +178,14 @@ public:
             const auto d = declared_.find(name);
             if (d == declared_.end()) throw_unknown_parameter("kiln::session::set", name);
             if (d->second != value.dtype())
-                throw dtype_error("kiln::session::set: parameter '" + std::string(name) + "' is declared " +
+                throw dtype_error("kiln: dtype_error in 'session::set': parameter '" + std::string(name) + "' is declared " +
                                   std::string(kiln::name(d->second)) + " but the value's dtype is " +
                                   std::string(kiln::name(value.dtype())) + " (convert it with .to())");
             params_.emplace(std::string(name), copy_of(value));
             return;
         }
         if (!(it->second.shape() == value.shape()) || it->second.dtype() != value.dtype())
-            throw shape_error("kiln::session::set: parameter '" + std::string(name) + "' has shape " +
+            throw shape_error("kiln: shape_error in 'session::set': parameter '" + std::string(name) + "' has shape " +
                               to_string(it->second.shape()) + " and dtype " + std::string(kiln::name(it->second.dtype())) +
                               ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
         run_eager_copy(it->second, value);
@@ -240,7 +240,7 @@ private:
 
     [[noreturn]] void throw_unknown_parameter(const char* where, std::string_view name) const {
         std::vector<std::string> known = known_parameter_names();
-        std::string msg = std::string(where) + ": no parameter named '" + std::string(name) + "'";
+        std::string msg = detail::error_prefix("value_error", where) + "no parameter named '" + std::string(name) + "'";
         if (known.empty()) {
             msg += "; the session has seen no expression with parameters yet (run one, or call "
                    "session::initialize(expr) or session::declare(expr) first, or pass the kiln::param itself)";
@@ -343,13 +343,13 @@ private:
         using T = typename L::value_type;
         if (it != params_.end()) {
             if (it->second.dtype() != dtype_of<T>())
-                throw dtype_error("kiln::session: parameter '" + std::string(name) + "' is declared " +
+                throw dtype_error("kiln: dtype_error in 'session': parameter '" + std::string(name) + "' is declared " +
                                   std::string(dtype_name<T>()) + " but holds " + std::string(kiln::name(it->second.dtype())));
             return it->second;
         }
         using S = typename L::shape_type;
         if constexpr (!detail::fully_static_v<S>) {
-            throw value_error("kiln::session: parameter '" + std::string(name) +
+            throw value_error("kiln: value_error in 'session': parameter '" + std::string(name) +
                               "' has no static shape to initialize from; declare one (kiln::param<\"w\", float, "
                               "kiln::shape<10, 64>>) or set it with session::set");
         } else {
@@ -444,7 +444,7 @@ private:
         const dims gs = st.ws.same ? ps : Plan::shape_of_expression(r, users, st.ws);  // checked on new shapes
         dims b;
         if (!detail::broadcast_into(gs, ps, b) || !(b == ps))
-            throw shape_error("kiln::session: the gradient of parameter '" + std::string(P::name.view()) +
+            throw shape_error("kiln: shape_error in 'session': the gradient of parameter '" + std::string(P::name.view()) +
                               "' has shape " + to_string(gs) + ", which does not fit the parameter's " + to_string(ps));
         const dims rs = detail::contiguous_strides(ps);
         Plan::run_elementwise(r, users, st.ws, detail::strided<T>(buf.data(), ps, rs), ps);
@@ -457,7 +457,7 @@ private:
         tensor& p = *st.params[I];
         const dims& ps = p.shape();
         const auto roots = st.rule.template roots<T>();
-        if (!p.is_contiguous()) throw value_error("kiln::session: parameter '" + std::string(P::name.view()) + "' is not contiguous");
+        if (!p.is_contiguous()) throw value_error("kiln: value_error in 'session': parameter '" + std::string(P::name.view()) + "' is not contiguous");
         using roots_t = std::remove_cvref_t<decltype(roots)>;
         std::apply([&](const auto&... r) {
             using list = detail::unique_nodes_t<std::remove_cvref_t<decltype(r)>...>;

@@ -46,18 +46,18 @@ tensor cross_entropy(const tensor& logits_in, const tensor& labels_in) {
     const detail::dependent_tensor<N>& logits = logits_in;
     const detail::dependent_tensor<N>& labels = labels_in;
     if (logits.dim() != 2)
-        throw shape_error("kiln::nn::cross_entropy: logits must be (batch, classes), got " + to_string(logits.shape()));
+        throw shape_error("kiln: shape_error in 'nn::cross_entropy': logits must be (batch, classes), got " + to_string(logits.shape()));
     detail::dependent_tensor<N> target = labels;
     if (!detail::is_floating(labels.dtype())) {
         if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
-            throw shape_error("kiln::nn::cross_entropy: labels " + to_string(labels.shape()) + " do not match logits " +
+            throw shape_error("kiln: shape_error in 'nn::cross_entropy': labels " + to_string(labels.shape()) + " do not match logits " +
                               to_string(logits.shape()));
         if (labels.dtype() == dtype::boolean)
-            throw dtype_error("kiln::nn::cross_entropy: class labels must be integers, got bool");
+            throw dtype_error("kiln: dtype_error in 'nn::cross_entropy': class labels must be integers, got bool");
         const std::ptrdiff_t k = logits.shape()[1];
         const tensor lo = kiln::min<N>(labels), hi = kiln::max<N>(labels);
         if (labels.numel() > 0 && (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= k))
-            throw value_error("kiln::nn::cross_entropy: class index " +
+            throw value_error("kiln: value_error in 'nn::cross_entropy': class index " +
                               std::to_string(lo.item<std::int64_t>() < 0 ? lo.item<std::int64_t>()
                                                                          : hi.item<std::int64_t>()) +
                               " is out of range for " + std::to_string(k) + " classes");
@@ -95,7 +95,7 @@ public:
     tensor forward(const tensor& x_in) override {
         const detail::dependent_tensor<N>& x = x_in;
         if (x.dim() < 1 || x.shape()[x.dim() - 1] != w.shape()[0])
-            throw shape_error("kiln::nn::dense: input " + to_string(x.shape()) + " does not end in " +
+            throw shape_error("kiln: shape_error in 'nn::dense': input " + to_string(x.shape()) + " does not end in " +
                               std::to_string(w.shape()[0]) + " features");
         return act_(matmul(x, w) + b);
     }
@@ -137,7 +137,7 @@ public:
     std::size_t size() const noexcept { return layers_.size(); }
     module& operator[](std::size_t i) const {
         if (i >= layers_.size())
-            throw value_error("kiln::nn::sequential: layer " + std::to_string(i) + " is out of range for " +
+            throw value_error("kiln: value_error in 'nn::sequential': layer " + std::to_string(i) + " is out of range for " +
                               std::to_string(layers_.size()) + " layers");
         return *layers_[i];
     }
@@ -150,7 +150,7 @@ public:
     M& layer(std::size_t i) const {
         auto* m = dynamic_cast<M*>(&(*this)[i]);
         if (!m)
-            throw value_error("kiln::nn::sequential: layer " + std::to_string(i) + " is not of the requested type");
+            throw value_error("kiln: value_error in 'nn::sequential': layer " + std::to_string(i) + " is not of the requested type");
         return *m;
     }
 

@@ -13,11 +13,11 @@ namespace detail {
 
 inline void check_grads(const std::vector<variable*>& params, const std::vector<tensor>& grads, const char* who) {
     if (params.size() != grads.size())
-        throw value_error(std::string("kiln::optim::") + who + ": " + std::to_string(grads.size()) + " gradients for " +
+        throw value_error(std::string("kiln: value_error in 'optim::") + who + "': " + std::to_string(grads.size()) + " gradients for " +
                           std::to_string(params.size()) + " parameters");
     for (std::size_t i = 0; i < params.size(); ++i)
         if (!(params[i]->shape() == grads[i].shape()))
-            throw shape_error(std::string("kiln::optim::") + who + ": gradient " + std::to_string(i) + " has shape " +
+            throw shape_error(std::string("kiln: shape_error in 'optim::") + who + "': gradient " + std::to_string(i) + " has shape " +
                               to_string(grads[i].shape()) + " but its parameter has " + to_string(params[i]->shape()));
 }
 
@@ -48,7 +48,7 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
         const tensor g = grads[i].to(p.dtype()).contiguous();
         kiln::detail::dispatch(p.dtype(), [&]<class T>() {
             if constexpr (std::is_floating_point_v<T>) f.template operator()<T>(i, p, g);
-            else throw dtype_error(std::string("kiln::optim::") + who + ": parameters must be float32 or float64");
+            else throw dtype_error(std::string("kiln: dtype_error in 'optim::") + who + "': parameters must be float32 or float64");
         });
     }
 }
@@ -59,13 +59,13 @@ inline bool adopt_parameters(std::vector<variable*>& mine, const std::vector<var
     if (mine.empty()) {
         for (std::size_t i = 0; i < given.size(); ++i)
             if (!given[i])
-                throw value_error(std::string("kiln::optim::") + who + "::apply_gradients: parameter " +
+                throw value_error(std::string("kiln: value_error in 'optim::") + who + "::apply_gradients': parameter " +
                                   std::to_string(i) + " is a null pointer");
         mine = given;
         return true;
     }
     if (mine != given)
-        throw value_error(std::string("kiln::optim::") + who + "::apply_gradients: the parameters differ from the " +
+        throw value_error(std::string("kiln: value_error in 'optim::") + who + "::apply_gradients': the parameters differ from the " +
                           std::to_string(mine.size()) + " this optimizer updates (an optimizer keeps one set of " +
                           "parameters and their slots; make one optimizer per set)");
     return false;

@@ -8,6 +8,7 @@ namespace ops {
 
 struct neg {
     static constexpr std::string_view name = "neg", symbol = "-";
+    static constexpr bool refuses_bool = true;  // as in PyTorch
     static constexpr int arity = 1, precedence = 6;
     template <class A>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
@@ -56,6 +57,7 @@ struct add {
 
 struct sub {
     static constexpr std::string_view name = "sub", symbol = "-";
+    static constexpr bool refuses_bool = true;  // as in PyTorch
     static constexpr int arity = 2, precedence = 4;
     template <class A, class B>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a, const B& b) {

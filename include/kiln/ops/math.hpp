@@ -522,6 +522,7 @@ struct elu {
 
 struct pow {
     static constexpr std::string_view name = "pow";
+    static constexpr bool refuses_bool = true;  // as in PyTorch
     static constexpr int arity = 2;
     // Integers raised to integers stay integers (PyTorch's rule); any floating operand makes the result floating.
     // Batches are computed lane by lane with std::pow: a vector pow (exp(y log x)) gets the IEEE special cases
@@ -591,6 +592,7 @@ struct minimum {
 // these are the integer division and modulo NumPy and PyTorch give with // and %; `/` is true division in eager mode.
 struct floor_divide {
     static constexpr std::string_view name = "floor_divide";
+    static constexpr bool refuses_bool = true;  // as in PyTorch
     static constexpr int arity = 2;
     template <class A, class B>
     KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {
@@ -608,6 +610,7 @@ struct floor_divide {
 
 struct remainder {
     static constexpr std::string_view name = "remainder";
+    static constexpr bool refuses_bool = true;  // as in PyTorch
     static constexpr int arity = 2;
     template <class A, class B>
     KILN_HD KILN_INLINE static auto apply(const A& a, const B& b) {

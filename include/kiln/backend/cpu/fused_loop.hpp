@@ -181,7 +181,7 @@ struct fused_loop {
     }
 
     template <class LeafPtrs, class Rp>
-    __attribute__((noinline)) static void run_flat_threaded(const Rp& roots, const LeafPtrs& lp,
+    KILN_NOINLINE static void run_flat_threaded(const Rp& roots, const LeafPtrs& lp,
                                                             const std::tuple<root_type_t<Roots>*...>& op,
                                                             std::ptrdiff_t n) {
         const bool stream = stream_output(n);
@@ -334,7 +334,7 @@ struct fused_loop {
     // and the callee loaded them back, packed into one vector by GCC: a failed store-to-load forwarding and a
     // chain of shuffles before the first load, a tenth of a 2^10-element call.
     template <class Rp, class... P>
-    __attribute__((noinline)) static void simd_flat(const Rp& roots, std::ptrdiff_t ib, std::ptrdiff_t ie,
+    KILN_NOINLINE static void simd_flat(const Rp& roots, std::ptrdiff_t ib, std::ptrdiff_t ie,
                                                     bool stream, P... p) {
         static_assert(sizeof...(P) == NO);
         const std::tuple<P...> all{p...};
@@ -412,7 +412,7 @@ struct fused_loop {
 
     // Two full batches of contiguous operands, at a and at b, both loaded before either is stored.
     template <class Rp>
-    __attribute__((noinline)) static void edge_batches(const Rp& roots, const std::array<const T*, NL>& lp,
+    KILN_NOINLINE static void edge_batches(const Rp& roots, const std::array<const T*, NL>& lp,
                                                        const std::array<T*, NR>& op, std::ptrdiff_t a,
                                                        std::ptrdiff_t b) {
         using frame_t = frame<simd_mode<T>, List>;
@@ -425,7 +425,7 @@ struct fused_loop {
     // One full batch at element i (strides 1 or 0), out of line: the head and the tail of a span share it, so the
     // expression is not inlined once more for each of them (compile time of large expressions).
     template <class Rp>
-    __attribute__((noinline)) static void one_batch(const Rp& roots, const std::array<const T*, NL>& lp,
+    KILN_NOINLINE static void one_batch(const Rp& roots, const std::array<const T*, NL>& lp,
                                                     const std::array<std::ptrdiff_t, NL>& ls,
                                                     const std::array<T*, NR>& op, std::ptrdiff_t i) {
         store_roots(roots, frame<simd_mode<T>, List>(broadcast_loader<T, NL>{lp, ls, i}), op, i);
@@ -496,7 +496,7 @@ struct fused_loop {
     }
 
     template <class Rp>
-    __attribute__((noinline)) static void simd_span_outlined(const Rp& roots, const std::array<const T*, NL>& lp,
+    KILN_NOINLINE static void simd_span_outlined(const Rp& roots, const std::array<const T*, NL>& lp,
                                                              const std::array<std::ptrdiff_t, NL>& ls,
                                                              const std::array<T*, NR>& op, bool unit, std::ptrdiff_t i,
                                                              std::ptrdiff_t ie, std::ptrdiff_t lo) {

@@ -59,7 +59,7 @@ template <class C>
 C allocate_result(const dims& shape) {
     if constexpr (requires { std::tuple_size<typename C::shape_type>::value; }) {  // xt::xtensor: a std::array shape
         if (static_cast<std::size_t>(shape.rank) != std::tuple_size<typename C::shape_type>::value)
-            throw shape_error("kiln::run: the result has shape " + to_string(shape) + " but the expression's static "
+            throw shape_error("kiln: shape_error in 'run': the result has shape " + to_string(shape) + " but the expression's static "
                               "rank is " + std::to_string(std::tuple_size<typename C::shape_type>::value));
         typename C::shape_type s{};
         for (int i = 0; i < shape.rank; ++i) s[i] = static_cast<std::size_t>(shape[i]);
@@ -264,7 +264,7 @@ KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... f
 // The general case: strided views of the output and of every feed, shapes inferred when they differ. Out of line,
 // so that the dense path above does not set up this path's stack frame (its views are large and aligned).
 template <class Out, class E, class... Feeds>
-__attribute__((noinline)) void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
+KILN_NOINLINE void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
     using leaves = leaves_t<unique_nodes_t<E>>;
     using loop = fused_loop<unique_nodes_t<E>, E>;
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
@@ -278,7 +278,7 @@ __attribute__((noinline)) void run_into_views(Out& out, const E& expr, const Fee
     if (!same) {
         const dims shape = output_shape<leaves>(bound, expr);
         if (!(o.shape == shape))
-            throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
+            throw shape_error("kiln: shape_error in 'run_into': the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
     }
     loop::run(root_pack<E>(expr), bound, outs, o.shape);
@@ -299,7 +299,7 @@ KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds
         const dims shape = plan_t::shape_of_expression(r, users, ws);
         auto o = as_strided<R>(out);
         if (!(o.shape == shape))
-            throw shape_error("kiln::run_into: the output has shape " + to_string(o.shape) +
+            throw shape_error("kiln: shape_error in 'run_into': the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
         plan_t::run_elementwise(r, users, ws, o, shape);
     } else {

@@ -26,7 +26,7 @@ public:
     int threads() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
     void set_threads(int n) {
-        if (n < 1) throw value_error("kiln::set_num_threads: the number of threads must be at least 1, got " +
+        if (n < 1) throw value_error("kiln: value_error in 'set_num_threads': the number of threads must be at least 1, got " +
                                      std::to_string(n));
         std::lock_guard lock(api_);
         stop_workers();

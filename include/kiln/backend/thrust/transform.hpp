@@ -79,7 +79,7 @@ void run_into(Out& out, const E& expr, const Feeds&... feeds) {
             auto check = [&](const auto& f, std::string_view name) {
                 const auto m = static_cast<std::ptrdiff_t>(f.data->size());
                 if (m != n)
-                    throw shape_error("kiln::thrust_backend::run_into: input '" + std::string(name) + "' has " +
+                    throw shape_error("kiln: shape_error in 'thrust_backend::run_into': input '" + std::string(name) + "' has " +
                                       std::to_string(m) + " elements but the output has " + std::to_string(n) +
                                       " (this path does not broadcast)");
             };

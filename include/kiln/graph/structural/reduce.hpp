@@ -24,7 +24,7 @@ struct reduce {
     static dims keep_shape(const dims& x) {
         const detail::axis_mask m = detail::make_axis_mask<Axes...>(x.rank);
         if (!m.ok)
-            throw shape_error("kiln::" + std::string(name) + ": axis " + std::to_string(m.bad) +
+            throw shape_error("kiln: shape_error in '" + std::string(name) + "': axis " + std::to_string(m.bad) +
                               " is out of range for shape " + to_string(x));
         dims k = x;
         for (int i = 0; i < x.rank; ++i)
@@ -49,7 +49,7 @@ struct reduce {
         const std::ptrdiff_t count = m == 0 ? 0 : x.shape.size() / m;
         if constexpr (K == reduction::max || K == reduction::min) {
             if (count == 0 && m > 0)
-                throw value_error("kiln::" + std::string(name) + ": cannot reduce over an empty dimension (shape " +
+                throw value_error("kiln: value_error in '" + std::string(name) + "': cannot reduce over an empty dimension (shape " +
                                   to_string(x.shape) + ")");
             const T init = K == reduction::max ? (std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                                                         : std::numeric_limits<T>::lowest())

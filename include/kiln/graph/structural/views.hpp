@@ -97,7 +97,7 @@ struct reshape : reshape_base {
         }
         if (infer >= 0) out[infer] = known == 0 ? 0 : a.size() / known;
         if (out.size() != a.size())
-            throw shape_error("kiln::reshape: cannot reshape " + to_string(a) + " (" + std::to_string(a.size()) +
+            throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(a) + " (" + std::to_string(a.size()) +
                               " elements) to " + to_string(out));
         return out;
     }
@@ -126,7 +126,7 @@ struct reshape_as : reshape_base {
     using static_shape = SR;
     static dims shape(const dims& g, const dims& ref) {
         if (g.size() != ref.size())
-            throw shape_error("kiln::reshape_as: cannot reshape " + to_string(g) + " to " + to_string(ref));
+            throw shape_error("kiln: shape_error in 'reshape_as': cannot reshape " + to_string(g) + " to " + to_string(ref));
         return ref;
     }
     template <class T, class R>
@@ -158,7 +158,7 @@ struct expand_axes {
         const dims k = reduce<reduction::sum, true, Axes...>::keep_shape(ref);
         const dims expect = reduce<reduction::sum, false, Axes...>::shape(ref);
         if (!(g == expect))
-            throw shape_error("kiln::expand: shape " + to_string(g) + " is not " + to_string(ref) +
+            throw shape_error("kiln: shape_error in 'expand': shape " + to_string(g) + " is not " + to_string(ref) +
                               " reduced over the expanded axes");
         return k;
     }
@@ -194,7 +194,7 @@ struct broadcast_to {
         const dims target{D...};
         dims out;
         if (!detail::broadcast_into(a, target, out) || !(out == target))
-            throw shape_error("kiln::broadcast_to: cannot broadcast shape " + to_string(a) + " to " + to_string(target));
+            throw shape_error("kiln: shape_error in 'broadcast_to': cannot broadcast shape " + to_string(a) + " to " + to_string(target));
         return target;
     }
     template <class T>
@@ -221,7 +221,7 @@ struct sum_to {
     static dims shape(const dims& g, const dims& ref) {
         dims b;
         if (!detail::broadcast_into(g, ref, b) || !(b == g))
-            throw shape_error("kiln::sum_to: shape " + to_string(g) + " is not a broadcast of " + to_string(ref));
+            throw shape_error("kiln: shape_error in 'sum_to': shape " + to_string(g) + " is not a broadcast of " + to_string(ref));
         return ref;
     }
     // Nothing to sum when g already has ref's shape.
