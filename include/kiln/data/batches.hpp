@@ -15,15 +15,13 @@ inline tensor take_rows(const tensor& t, const std::vector<std::ptrdiff_t>& inde
     dims shape = t.shape();
     shape[0] = static_cast<std::ptrdiff_t>(index.size());
     tensor out(t.dtype(), shape);
-    kiln::detail::dispatch(t.dtype(), [&]<class T>() {
-        for (std::size_t i = 0; i < index.size(); ++i) {
-            if (index[i] < 0 || index[i] >= t.shape()[0])
-                throw value_error("kiln: value_error in 'data::take_rows': row " + std::to_string(index[i]) + " is out of range for shape " +
-                                  to_string(t.shape()));
-            tensor dst = out.select(0, static_cast<std::ptrdiff_t>(i));
-            kiln::detail::run_eager_into(dst, kiln::detail::indexed_leaf<0, T>{}, t.select(0, index[i]));
-        }
-    });
+    for (std::size_t i = 0; i < index.size(); ++i) {
+        if (index[i] < 0 || index[i] >= t.shape()[0])
+            throw value_error("kiln: value_error in 'data::take_rows': row " + std::to_string(index[i]) + " is out of range for shape " +
+                              to_string(t.shape()));
+        tensor dst = out.select(0, static_cast<std::ptrdiff_t>(i));
+        kiln::detail::copy_into(dst, t.select(0, index[i]));
+    }
     return out;
 }
 

@@ -2,6 +2,7 @@
 // Eager elementwise ops: a run-time dtype dispatch onto the op's own kernel, run by graph mode's fused loop.
 // `a + b` on tensors plans the one-node graph add(leaf0, leaf1) for the promoted element type and runs it over the
 // tensors' strided views, so broadcasting, SIMD and threads are graph mode's.
+#include <cstring>
 #include <string>
 
 #include "../backend/cpu/fused_loop.hpp"
@@ -192,6 +193,52 @@ tensor convert(const tensor& t) {
         copy_row_major(dst, strided<const T>(src, t.shape(), t.strides()));
     });
     return out;
+}
+
+// out = src elementwise, src of out's dtype and broadcast to out's shape. A plain strided copy rather than the
+// fused loop: views' gradients, joins and assignments instantiate it in every translation unit, where the fused
+// loop's vector paths cost about half a second of compile time per program for a copy. Contiguous copies of one
+// shape are one memmove (the source may be the output itself).
+inline void copy_into(tensor& out, const tensor& src) {
+    const dims& shape = out.shape();
+    const int r = shape.rank;
+    dims ss;  // the source's strides against the output's dimensions (0 where it broadcasts)
+    ss.rank = r;
+    for (int i = 0; i < r; ++i) {
+        const int j = i - (r - src.dim());
+        ss[i] = j < 0 || src.shape()[j] == 1 ? 0 : src.strides()[j];
+    }
+    const std::ptrdiff_t n = shape.size();
+    if (n == 0) return;
+    dispatch(out.dtype(), [&]<class T>() {
+        T* o = static_cast<T*>(out.raw_data());
+        const T* s = static_cast<const T*>(src.raw_data());
+        if (src.shape() == shape && out.is_contiguous() && src.is_contiguous()) {
+            std::memmove(static_cast<void*>(o), static_cast<const void*>(s), static_cast<std::size_t>(n) * sizeof(T));
+            return;
+        }
+        if (r == 0) {
+            *o = *s;
+            return;
+        }
+        const dims& os = out.strides();
+        const std::ptrdiff_t inner = shape[r - 1], oi = os[r - 1], si = ss[r - 1];
+        std::ptrdiff_t idx[max_rank] = {};
+        std::ptrdiff_t o_off = 0, s_off = 0;
+        for (std::ptrdiff_t done = 0; done < n; done += inner) {
+            for (std::ptrdiff_t j = 0; j < inner; ++j) o[o_off + j * oi] = s[s_off + j * si];
+            for (int d = r - 2; d >= 0; --d) {
+                if (++idx[d] < shape[d]) {
+                    o_off += os[d];
+                    s_off += ss[d];
+                    break;
+                }
+                o_off -= (idx[d] - 1) * os[d];
+                s_off -= (idx[d] - 1) * ss[d];
+                idx[d] = 0;
+            }
+        }
+    });
 }
 
 inline tensor as_dtype(const tensor& t, dtype d) {
@@ -524,7 +571,7 @@ tensor& tensor::copy_(const tensor& src) {
         if (y.shares_storage_with(self) &&
             !(y.offset() == offset_ && y.shape() == shape_ && y.strides() == strides_))
             y = detail::convert<T>(y);
-        detail::run_eager_into(self, detail::indexed_leaf<0, T>{}, y);
+        detail::copy_into(self, y);
     });
     return *this;
 }

@@ -177,7 +177,7 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
     for (const tensor& t : ts) {
         tensor part = out.slice(ax, at, at + t.shape()[ax]);
         const tensor src = t.to(d);
-        detail::dispatch(d, [&]<class T>() { detail::run_eager_into(part, detail::indexed_leaf<0, T>{}, src); });
+        detail::copy_into(part, src);
         at += t.shape()[ax];
     }
     if (detail::recording_tapes > 0) detail::record_concat(ts, out, ax);

@@ -325,7 +325,7 @@ inline tensor scatter_slice(const tensor& source, const tensor& g, int axis, std
                             std::ptrdiff_t step) {
     tensor z = zeros(source.shape(), g.dtype());
     tensor part = z.slice(axis, start, stop, step);
-    dispatch(g.dtype(), [&]<class T>() { run_eager_into(part, indexed_leaf<0, T>{}, g); });
+    copy_into(part, g);
     return z;
 }
 
@@ -480,7 +480,7 @@ public:
                               " but the variable has shape " + to_string(shape()));
         const tensor v = value.to(dtype());
         tensor& self = *this;
-        detail::dispatch(dtype(), [&]<class T>() { detail::run_eager_into(self, detail::indexed_leaf<0, T>{}, v); });
+        detail::copy_into(self, v);
     }
 };
 
