@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/shape.hpp"
 #include "eager/eager.hpp"
+#include "function/function.hpp"
 #include "data/batches.hpp"
 #include "graph/graph.hpp"
 #include "graph/grad.hpp"

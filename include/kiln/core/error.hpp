@@ -42,6 +42,13 @@ public:
     using error::error;
 };
 
+// Something that kiln::function cannot trace: a value read from a symbolic tensor (item(), at(), a branch on data),
+// or an op that has no traced form yet. The message names the function and says what to do instead.
+class trace_error : public error {
+public:
+    using error::error;
+};
+
 namespace detail {
 
 // The head of every run-time message, one form in every mode: "kiln: shape_error in 'session::run': ". `where`

@@ -118,6 +118,13 @@ inline std::string to_string(const dims& s) {
 
 namespace detail {
 
+// A shape as attribute text: "2,3" (empty for rank 0).
+inline std::string dims_text(const dims& s) {
+    std::string out;
+    for (int i = 0; i < s.rank; ++i) out += (i ? "," : "") + std::to_string(s.d[i]);
+    return out;
+}
+
 // Row-major strides (in elements) of a shape.
 inline dims contiguous_strides(const dims& shape) {
     dims st;

@@ -2,8 +2,10 @@
 // Eager elementwise ops: a run-time dtype dispatch onto the op's own kernel, run by graph mode's fused loop.
 // `a + b` on tensors plans the one-node graph add(leaf0, leaf1) for the promoted element type and runs it over the
 // tensors' strided views, so broadcasting, SIMD and threads are graph mode's.
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "../backend/cpu/fused_loop.hpp"
 #include "../ops/ops.hpp"
@@ -181,6 +183,12 @@ tensor run_eager(const E& expr, const dims& shape, const In&... inputs) {
 // unit, and the fused loop's vector paths would cost seconds of compile time for a copy.)
 template <class U>
 tensor convert(const tensor& t) {
+    if (active_tracer) [[unlikely]] {
+        const bool same = t.dtype() == dtype_of<U>();
+        return active_tracer->record(same ? "copy" : "cast", same ? "" : "dtype=" + std::string(dtype_name<U>()),
+                                     std::span<const tensor>(&t, 1),
+                                     [](std::span<const tensor> in) { return convert<U>(in[0]); });
+    }
     tensor out(dtype_of<U>(), t.shape());
     U* dst = out.data<U>();
     dispatch(t.dtype(), [&]<class T>() {
@@ -200,6 +208,14 @@ tensor convert(const tensor& t) {
 // loop's vector paths cost about half a second of compile time per program for a copy. Contiguous copies of one
 // shape are one memmove (the source may be the output itself).
 inline void copy_into(tensor& out, const tensor& src) {
+    if (active_tracer) [[unlikely]] {
+        const tensor both[2] = {out, src};
+        active_tracer->record_effect("copy_", "", both, [](std::span<const tensor> in) {
+            tensor o = in[0];
+            copy_into(o, in[1]);
+        });
+        return;
+    }
     const dims& shape = out.shape();
     const int r = shape.rank;
     dims ss;  // the source's strides against the output's dimensions (0 where it broadcasts)
@@ -362,6 +378,57 @@ struct op_builder<operand_mode::eager> {
 
     template <class Op, class... Args>
     static tensor compute(const Args&... args) {
+        if (active_tracer) [[unlikely]] return traced<Op>(args...);
+        return compute_now<Op>(args...);
+    }
+
+    // The op handed to kiln::function's tracer: its tensors are inputs, its numbers attributes (exact, with their
+    // C++ kind: `x * 2` and `x * 2.0` promote differently).
+    template <class Op, class... Args>
+    static tensor traced(const Args&... args) {
+        static constexpr std::size_t n = sizeof...(Args);
+        static constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
+        static constexpr std::array<std::size_t, n> where = [] {
+            std::array<std::size_t, n> at{};
+            std::size_t t = 0;
+            for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? t++ : 0;
+            return at;
+        }();
+        std::vector<tensor> ins;
+        std::string attrs;
+        std::size_t k = 0;
+        ([&] {
+            if constexpr (std::is_same_v<Args, tensor>) ins.push_back(args);
+            else attrs += (attrs.empty() ? "" : " ") + ("operand" + std::to_string(k) + "=") + number_text(args);
+            ++k;
+        }(), ...);
+        std::tuple<Args...> saved(args...);
+        return active_tracer->record(Op::name, std::move(attrs), ins, [saved](std::span<const tensor> in) {
+            return [&]<std::size_t... I>(std::index_sequence<I...>) {
+                auto pick = [&]<std::size_t K>() -> decltype(auto) {
+                    if constexpr (is_tensor[K]) return (in[where[K]]);
+                    else return std::get<K>(saved);
+                };
+                return compute_now<Op>(pick.template operator()<I>()...);
+            }(std::index_sequence_for<Args...>{});
+        });
+    }
+
+    template <class S>
+    static std::string number_text(const S& v) {
+        if constexpr (std::is_same_v<S, bool>) {
+            return v ? "true" : "false";
+        } else if constexpr (std::is_floating_point_v<S>) {
+            char buf[40];
+            std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(v));
+            return std::string(buf) + (sizeof(S) == 4 ? "f" : "");
+        } else {
+            return std::to_string(v) + "i";
+        }
+    }
+
+    template <class Op, class... Args>
+    static tensor compute_now(const Args&... args) {
         constexpr std::size_t n = sizeof...(Args);
         if constexpr (n == 1) {
             return eager_unary<Op>(args...);
@@ -489,6 +556,10 @@ inline dims reshaped(const dims& from, dims target) {
 
 inline tensor tensor::reshape(dims target_in) const {
     const dims target = detail::reshaped(shape_, target_in);
+    if (detail::active_tracer) [[unlikely]]
+        return recorded(traced_view("reshape", "shape=" + detail::dims_text(target),
+                                    [target](const tensor& t) { return t.reshape(target); }),
+                        [s = shape_](const tensor& g) { return g.reshape(s); });
     if (is_contiguous())
         return recorded(view(target, detail::contiguous_strides(target), offset_),
                         [s = shape_](const tensor& g) { return g.reshape(s); });
@@ -534,6 +605,19 @@ tensor& eager_in_place(tensor& a, const B& b) {
                           std::string(name(d)) + " cannot be stored in the output's dtype " +
                           std::string(name(a.dtype())) + " (a result may not move from floating to integer or "
                           "from a number to bool)");
+    if (active_tracer) [[unlikely]] {
+        std::vector<tensor> ins{a};
+        std::string attrs;
+        if constexpr (std::is_same_v<B, tensor>) ins.push_back(b);
+        else attrs = "operand1=" + op_builder<operand_mode::eager>::number_text(b);
+        active_tracer->record_effect(std::string(Op::name) + "_", std::move(attrs), ins,
+                                     [b_saved = b](std::span<const tensor> in) {
+                                         tensor t = in[0];
+                                         if constexpr (std::is_same_v<B, tensor>) eager_in_place<Op>(t, in[1]);
+                                         else eager_in_place<Op>(t, b_saved);
+                                     });
+        return a;
+    }
     dispatch(a.dtype(), [&]<class T>() {
         if constexpr (std::is_same_v<B, tensor>) {
             tensor y = as_dtype(b, a.dtype());

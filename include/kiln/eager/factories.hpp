@@ -14,6 +14,13 @@ namespace kiln {
 
 // A tensor of `shape` filled with `value`.
 inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
+    if (detail::active_tracer) [[unlikely]] {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", value);
+        return detail::active_tracer->record(
+            "full", "shape=" + detail::dims_text(shape) + " value=" + buf + " dtype=" + std::string(name(d)), {},
+            [shape, value, d](std::span<const tensor>) { return full(shape, value, d); });
+    }
     tensor t(d, shape);
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();

@@ -88,7 +88,14 @@ void gemm(const tensor& a, const tensor& b, T* c) {
 inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in);
 
 inline tensor matmul(const tensor& a_in, const tensor& b_in) {
-    tensor y = matmul_untracked(a_in, b_in);
+    tensor y;
+    if (detail::active_tracer) [[unlikely]] {
+        const tensor both[2] = {a_in, b_in};
+        y = detail::active_tracer->record("matmul", "", both,
+                                          [](std::span<const tensor> in) { return matmul_untracked(in[0], in[1]); });
+    } else {
+        y = matmul_untracked(a_in, b_in);
+    }
     if (detail::recording_tapes > 0) detail::record_matmul(a_in, b_in, y);
     return y;
 }
@@ -171,6 +178,14 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
                               to_string(t.shape()) + " differ outside axis " + std::to_string(ax));
         shape[ax] += t.shape()[ax];
         d = detail::promote(d, t.dtype());
+    }
+    if (detail::active_tracer) [[unlikely]] {
+        tensor y = detail::active_tracer->record("concat", "axis=" + std::to_string(ax), ts,
+                                                 [ax](std::span<const tensor> in) {
+                                                     return concat(std::vector<tensor>(in.begin(), in.end()), ax);
+                                                 });
+        if (detail::recording_tapes > 0) detail::record_concat(ts, y, ax);
+        return y;
     }
     tensor out(d, shape);
     std::ptrdiff_t at = 0;

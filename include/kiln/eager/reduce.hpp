@@ -102,6 +102,19 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
     if (extremum && r.count == 0)
         throw value_error("kiln: value_error in '" + std::string(op) + "': cannot reduce over an empty dimension (shape " +
                           to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
+    if (active_tracer) [[unlikely]] {
+        keep = r.keep;
+        static constexpr const char* names[] = {"sum", "prod", "max", "min"};
+        std::string attrs = "axes=";
+        for (std::size_t i = 0; i < axes.size(); ++i) attrs += (i ? "," : "") + std::to_string(axes[i]);
+        attrs += keepdims ? " keepdims=true" : " keepdims=false";
+        const char* name = names[static_cast<int>(kind)];
+        return active_tracer->record(name, std::move(attrs), std::span<const tensor>(&x, 1),
+                                     [axes, keepdims, kind, name](std::span<const tensor> in) {
+                                         dims k;
+                                         return fold(in[0], axes, keepdims, kind, name, k);
+                                     });
+    }
     const dtype out_dtype = extremum ? x.dtype() : (is_floating(x.dtype()) ? x.dtype() : dtype::int64);
     tensor out(out_dtype, r.keep);
     dispatch(x.dtype(), [&]<class T>() {
@@ -162,6 +175,11 @@ inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max
         throw value_error("kiln: value_error in '" + std::string(op) + "': cannot reduce over an empty dimension (shape " +
                           to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
     const int ax = axis < 0 ? axis + x.dim() : axis;
+    if (active_tracer) [[unlikely]]
+        return active_tracer->record(op, "axis=" + std::to_string(ax) + (keepdims ? " keepdims=true" : " keepdims=false"),
+                                     std::span<const tensor>(&x, 1), [ax, keepdims, is_max, op](std::span<const tensor> in) {
+                                         return arg_extremum(in[0], ax, keepdims, is_max, op);
+                                     });
     tensor out(dtype::int64, r.keep);
     dispatch(x.dtype(), [&]<class T>() {
         const std::ptrdiff_t m = r.keep.size();

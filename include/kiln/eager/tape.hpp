@@ -480,7 +480,7 @@ public:
                               " but the variable has shape " + to_string(shape()));
         const tensor v = value.to(dtype());
         tensor& self = *this;
-        detail::copy_into(self, v);
+        detail::copy_into(self, v);  // (a traced effect while kiln::function traces)
     }
 };
 

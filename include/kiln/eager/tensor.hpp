@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -39,7 +40,34 @@ inline std::string to_string(const device& d) {
     return d.type == device_type::cpu ? "cpu" : "cuda:" + std::to_string(d.index);
 }
 
+class tensor;
+
 namespace detail {
+
+// ---- the tracing seam -----------------------------------------------------------------------------------------
+// kiln::function (kiln/function.hpp) traces eager code by handing its tensors symbolic values: tensors with a
+// dtype and a shape but no data. While a tracer records on a thread, each primitive of eager mode (elementwise
+// ops, reductions, matmul, views, joins, conversions, factories, in-place writes, optimizer steps) gives the tracer
+// its op instead of computing: a name, its attributes as text, its inputs and a function that computes it from
+// real inputs. The tracer returns the symbolic result. Composite functions (mean, softmax, the losses, layers,
+// gradient rules) trace as the primitives they call, so a gradient tape inside a traced function works unchanged.
+using replay_fn = std::function<tensor(std::span<const tensor>)>;
+using effect_fn = std::function<void(std::span<const tensor>)>;
+
+struct tracer_base {
+    virtual ~tracer_base() = default;
+    // A pure op: its result depends only on its inputs.
+    virtual tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn) = 0;
+    // A write into the storage of its first `writes` inputs (in place, an assignment, an optimizer step), run in
+    // program order.
+    virtual void record_effect(std::string_view op, std::string attrs, std::span<const tensor> inputs, effect_fn fn,
+                               std::size_t writes = 1) = 0;
+    // A use of a symbolic tensor's values (item(), at(), data()): throws kiln::trace_error saying what to do.
+    [[noreturn]] virtual void refuse(std::string_view what) const = 0;
+};
+
+// The tracer recording on this thread, or null (the common case: eager ops test this one pointer).
+inline thread_local tracer_base* active_tracer = nullptr;
 
 // Reference-counted bytes, 64-byte aligned when kiln allocates them (then they return to the caching allocator
 // with the storage: one allocation for the control block and the record); external memory is wrapped with the
@@ -50,6 +78,9 @@ struct storage {
     kiln::device dev{};
     std::shared_ptr<void> keeper;
     bool cached = false;  // data came from the caching allocator
+    // A symbolic tensor's storage while a function is traced: no bytes, the tracer that owns it and its value.
+    tracer_base* trace_owner = nullptr;
+    std::int64_t trace_value = -1;
 
     storage() = default;
     storage(const storage&) = delete;
@@ -266,6 +297,7 @@ public:
     template <class T>
     T* data() const {
         check_valid("data");
+        check_not_symbolic("tensor::data");
         if (dtype_of<std::remove_const_t<T>>() != dtype_)
             throw dtype_error("kiln: dtype_error in 'tensor::data': the tensor's dtype is " + std::string(name(dtype_)) +
                               ", not " + std::string(dtype_name<std::remove_const_t<T>>()));
@@ -273,6 +305,7 @@ public:
     }
     void* raw_data() const {
         check_valid("data");
+        check_not_symbolic("tensor::data");
         return storage_->data + static_cast<std::size_t>(offset_) * itemsize();
     }
 
@@ -282,9 +315,20 @@ public:
             detail::throw_moved_from(what);
     }
 
+    // True for the symbolic tensors that kiln::function traces with (a dtype and a shape, no data).
+    bool is_symbolic() const noexcept { return storage_ && storage_->trace_owner; }
+
+    // Throws kiln::trace_error when this tensor is symbolic: `what` reads its values.
+    void check_not_symbolic(const char* what) const {
+        if (storage_->trace_owner) [[unlikely]]
+            storage_->trace_owner->refuse(what);
+    }
+
     // The value of a one-element tensor, converted to T.
     template <class T>
     T item() const {
+        check_valid("data");
+        check_not_symbolic("tensor::item");
         if (numel() != 1)
             throw value_error("kiln: value_error in 'tensor::item': the tensor has " + std::to_string(numel()) +
                               " elements (shape " + to_string(shape_) + "), not one");
@@ -298,6 +342,7 @@ public:
             throw value_error("kiln: value_error in 'tensor::at': " + std::to_string(index.size()) + " indices for a tensor of rank " +
                               std::to_string(shape_.rank));
         check_valid("at");
+        check_not_symbolic("tensor::at");
         std::ptrdiff_t off = 0;
         int d = 0;
         for (std::ptrdiff_t i : index) {
@@ -331,7 +376,17 @@ public:
             inverse[ax] = i;
             ++i;
         }
-        return recorded(view(s, st, offset_), [inverse, r = shape_.rank](const tensor& g) {
+        tensor v;
+        if (detail::active_tracer) [[unlikely]] {
+            std::array<int, max_rank> fwd{};
+            std::string text = "dims=";
+            int k = 0;
+            for (int a : order) fwd[k] = a < 0 ? a + shape_.rank : a, text += (k ? "," : "") + std::to_string(fwd[k]), ++k;
+            v = traced_view("permute", std::move(text), [fwd, r = shape_.rank](const tensor& x) { return x.permute_array(fwd, r); });
+        } else {
+            v = view(s, st, offset_);
+        }
+        return recorded(std::move(v), [inverse, r = shape_.rank](const tensor& g) {
             return g.permute_array(inverse, r);
         });
     }
@@ -355,7 +410,10 @@ public:
         dims s = shape_, st = strides_;
         std::swap(s[x], s[y]);
         std::swap(st[x], st[y]);
-        return recorded(view(s, st, offset_), [x, y](const tensor& g) { return g.transpose(x, y); });
+        tensor v = detail::active_tracer ? traced_view("transpose", "dim0=" + std::to_string(x) + " dim1=" + std::to_string(y),
+                                                       [x, y](const tensor& t) { return t.transpose(x, y); })
+                                         : view(s, st, offset_);
+        return recorded(std::move(v), [x, y](const tensor& g) { return g.transpose(x, y); });
     }
 
     // Elements [start, stop) with a step along one dimension, with NumPy's rules: negative start and stop count
@@ -385,7 +443,15 @@ public:
         }
         st[ax] = s[ax] > 1 ? strides_[ax] * step : strides_[ax];  // |step| < n here, so the product fits
         const std::ptrdiff_t first = s[ax] > 0 ? start : 0;
-        return recorded(view(s, st, offset_ + first * strides_[ax]),
+        tensor v = detail::active_tracer
+                       ? traced_view("slice",
+                                     "axis=" + std::to_string(ax) + " start=" + std::to_string(raw_start) +
+                                         " stop=" + std::to_string(raw_stop) + " step=" + std::to_string(step),
+                                     [ax, raw_start, raw_stop, step](const tensor& t) {
+                                         return t.slice(ax, raw_start, raw_stop, step);
+                                     })
+                       : view(s, st, offset_ + first * strides_[ax]);
+        return recorded(std::move(v),
                         [src = *this, ax, raw_start, raw_stop, step](const tensor& g) {
                             return detail::scatter_slice(src, g, ax, raw_start, raw_stop, step);
                         });
@@ -402,7 +468,11 @@ public:
         s.rank = st.rank = shape_.rank - 1;
         for (int i = 0, j = 0; i < shape_.rank; ++i)
             if (i != ax) s[j] = shape_[i], st[j++] = strides_[i];
-        return recorded(view(s, st, offset_ + index * strides_[ax]), [src = *this, ax, index](const tensor& g) {
+        tensor v = detail::active_tracer
+                       ? traced_view("select", "axis=" + std::to_string(ax) + " index=" + std::to_string(index),
+                                     [ax, index](const tensor& t) { return t.select(ax, index); })
+                       : view(s, st, offset_ + index * strides_[ax]);
+        return recorded(std::move(v), [src = *this, ax, index](const tensor& g) {
             return detail::scatter_slice(src, g.unsqueeze(ax), ax, index, index + 1, 1);
         });
     }
@@ -418,7 +488,10 @@ public:
             if (i == axis) s[i] = 1, st[i] = 0;
             else s[i] = shape_[j], st[i] = strides_[j++];
         }
-        return recorded(view(s, st, offset_), [axis](const tensor& g) { return g.squeeze(axis); });
+        tensor v = detail::active_tracer ? traced_view("unsqueeze", "axis=" + std::to_string(axis),
+                                                       [axis](const tensor& t) { return t.unsqueeze(axis); })
+                                         : view(s, st, offset_);
+        return recorded(std::move(v), [axis](const tensor& g) { return g.squeeze(axis); });
     }
 
     // Removes one size-1 dimension, or all of them.
@@ -452,7 +525,10 @@ public:
         if (!ok)
             throw shape_error("kiln: shape_error in 'broadcast_to': cannot broadcast shape " + to_string(shape_) +
                               " to " + to_string(target));
-        return recorded(view(target, st, offset_), [s = shape_](const tensor& g) { return detail::reduce_to(g, s); });
+        tensor v = detail::active_tracer ? traced_view("broadcast_to", "shape=" + detail::dims_text(target),
+                                                       [target](const tensor& t) { return t.broadcast_to(target); })
+                                         : view(target, st, offset_);
+        return recorded(std::move(v), [s = shape_](const tensor& g) { return detail::reduce_to(g, s); });
     }
 
     // A view with a new shape when the layout allows it, a contiguous copy otherwise. One dimension may be -1.
@@ -464,6 +540,14 @@ public:
     tensor to(kiln::dtype d) const;
 
 private:
+    // A view traced by kiln::function: `f` makes the same view of a real tensor when the function runs.
+    template <class F>
+    tensor traced_view(std::string_view op, std::string attrs, F f) const {
+        check_valid(op.data());
+        return detail::active_tracer->record(op, std::move(attrs), std::span<const tensor>(this, 1),
+                                             [f](std::span<const tensor> in) { return f(in[0]); });
+    }
+
     tensor view(const dims& s, const dims& st, std::ptrdiff_t off) const {
         check_valid("view");
         return tensor(storage_, dtype_, s, st, off);

@@ -2,6 +2,7 @@
 // Optimizers. Each step updates a parameter and its slots in one fused pass over memory: the update is a small
 // graph (the vocabulary's ops on indexed leaves and run-time scalars) run by graph mode's loop, in place.
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "../eager/eager.hpp"
@@ -53,6 +54,26 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
     }
 }
 
+inline std::string number_text(double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+}
+
+// An optimizer step while kiln::function traces: one effect that writes every parameter, with the parameters and
+// then the gradients as inputs; `run` takes the step with real gradients each time the function runs.
+template <class Run>
+void trace_step(const std::vector<variable*>& params, const std::vector<tensor>& grads, const char* op, std::string attrs,
+                Run run) {
+    std::vector<tensor> ins;
+    for (variable* p : params) ins.push_back(*p);
+    for (const tensor& g : grads) ins.push_back(g);
+    const std::size_t n = params.size();
+    kiln::detail::active_tracer->record_effect(op, std::move(attrs), ins, [run, n](std::span<const tensor> in) {
+        run(std::vector<tensor>(in.begin() + static_cast<std::ptrdiff_t>(n), in.end()));
+    }, n);
+}
+
 // apply_gradients(grads, params): an optimizer made without parameters adopts the first ones it is given (its
 // slots are made then); later calls must pass the same parameters in the same order.
 inline bool adopt_parameters(std::vector<variable*>& mine, const std::vector<variable*>& given, const char* who) {
@@ -91,6 +112,12 @@ public:
 
     template <int N = 0>
     void step(const std::vector<tensor>& grads) {
+        if (kiln::detail::active_tracer) [[unlikely]] {
+            detail::check_grads(params_, grads, "sgd");
+            detail::trace_step(params_, grads, "sgd_step", "lr=" + detail::number_text(lr_) + " momentum=" + detail::number_text(momentum_),
+                               [this](const std::vector<tensor>& g) { step<N>(g); });
+            return;
+        }
         detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
             // The update graphs of graph mode's sgd_rule and momentum_rule.
             if (momentum_ == 0.0)
@@ -134,6 +161,14 @@ public:
     template <int N = 0>
     void step(const std::vector<tensor>& grads) {
         detail::check_grads(params_, grads, "adam");  // before the step count moves
+        if (kiln::detail::active_tracer) [[unlikely]] {
+            // Traced: the step (its count included) happens each time the function runs.
+            detail::trace_step(params_, grads, "adam_step",
+                               "lr=" + detail::number_text(rule_.lr) + " beta1=" + detail::number_text(rule_.beta1) +
+                                   " beta2=" + detail::number_text(rule_.beta2) + " eps=" + detail::number_text(rule_.eps),
+                               [this](const std::vector<tensor>& g) { step<N>(g); });
+            return;
+        }
         rule_.next_step(++t_);
         detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
             // The same update graph as graph mode's kiln::optim::minimize with adam_rule.

@@ -1,0 +1,115 @@
+#pragma once
+// The run-time graph of a traced function (kiln::function): nodes in program order, each an argument, a captured
+// tensor (a constant, or a variable read where it lives), a pure op, or an effect (a write into a tensor's
+// storage). Values are node indices; every node but an effect has one. The passes (function/passes.hpp) rewrite
+// it and the executor (function/function.hpp) runs it.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../eager/eager.hpp"
+
+namespace kiln {
+
+enum class node_kind : std::uint8_t {
+    argument,  // the function's tensor argument number `argument`
+    constant,  // a tensor captured while tracing, by its value then (or folded from constants by a pass)
+    variable,  // a kiln::variable (or a captured tensor that the function writes into): read where it lives
+    op,        // a pure op: its result depends only on its inputs
+    effect,    // a write into the storage of its first `writes` inputs, run in program order
+};
+
+constexpr std::string_view name(node_kind k) noexcept {
+    switch (k) {
+        case node_kind::argument: return "argument";
+        case node_kind::constant: return "constant";
+        case node_kind::variable: return "variable";
+        case node_kind::op: return "op";
+        case node_kind::effect: return "effect";
+    }
+    return "unknown";
+}
+
+struct graph_node {
+    node_kind kind = node_kind::op;
+    std::string op;     // the vocabulary's name: "add", "matmul", "sum", "adam_step", ...
+    std::string attrs;  // its attributes as text ("axes=0 keepdims=true"); with op and inputs, what the op computes
+    std::vector<std::int32_t> inputs;
+    kiln::dtype dtype = kiln::float32;  // the result's (an effect has none)
+    dims shape;
+    std::size_t writes = 0;   // an effect: how many leading inputs it writes into
+    int argument = -1;        // an argument: its position among the tensor arguments
+    tensor value;             // a constant's value; a variable's storage
+    detail::replay_fn fn;     // an op: computes it from real inputs
+    detail::effect_fn effect; // an effect: performs it
+};
+
+// A run-time graph: its nodes in program order and the values the function returns.
+struct function_graph {
+    std::vector<graph_node> nodes;
+    std::vector<std::int32_t> outputs;
+
+    std::size_t size() const noexcept { return nodes.size(); }
+    // How many nodes are the op `op` (or, with an empty name, of kind `k`).
+    std::size_t count(std::string_view op) const {
+        std::size_t n = 0;
+        for (const graph_node& g : nodes) n += g.op == op;
+        return n;
+    }
+    std::size_t count(node_kind k) const {
+        std::size_t n = 0;
+        for (const graph_node& g : nodes) n += g.kind == k;
+        return n;
+    }
+};
+
+namespace detail {
+inline std::string value_name(std::int32_t v) { return "%" + std::to_string(v); }
+}  // namespace detail
+
+// One line per node: "%3 = add(%1, %2) : (32, 64) float32", "adam_step(%0, %1, %5, %6) lr=0.001 ...".
+inline std::string to_string(const function_graph& g) {
+    std::string s;
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& n = g.nodes[i];
+        if (n.kind != node_kind::effect) s += detail::value_name(static_cast<std::int32_t>(i)) + " = ";
+        switch (n.kind) {
+            case node_kind::argument: s += "argument " + std::to_string(n.argument); break;
+            case node_kind::constant: s += "constant"; break;
+            case node_kind::variable: s += "variable"; break;
+            case node_kind::op:
+            case node_kind::effect: {
+                s += n.op + "(";
+                for (std::size_t k = 0; k < n.inputs.size(); ++k) s += (k ? ", " : "") + detail::value_name(n.inputs[k]);
+                s += ")";
+                if (!n.attrs.empty()) s += " " + n.attrs;
+                break;
+            }
+        }
+        if (n.kind != node_kind::effect) s += " : " + to_string(n.shape) + " " + std::string(name(n.dtype));
+        s += "\n";
+    }
+    s += "return";
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) s += (k ? ", " : " ") + detail::value_name(g.outputs[k]);
+    return s + "\n";
+}
+
+// Graphviz: values as boxes labelled with their op, edges from inputs, effects as octagons, outputs doubled.
+inline std::string to_dot(const function_graph& g) {
+    std::string s = "digraph function {\n  rankdir=LR;\n";
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& n = g.nodes[i];
+        std::string label = n.kind == node_kind::op || n.kind == node_kind::effect ? n.op : std::string(name(n.kind));
+        if (n.kind == node_kind::argument) label += " " + std::to_string(n.argument);
+        if (n.kind != node_kind::effect) label += "\\n" + to_string(n.shape) + " " + std::string(name(n.dtype));
+        bool out = false;
+        for (std::int32_t o : g.outputs) out = out || o == static_cast<std::int32_t>(i);
+        s += "  n" + std::to_string(i) + " [label=\"" + label + "\", shape=" +
+             (n.kind == node_kind::effect ? "octagon" : "box") + (out ? ", peripheries=2" : "") + "];\n";
+        for (std::int32_t in : n.inputs) s += "  n" + std::to_string(in) + " -> n" + std::to_string(i) + ";\n";
+    }
+    return s + "}\n";
+}
+
+}  // namespace kiln
