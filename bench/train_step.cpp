@@ -1,5 +1,6 @@
 // One training step of the examples' model (Dense(64, relu) -> Dense(1), MSE, Adam, a batch of 32 x 10):
-// graph mode (kiln::session) and eager mode (tape + kiln::optim::adam). bench/train_vs_peers.py runs this binary
+// graph mode (kiln::session), eager mode (tape + kiln::optim::adam) and function mode (the eager step traced by
+// kiln::function). bench/train_vs_peers.py runs this binary
 // and PyTorch / TensorFlow on the same step and prints the ratios.
 #include <benchmark/benchmark.h>
 
@@ -42,6 +43,17 @@ void eager_step(benchmark::State& state) {
     }
 }
 BENCHMARK(eager_step);
+
+// The eager step traced by kiln::function and replayed (function mode).
+void function_step(benchmark::State& state) {
+    batch_data b;
+    kiln::generator g(1);
+    mlp::eager_model m(g);
+    kiln::optim::adam opt(m.parameters(), mlp::learning_rate);
+    auto step = mlp::function_step(m, opt);
+    for (auto _ : state) benchmark::DoNotOptimize(step(b.x.data(), b.y.data(), mlp::batch_size));
+}
+BENCHMARK(function_step);
 
 }  // namespace
 
