@@ -317,3 +317,109 @@ TEST_CASE("one function called from 8 threads at once: serial results, one trace
         }
     CHECK(f.trace_count() == 1);
 }
+
+TEST_CASE("a spec's dynamic dimension: one trace serves every batch size, and the results are eager mode's") {
+    // mean's count, a reshape to the batch and a fill of the batch's shape all follow the extent.
+    auto f = kiln::function([](const kiln::tensor& x) {
+        const kiln::tensor m = kiln::mean(x, {0}, true);                     // divides by the batch size
+        const kiln::tensor flat = x.reshape({x.shape()[0] * 3});              // a shape made from the extent
+        const kiln::tensor ones = kiln::ones({x.shape()[0], 1}, kiln::float64);  // a fill of that shape
+        return std::make_tuple(x - m + ones, kiln::sum(flat * 2.0) / static_cast<double>(x.shape()[0]));
+    }, {kiln::spec(kiln::float64, {kiln::dyn, 3})}, {.name = "centered"});
+    for (std::ptrdiff_t n : {4, 1, 7, 32, 8}) {
+        const kiln::tensor x = kiln::arange(0, static_cast<double>(3 * n), 1, kiln::float64).reshape({n, 3}) * 0.5;
+        const auto [a, b] = f(x);
+        const kiln::tensor ea = x - kiln::mean(x, {0}, true) + 1.0;
+        check_same(a, ea);
+        CHECK(b.item<double>() == doctest::Approx(kiln::sum(x).item<double>() * 2.0 / static_cast<double>(n)));
+    }
+    CHECK(f.trace_count() == 1);
+    CHECK(f.retrace_reasons().empty());
+    const kiln::function_graph& g = f.graph(kiln::zeros({5, 3}, kiln::float64));
+    std::size_t dynamic = 0;
+    for (const kiln::graph_node& n : g.nodes) dynamic += n.dynamic.size();
+    CHECK(dynamic >= 3);
+    CHECK(f.trace_count() == 1);
+}
+
+TEST_CASE("the reference step with a dynamic batch: the last partial batch does not trace again") {
+    const mlp::dataset data = mlp::make_data();
+    kiln::generator g1(1), g2(1);
+    mlp::eager_model em(g1), fm(g2);
+    kiln::optim::adam eo(em.parameters(), mlp::learning_rate), fo(fm.parameters(), mlp::learning_rate);
+    auto step = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) {
+        kiln::gradient_tape tape;
+        kiln::tensor loss = kiln::nn::mse(fm(x), y);
+        fo.apply_gradients(tape.gradient(loss, fm.parameters()), fm.parameters());
+        return loss;
+    }, {kiln::spec(kiln::float32, {kiln::dyn, mlp::features}), kiln::spec(kiln::float32, {kiln::dyn, 1})});
+    const auto e = mlp::train_loop(data, 7, "eager", false, mlp::eager_step(em, eo));
+    const auto f = mlp::train_loop(data, 7, "function", false, [&](float* xb, float* yb, std::ptrdiff_t n) {
+        return static_cast<double>(step(kiln::wrap(xb, {n, mlp::features}), kiln::wrap(yb, {n, 1})).item<float>());
+    });
+    for (std::size_t i = 0; i < e.epoch_loss.size(); ++i)
+        CHECK(std::abs(e.epoch_loss[i] - f.epoch_loss[i]) <= 1e-5 * std::abs(e.epoch_loss[i]));
+    CHECK(step.trace_count() == 1);
+    for (const std::string& r : step.retrace_reasons()) MESSAGE(r);
+    CHECK(step.retrace_reasons().empty());
+}
+
+TEST_CASE("dynamic dimensions that the code turns into other numbers fall back to one trace per extent") {
+    // n / 2 does not follow n linearly: the two traces disagree, so each extent gets its own trace, and the
+    // results stay right.
+    auto f = kiln::function([](const kiln::tensor& x) { return x.slice(0, 0, x.shape()[0] / 2) * 1.5; },
+                            {kiln::spec(kiln::float64, {kiln::dyn})});
+    CHECK(values(f(f64({1, 2, 3, 4}, {4}))) == std::vector<double>{1.5, 3});
+    CHECK(values(f(f64({1, 2, 3, 4, 5, 6}, {6}))) == std::vector<double>{1.5, 3, 4.5});
+    CHECK(values(f(f64({1, 2, 3, 4}, {4}))) == std::vector<double>{1.5, 3});
+    CHECK(f.trace_count() == 2);
+    const std::vector<std::string> r = f.retrace_reasons();
+    REQUIRE(r.size() == 2);
+    CHECK(r[0].find("the spec's dynamic dimensions cannot share one trace (node %") == 0);
+    CHECK(r[0].find("'slice'") != std::string::npos);
+}
+
+TEST_CASE("calls that contradict the specs name the argument and the spec") {
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& y) { return x + y; },
+                            {kiln::spec(kiln::float32, {kiln::dyn, 10}), kiln::spec(kiln::float32, {1})},
+                            {.name = "step"});
+    CHECK_THROWS_WITH_AS(f(kiln::zeros({4, 10}, kiln::float64), kiln::zeros({1})),
+                         "kiln: dtype_error in 'step': argument 0 is float64, but its spec is (?, 10) float32",
+                         kiln::dtype_error);
+    CHECK_THROWS_WITH_AS(f(kiln::zeros({4, 11}), kiln::zeros({1})),
+                         "kiln: shape_error in 'step': argument 0 has shape (4, 11), but its spec is (?, 10) float32",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(f(kiln::zeros({4, 10}), kiln::zeros({1, 1})),
+                         "kiln: shape_error in 'step': argument 1 has shape (1, 1), but its spec is (1,) float32",
+                         kiln::shape_error);
+    auto g = kiln::function([](const kiln::tensor& x) { return x; }, {kiln::spec(kiln::float32, {2}), kiln::spec(kiln::float32, {2})},
+                            {.name = "one"});
+    CHECK_THROWS_WITH_AS(g(kiln::zeros({2})), "kiln: value_error in 'one': the function has 2 specs but was called with 1 tensor arguments",
+                         kiln::value_error);
+    CHECK(f.trace_count() == 0);
+}
+
+TEST_CASE("a symbolic tensor kept past its trace is a trace_error, not a crash") {
+    kiln::tensor kept;
+    auto f = kiln::function([&](const kiln::tensor& x) {
+        kept = x * 2;
+        return x + 1;
+    });
+    f(kiln::ones({2}));
+    CHECK(kept.is_symbolic());
+    CHECK_THROWS_AS(kept.item<float>(), kiln::trace_error);
+    CHECK_THROWS_AS(kiln::to_string(kept), kiln::trace_error);
+    auto g = kiln::function([&](const kiln::tensor& x) { return x + kept; });
+    CHECK_THROWS_AS(g(kiln::ones({2})), kiln::trace_error);
+}
+
+TEST_CASE("dynamic extents that are equal in one call and different in another are different signatures") {
+    // x's batch and w's length are both dynamic; sum(w) / len(w) depends on the second, x's mean on the first.
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& w) { return kiln::mean(x) + kiln::mean(w); },
+                            {kiln::spec(kiln::float64, {kiln::dyn}), kiln::spec(kiln::float64, {kiln::dyn})});
+    CHECK(f(f64({1, 2, 3}, {3}), f64({4, 5, 6}, {3})).item<double>() == doctest::Approx(7));
+    CHECK(f(f64({1, 2, 3}, {3}), f64({4, 8}, {2})).item<double>() == doctest::Approx(8));
+    CHECK(f(f64({2, 2, 2, 2}, {4}), f64({1}, {1})).item<double>() == doctest::Approx(3));
+    CHECK(f(f64({1, 2}, {2}), f64({3, 5}, {2})).item<double>() == doctest::Approx(5.5));
+    CHECK(f.trace_count() == 2);  // equal extents, then different ones
+}

@@ -187,7 +187,7 @@ tensor convert(const tensor& t) {
         const bool same = t.dtype() == dtype_of<U>();
         return active_tracer->record(same ? "copy" : "cast", same ? "" : "dtype=" + std::string(dtype_name<U>()),
                                      std::span<const tensor>(&t, 1),
-                                     [](std::span<const tensor> in) { return convert<U>(in[0]); });
+                                     [](std::span<const tensor> in, auto) { return convert<U>(in[0]); });
     }
     tensor out(dtype_of<U>(), t.shape());
     U* dst = out.data<U>();
@@ -210,7 +210,7 @@ tensor convert(const tensor& t) {
 inline void copy_into(tensor& out, const tensor& src) {
     if (active_tracer) [[unlikely]] {
         const tensor both[2] = {out, src};
-        active_tracer->record_effect("copy_", "", both, [](std::span<const tensor> in) {
+        active_tracer->record_effect("copy_", "", both, [](std::span<const tensor> in, auto) {
             tensor o = in[0];
             copy_into(o, in[1]);
         });
@@ -394,24 +394,39 @@ struct op_builder<operand_mode::eager> {
             for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? t++ : 0;
             return at;
         }();
+        // Where each number lives among the parameters.
+        static constexpr std::array<std::size_t, n> param_at = [] {
+            std::array<std::size_t, n> at{};
+            std::size_t v = 0;
+            for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? 0 : v++;
+            return at;
+        }();
         std::vector<tensor> ins;
         std::string attrs;
+        op_params params;
         std::size_t k = 0;
         ([&] {
-            if constexpr (std::is_same_v<Args, tensor>) ins.push_back(args);
-            else attrs += (attrs.empty() ? "" : " ") + ("operand" + std::to_string(k) + "=") + number_text(args);
+            if constexpr (std::is_same_v<Args, tensor>) {
+                ins.push_back(args);
+            } else {
+                attrs += (attrs.empty() ? "" : " ") + ("operand" + std::to_string(k) + "=") + number_text(args);
+                if constexpr (std::is_floating_point_v<Args>) params.add_number(static_cast<double>(args));
+                else params.add(static_cast<std::int64_t>(args));
+            }
             ++k;
         }(), ...);
-        std::tuple<Args...> saved(args...);
-        return active_tracer->record(Op::name, std::move(attrs), ins, [saved](std::span<const tensor> in) {
+        return active_tracer->record(Op::name, std::move(attrs), ins,
+                                     [](std::span<const tensor> in, std::span<const std::int64_t> p) {
             return [&]<std::size_t... I>(std::index_sequence<I...>) {
                 auto pick = [&]<std::size_t K>() -> decltype(auto) {
+                    using A = std::tuple_element_t<K, std::tuple<Args...>>;
                     if constexpr (is_tensor[K]) return (in[where[K]]);
-                    else return std::get<K>(saved);
+                    else if constexpr (std::is_floating_point_v<A>) return static_cast<A>(param_number(p[param_at[K]]));
+                    else return static_cast<A>(p[param_at[K]]);
                 };
                 return compute_now<Op>(pick.template operator()<I>()...);
             }(std::index_sequence_for<Args...>{});
-        });
+        }, std::move(params));
     }
 
     template <class S>
@@ -557,9 +572,16 @@ inline dims reshaped(const dims& from, dims target) {
 inline tensor tensor::reshape(dims target_in) const {
     const dims target = detail::reshaped(shape_, target_in);
     if (detail::active_tracer) [[unlikely]]
+    {
+        detail::op_params p;
+        p.add_dims(target);
         return recorded(traced_view("reshape", "shape=" + detail::dims_text(target),
-                                    [target](const tensor& t) { return t.reshape(target); }),
+                                    [r = target.rank](const tensor& t, std::span<const std::int64_t> q) {
+                                        return t.reshape(detail::param_dims(q, 0, r));
+                                    },
+                                    std::move(p)),
                         [s = shape_](const tensor& g) { return g.reshape(s); });
+    }
     if (is_contiguous())
         return recorded(view(target, detail::contiguous_strides(target), offset_),
                         [s = shape_](const tensor& g) { return g.reshape(s); });
@@ -608,14 +630,22 @@ tensor& eager_in_place(tensor& a, const B& b) {
     if (active_tracer) [[unlikely]] {
         std::vector<tensor> ins{a};
         std::string attrs;
-        if constexpr (std::is_same_v<B, tensor>) ins.push_back(b);
-        else attrs = "operand1=" + op_builder<operand_mode::eager>::number_text(b);
+        op_params params;
+        if constexpr (std::is_same_v<B, tensor>) {
+            ins.push_back(b);
+        } else {
+            attrs = "operand1=" + op_builder<operand_mode::eager>::number_text(b);
+            if constexpr (std::is_floating_point_v<B>) params.add_number(static_cast<double>(b));
+            else params.add(static_cast<std::int64_t>(b));
+        }
         active_tracer->record_effect(std::string(Op::name) + "_", std::move(attrs), ins,
-                                     [b_saved = b](std::span<const tensor> in) {
+                                     [](std::span<const tensor> in, std::span<const std::int64_t> p) {
                                          tensor t = in[0];
                                          if constexpr (std::is_same_v<B, tensor>) eager_in_place<Op>(t, in[1]);
-                                         else eager_in_place<Op>(t, b_saved);
-                                     });
+                                         else if constexpr (std::is_floating_point_v<B>)
+                                             eager_in_place<Op>(t, static_cast<B>(param_number(p[0])));
+                                         else eager_in_place<Op>(t, static_cast<B>(p[0]));
+                                     }, 1, std::move(params));
         return a;
     }
     dispatch(a.dtype(), [&]<class T>() {

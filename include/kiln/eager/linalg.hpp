@@ -92,7 +92,7 @@ inline tensor matmul(const tensor& a_in, const tensor& b_in) {
     if (detail::active_tracer) [[unlikely]] {
         const tensor both[2] = {a_in, b_in};
         y = detail::active_tracer->record("matmul", "", both,
-                                          [](std::span<const tensor> in) { return matmul_untracked(in[0], in[1]); });
+                                          [](std::span<const tensor> in, auto) { return matmul_untracked(in[0], in[1]); });
     } else {
         y = matmul_untracked(a_in, b_in);
     }
@@ -181,7 +181,7 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
     }
     if (detail::active_tracer) [[unlikely]] {
         tensor y = detail::active_tracer->record("concat", "axis=" + std::to_string(ax), ts,
-                                                 [ax](std::span<const tensor> in) {
+                                                 [ax](std::span<const tensor> in, auto) {
                                                      return concat(std::vector<tensor>(in.begin(), in.end()), ax);
                                                  });
         if (detail::recording_tapes > 0) detail::record_concat(ts, y, ax);

@@ -87,6 +87,47 @@ void for_each_reduced(const tensor& x, const dims& keep, F&& f) {
 
 enum class fold_kind { sum, prod, max, min };
 
+// A contiguous reduction whose reduced axes form one block: (outer kept) x (reduced) x (inner kept) elements, size-1
+// axes ignored. False for other patterns (reduced axes on both sides of a kept one).
+inline bool reduction_blocks(const dims& shape, const dims& keep, std::ptrdiff_t& outer, std::ptrdiff_t& red,
+                             std::ptrdiff_t& inner) {
+    int phase = 0;  // 0: leading kept axes, 1: reduced axes, 2: trailing kept axes
+    outer = red = inner = 1;
+    for (int i = 0; i < shape.rank; ++i) {
+        if (shape[i] == 1) continue;
+        if (keep[i] == 1) {
+            if (phase == 2) return false;
+            phase = 1;
+            red *= shape[i];
+        } else {
+            if (phase == 1) phase = 2;
+            (phase == 0 ? outer : inner) *= shape[i];
+        }
+    }
+    return true;
+}
+
+// The block reduction: acc[o * inner + i] folds x[o, r, i] over r in order (each output sees its elements in the
+// order of the generic loop, so results are the same bit for bit). `first` says whether acc starts from the
+// first element (extrema) or from its initial value (sums, products).
+template <class T, class Acc, class Combine>
+void fold_blocks(const T* __restrict x, Acc* __restrict acc, std::ptrdiff_t outer, std::ptrdiff_t red, std::ptrdiff_t inner, bool first,
+                 Combine combine) {
+    for (std::ptrdiff_t o = 0; o < outer; ++o) {
+        Acc* __restrict a = acc + o * inner;
+        const T* __restrict block = x + o * red * inner;
+        std::ptrdiff_t r = 0;
+        if (first && red > 0) {
+            for (std::ptrdiff_t i = 0; i < inner; ++i) a[i] = static_cast<Acc>(block[i]);
+            r = 1;
+        }
+        for (; r < red; ++r) {
+            const T* __restrict row = block + r * inner;
+            for (std::ptrdiff_t i = 0; i < inner; ++i) a[i] = combine(a[i], row[i]);
+        }
+    }
+}
+
 // Record reductions on the active tapes (defined with the tape). A sum's rule is views only; the rule of a product
 // or an extremum computes, so it is a template (compiled where prod, max or min is called).
 void record_sum(const tensor& x, const tensor& y, const dims& keep);
@@ -110,7 +151,7 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
         attrs += keepdims ? " keepdims=true" : " keepdims=false";
         const char* name = names[static_cast<int>(kind)];
         return active_tracer->record(name, std::move(attrs), std::span<const tensor>(&x, 1),
-                                     [axes, keepdims, kind, name](std::span<const tensor> in) {
+                                     [axes, keepdims, kind, name](std::span<const tensor> in, auto) {
                                          dims k;
                                          return fold(in[0], axes, keepdims, kind, name, k);
                                      });
@@ -121,10 +162,19 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
         // Floating sums accumulate in double; integer sums and products in int64 (wrapping, as in NumPy).
         using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
         const std::ptrdiff_t m = r.keep.size();
+        std::ptrdiff_t outer = 1, red = 1, inner = 1;
+        const bool blocks = x.is_contiguous() && reduction_blocks(x.shape(), r.keep, outer, red, inner);
         if (extremum) {
             std::unique_ptr<T[]> acc(new T[static_cast<std::size_t>(m)]);  // not vector<T>: T may be bool
-            std::vector<char> started(static_cast<std::size_t>(m), 0);
             const bool is_max = kind == fold_kind::max;
+            if (blocks) {
+                fold_blocks(x.data<const T>(), acc.get(), outer, red, inner, true, [is_max](T a, T v) {
+                    return a != a ? a : (v != v || (is_max ? v > a : v < a)) ? v : a;  // NaN is sticky
+                });
+                std::copy(acc.get(), acc.get() + m, out.data<T>());
+                return;
+            }
+            std::vector<char> started(static_cast<std::size_t>(m), 0);
             for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) {
                 T& a = acc[static_cast<std::size_t>(o)];
                 if (!started[static_cast<std::size_t>(o)]) {
@@ -138,7 +188,17 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
         } else {
             std::vector<Acc> acc(static_cast<std::size_t>(m), kind == fold_kind::prod ? Acc(1) : Acc(0));
             // Integer sums and products wrap (through the unsigned type: signed overflow is undefined in C++).
-            if (kind == fold_kind::sum)
+            if (blocks && kind == fold_kind::sum)
+                fold_blocks(x.data<const T>(), acc.data(), outer, red, inner, false, [](Acc a, T v) {
+                    if constexpr (std::is_integral_v<Acc>) return kernels::wrapping_add(a, Acc(v));
+                    else return a + Acc(v);
+                });
+            else if (blocks)
+                fold_blocks(x.data<const T>(), acc.data(), outer, red, inner, false, [](Acc a, T v) {
+                    if constexpr (std::is_integral_v<Acc>) return kernels::wrapping_mul(a, Acc(v));
+                    else return a * Acc(v);
+                });
+            else if (kind == fold_kind::sum)
                 for_each_reduced<T>(x, r.keep, [&](T v, std::ptrdiff_t o) {
                     Acc& a = acc[static_cast<std::size_t>(o)];
                     if constexpr (std::is_integral_v<Acc>) a = kernels::wrapping_add(a, Acc(v));
@@ -177,7 +237,7 @@ inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max
     const int ax = axis < 0 ? axis + x.dim() : axis;
     if (active_tracer) [[unlikely]]
         return active_tracer->record(op, "axis=" + std::to_string(ax) + (keepdims ? " keepdims=true" : " keepdims=false"),
-                                     std::span<const tensor>(&x, 1), [ax, keepdims, is_max, op](std::span<const tensor> in) {
+                                     std::span<const tensor>(&x, 1), [ax, keepdims, is_max, op](std::span<const tensor> in, auto) {
                                          return arg_extremum(in[0], ax, keepdims, is_max, op);
                                      });
     tensor out(dtype::int64, r.keep);

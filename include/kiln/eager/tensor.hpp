@@ -51,17 +51,50 @@ namespace detail {
 // its op instead of computing: a name, its attributes as text, its inputs and a function that computes it from
 // real inputs. The tracer returns the symbolic result. Composite functions (mean, softmax, the losses, layers,
 // gradient rules) trace as the primitives they call, so a gradient tape inside a traced function works unchanged.
-using replay_fn = std::function<tensor(std::span<const tensor>)>;
-using effect_fn = std::function<void(std::span<const tensor>)>;
+//
+// Integers and numbers that may come from a shape (a reshape's target, slice bounds, a fill value, a number operand
+// such as a mean's count) are the op's *parameters*: the function reads them from the node when it runs, so that
+// a graph traced for one extent of a dynamic dimension runs for every other (kiln::spec). Each parameter is an
+// int64, or a double's bits where `float_params` has its bit set.
+using replay_fn = std::function<tensor(std::span<const tensor>, std::span<const std::int64_t>)>;
+using effect_fn = std::function<void(std::span<const tensor>, std::span<const std::int64_t>)>;
+
+struct op_params {
+    std::vector<std::int64_t> values;
+    std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
+
+    void add(std::int64_t v) { values.push_back(v); }
+    void add_number(double v) {
+        float_params |= std::uint64_t{1} << values.size();
+        std::int64_t bits;
+        std::memcpy(&bits, &v, sizeof v);
+        values.push_back(bits);
+    }
+    void add_dims(const dims& d) {
+        for (int i = 0; i < d.rank; ++i) values.push_back(d[i]);
+    }
+};
+inline double param_number(std::int64_t bits) {
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
+inline dims param_dims(std::span<const std::int64_t> p, std::size_t first, int rank) {
+    dims d;
+    d.rank = rank;
+    for (int i = 0; i < rank; ++i) d[i] = p[first + static_cast<std::size_t>(i)];
+    return d;
+}
 
 struct tracer_base {
     virtual ~tracer_base() = default;
-    // A pure op: its result depends only on its inputs.
-    virtual tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn) = 0;
+    // A pure op: its result depends only on its inputs (and parameters).
+    virtual tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn,
+                          op_params params = {}) = 0;
     // A write into the storage of its first `writes` inputs (in place, an assignment, an optimizer step), run in
     // program order.
     virtual void record_effect(std::string_view op, std::string attrs, std::span<const tensor> inputs, effect_fn fn,
-                               std::size_t writes = 1) = 0;
+                               std::size_t writes = 1, op_params params = {}) = 0;
     // A use of a symbolic tensor's values (item(), at(), data()): throws kiln::trace_error saying what to do.
     [[noreturn]] virtual void refuse(std::string_view what) const = 0;
 };
@@ -382,7 +415,7 @@ public:
             std::string text = "dims=";
             int k = 0;
             for (int a : order) fwd[k] = a < 0 ? a + shape_.rank : a, text += (k ? "," : "") + std::to_string(fwd[k]), ++k;
-            v = traced_view("permute", std::move(text), [fwd, r = shape_.rank](const tensor& x) { return x.permute_array(fwd, r); });
+            v = traced_view("permute", std::move(text), [fwd, r = shape_.rank](const tensor& x, auto) { return x.permute_array(fwd, r); });
         } else {
             v = view(s, st, offset_);
         }
@@ -411,7 +444,7 @@ public:
         std::swap(s[x], s[y]);
         std::swap(st[x], st[y]);
         tensor v = detail::active_tracer ? traced_view("transpose", "dim0=" + std::to_string(x) + " dim1=" + std::to_string(y),
-                                                       [x, y](const tensor& t) { return t.transpose(x, y); })
+                                                       [x, y](const tensor& t, auto) { return t.transpose(x, y); })
                                          : view(s, st, offset_);
         return recorded(std::move(v), [x, y](const tensor& g) { return g.transpose(x, y); });
     }
@@ -447,9 +480,10 @@ public:
                        ? traced_view("slice",
                                      "axis=" + std::to_string(ax) + " start=" + std::to_string(raw_start) +
                                          " stop=" + std::to_string(raw_stop) + " step=" + std::to_string(step),
-                                     [ax, raw_start, raw_stop, step](const tensor& t) {
-                                         return t.slice(ax, raw_start, raw_stop, step);
-                                     })
+                                     [ax](const tensor& t, std::span<const std::int64_t> p) {
+                                         return t.slice(ax, p[0], p[1], p[2]);
+                                     },
+                                     {{raw_start, raw_stop, step}})
                        : view(s, st, offset_ + first * strides_[ax]);
         return recorded(std::move(v),
                         [src = *this, ax, raw_start, raw_stop, step](const tensor& g) {
@@ -470,7 +504,8 @@ public:
             if (i != ax) s[j] = shape_[i], st[j++] = strides_[i];
         tensor v = detail::active_tracer
                        ? traced_view("select", "axis=" + std::to_string(ax) + " index=" + std::to_string(index),
-                                     [ax, index](const tensor& t) { return t.select(ax, index); })
+                                     [ax](const tensor& t, std::span<const std::int64_t> p) { return t.select(ax, p[0]); },
+                                     {{index}})
                        : view(s, st, offset_ + index * strides_[ax]);
         return recorded(std::move(v), [src = *this, ax, index](const tensor& g) {
             return detail::scatter_slice(src, g.unsqueeze(ax), ax, index, index + 1, 1);
@@ -489,7 +524,7 @@ public:
             else s[i] = shape_[j], st[i] = strides_[j++];
         }
         tensor v = detail::active_tracer ? traced_view("unsqueeze", "axis=" + std::to_string(axis),
-                                                       [axis](const tensor& t) { return t.unsqueeze(axis); })
+                                                       [axis](const tensor& t, auto) { return t.unsqueeze(axis); })
                                          : view(s, st, offset_);
         return recorded(std::move(v), [axis](const tensor& g) { return g.squeeze(axis); });
     }
@@ -525,9 +560,18 @@ public:
         if (!ok)
             throw shape_error("kiln: shape_error in 'broadcast_to': cannot broadcast shape " + to_string(shape_) +
                               " to " + to_string(target));
-        tensor v = detail::active_tracer ? traced_view("broadcast_to", "shape=" + detail::dims_text(target),
-                                                       [target](const tensor& t) { return t.broadcast_to(target); })
-                                         : view(target, st, offset_);
+        tensor v;
+        if (detail::active_tracer) [[unlikely]] {
+            detail::op_params p;
+            p.add_dims(target);
+            v = traced_view("broadcast_to", "shape=" + detail::dims_text(target),
+                            [r = target.rank](const tensor& t, std::span<const std::int64_t> q) {
+                                return t.broadcast_to(detail::param_dims(q, 0, r));
+                            },
+                            std::move(p));
+        } else {
+            v = view(target, st, offset_);
+        }
         return recorded(std::move(v), [s = shape_](const tensor& g) { return detail::reduce_to(g, s); });
     }
 
@@ -542,10 +586,11 @@ public:
 private:
     // A view traced by kiln::function: `f` makes the same view of a real tensor when the function runs.
     template <class F>
-    tensor traced_view(std::string_view op, std::string attrs, F f) const {
+    tensor traced_view(std::string_view op, std::string attrs, F f, detail::op_params params = {}) const {
         check_valid(op.data());
-        return detail::active_tracer->record(op, std::move(attrs), std::span<const tensor>(this, 1),
-                                             [f](std::span<const tensor> in) { return f(in[0]); });
+        return detail::active_tracer->record(
+            op, std::move(attrs), std::span<const tensor>(this, 1),
+            [f](std::span<const tensor> in, std::span<const std::int64_t> p) { return f(in[0], p); }, std::move(params));
     }
 
     tensor view(const dims& s, const dims& st, std::ptrdiff_t off) const {

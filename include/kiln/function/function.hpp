@@ -14,6 +14,8 @@
 // The tracer records at eager mode's seam (detail::tracer_base in eager/tensor.hpp): no op is written again for
 // function mode. docs/function-mode.md says what tracing captures and what it does not.
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,19 +34,41 @@ namespace detail {
 
 inline std::atomic<bool> functions_run_eagerly{false};
 
+// What a symbolic tensor kept past the end of its trace answers to: every use is a trace_error.
+struct finished_trace final : tracer_base {
+    tensor record(std::string_view op, std::string, std::span<const tensor>, replay_fn, op_params) override { refuse(op); }
+    void record_effect(std::string_view op, std::string, std::span<const tensor>, effect_fn, std::size_t, op_params) override {
+        refuse(op);
+    }
+    [[noreturn]] void refuse(std::string_view what) const override {
+        throw trace_error(error_prefix("trace_error", what) + "the tensor is a symbolic tensor kept from inside a traced "
+                          "function after its trace ended; it has no values (return it from the function instead)");
+    }
+    static finished_trace& instance() {
+        static finished_trace t;
+        return t;
+    }
+};
+
 // Records one trace: the nodes of its graph, and the values of the tensors it has seen.
 class tracer final : public tracer_base {
 public:
     explicit tracer(std::string function_name) : name_(std::move(function_name)), first_id_(next_tensor_id()) {}
+    tracer(const tracer&) = delete;
+    tracer& operator=(const tracer&) = delete;
+    ~tracer() override {
+        for (const std::weak_ptr<storage>& w : made_)
+            if (const std::shared_ptr<storage> s = w.lock()) s->trace_owner = &finished_trace::instance();
+    }
 
     function_graph graph;
 
-    tensor argument(const tensor& like, int position) {
+    tensor argument(kiln::dtype d, const dims& shape, int position) {
         graph_node n;
         n.kind = node_kind::argument;
         n.argument = position;
-        n.dtype = like.dtype();
-        n.shape = like.shape();
+        n.dtype = d;
+        n.shape = shape;
         return add(std::move(n));
     }
 
@@ -77,18 +101,20 @@ public:
         return v;
     }
 
-    tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn) override {
+    tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn,
+                  op_params params) override {
         graph_node n;
         n.kind = node_kind::op;
         n.op = std::string(op);
         n.attrs = std::move(attrs);
+        n.params = std::move(params);
         for (const tensor& t : inputs) n.inputs.push_back(value_of(t, op));
         // The result's dtype and shape, with the errors eager mode gives: the op itself on placeholders (one
         // element broadcast by stride 0, so inputs take no memory) with nothing recording.
         const tensor y = passes::detail::untraced([&] {
             std::vector<tensor> ph;
             for (std::int32_t v : n.inputs) ph.push_back(placeholder(v));
-            return fn(ph);
+            return fn(ph, n.params.values);
         });
         n.dtype = y.dtype();
         n.shape = y.shape();
@@ -97,11 +123,12 @@ public:
     }
 
     void record_effect(std::string_view op, std::string attrs, std::span<const tensor> inputs, effect_fn fn,
-                       std::size_t writes) override {
+                       std::size_t writes, op_params params) override {
         graph_node n;
         n.kind = node_kind::effect;
         n.op = std::string(op);
         n.attrs = std::move(attrs);
+        n.params = std::move(params);
         n.writes = writes;
         for (std::size_t i = 0; i < inputs.size(); ++i) {
             const tensor& t = inputs[i];
@@ -134,12 +161,6 @@ public:
         for (const tensor& t : outs) graph.outputs.push_back(value_of(t, "return"));
     }
 
-    // Captured plain tensors that nothing writes into keep their value of now.
-    void finish() {
-        for (graph_node& n : graph.nodes)
-            if (n.kind == node_kind::constant && n.op.empty()) n.value = n.value.clone();
-    }
-
 private:
     struct key {
         const void* storage;
@@ -166,6 +187,7 @@ private:
         auto s = std::make_shared<storage>();
         s->trace_owner = this;
         s->trace_value = v;
+        made_.push_back(s);
         tensor t(std::move(s), n.dtype, n.shape, contiguous_strides(n.shape), 0);
         graph.nodes.push_back(std::move(n));
         return t;
@@ -180,6 +202,7 @@ private:
     std::string name_;
     std::uint64_t first_id_;
     std::map<key, std::int32_t> captured_;
+    std::vector<std::weak_ptr<storage>> made_;
 };
 
 // Sets the thread's tracer for a scope.
@@ -225,8 +248,39 @@ struct executable {
         release_start[n] = static_cast<std::int32_t>(release.size());
     }
 
-    std::vector<tensor> run(std::span<const tensor> args) const {
+    // The extents of the spec's dynamic dimensions as traced; the parameters bound for other extents.
+    std::vector<std::ptrdiff_t> traced_extents;
+    bool has_dynamic = false;
+    mutable std::mutex bind_mutex;
+    mutable std::map<std::vector<std::ptrdiff_t>, std::shared_ptr<const std::vector<std::vector<std::int64_t>>>> bound;
+
+    // The parameters of every node for these extents (null: the traced ones).
+    std::shared_ptr<const std::vector<std::vector<std::int64_t>>> bind(const std::vector<std::ptrdiff_t>& extents) const {
+        if (!has_dynamic || extents == traced_extents) return nullptr;
+        std::lock_guard lock(bind_mutex);
+        auto found = bound.find(extents);
+        if (found != bound.end()) return found->second;
+        auto p = std::make_shared<std::vector<std::vector<std::int64_t>>>(graph.nodes.size());
+        for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+            const graph_node& node = graph.nodes[i];
+            if (node.dynamic.empty()) continue;
+            std::vector<std::int64_t>& v = (*p)[i] = node.params.values;
+            for (const dynamic_param& d : node.dynamic) {
+                const std::int64_t value = d.scale * static_cast<std::int64_t>(extents[static_cast<std::size_t>(d.dim)]) + d.offset;
+                if (node.params.float_params >> d.index & 1) {
+                    const double x = static_cast<double>(value);
+                    std::memcpy(&v[d.index], &x, sizeof x);
+                } else {
+                    v[d.index] = value;
+                }
+            }
+        }
+        return bound.emplace(extents, std::move(p)).first->second;
+    }
+
+    std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
         const std::size_t n = graph.nodes.size();
+        const auto params = bind(extents);
         std::vector<tensor> slots(n);
         std::vector<tensor> in;
         in.reserve(8);
@@ -240,8 +294,10 @@ struct executable {
                 case node_kind::effect:
                     in.clear();
                     for (std::int32_t v : node.inputs) in.push_back(slots[static_cast<std::size_t>(v)]);
-                    if (node.kind == node_kind::op) slots[i] = node.fn(in);
-                    else node.effect(in);
+                    const std::span<const std::int64_t> p =
+                        params && !(*params)[i].empty() ? std::span<const std::int64_t>((*params)[i]) : node.params.values;
+                    if (node.kind == node_kind::op) slots[i] = node.fn(in, p);
+                    else node.effect(in, p);
                     break;
             }
             for (std::int32_t k = release_start[i]; k < release_start[i + 1]; ++k)
@@ -320,12 +376,97 @@ struct function_options {
     std::function<void(const std::string&)> on_warning;
 };
 
+// The declared dtype and shape of a tensor argument: kiln::spec(kiln::float32, {kiln::dyn, 10}). A kiln::dyn
+// extent is dynamic: one trace serves every extent of it.
+struct spec {
+    kiln::dtype dtype = kiln::float32;
+    std::vector<std::ptrdiff_t> shape;
+    spec(kiln::dtype d, std::vector<std::ptrdiff_t> s) : dtype(d), shape(std::move(s)) {}
+};
+
+inline std::string to_string(const spec& s) {
+    std::string out = "(";
+    for (std::size_t i = 0; i < s.shape.size(); ++i)
+        out += (i ? ", " : "") + (s.shape[i] == dyn ? std::string("?") : std::to_string(s.shape[i]));
+    if (s.shape.size() == 1) out += ",";
+    return out + ") " + std::string(name(s.dtype));
+}
+
+namespace detail {
+
+// Two traces of one function, made with different extents of its dynamic dimensions (`a` and `b` per dimension),
+// compared node by node. Where they agree except for parameters that follow an extent linearly (a reshape's
+// target, a mean's count, a fill's shape), those parameters are marked in `g` as dynamic and the answer is empty;
+// otherwise it says where the traces part.
+inline std::string mark_dynamic(function_graph& g, const function_graph& h,
+                                const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& extents) {
+    auto where = [&](std::size_t i) {
+        const graph_node& n = g.nodes[i];
+        return "node %" + std::to_string(i) + " (" + (n.op.empty() ? std::string(name(n.kind)) : "'" + n.op + "'") + ")";
+    };
+    if (g.nodes.size() != h.nodes.size())
+        return "the traces have " + std::to_string(g.nodes.size()) + " and " + std::to_string(h.nodes.size()) + " nodes";
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        graph_node& x = g.nodes[i];
+        const graph_node& y = h.nodes[i];
+        if (x.kind != y.kind || x.op != y.op || x.inputs != y.inputs || x.writes != y.writes || x.argument != y.argument ||
+            x.dtype != y.dtype || x.shape.rank != y.shape.rank)
+            return where(i) + " is a different op in the two traces";
+        if ((x.kind == node_kind::constant || x.kind == node_kind::variable) &&
+            (x.value.storage_handle() != y.value.storage_handle() || !(x.value.shape() == y.value.shape())))
+            return where(i) + " captures a tensor that the code made from the extent (make it inside the traced ops, "
+                              "for example with kiln::full)";
+        if (x.params.values.size() != y.params.values.size() || x.params.float_params != y.params.float_params)
+            return where(i) + " has different parameters";
+        if (x.params.values == y.params.values) {
+            if (x.attrs != y.attrs) return where(i) + " has different attributes (" + x.attrs + " and " + y.attrs + ")";
+            continue;
+        }
+        for (std::size_t j = 0; j < x.params.values.size(); ++j) {
+            if (x.params.values[j] == y.params.values[j]) continue;
+            const bool is_float = x.params.float_params >> j & 1;
+            const double va = is_float ? param_number(x.params.values[j]) : static_cast<double>(x.params.values[j]);
+            const double vb = is_float ? param_number(y.params.values[j]) : static_cast<double>(y.params.values[j]);
+            bool found = false;
+            for (std::size_t k = 0; k < extents.size() && !found; ++k) {
+                const double ea = static_cast<double>(extents[k].first), eb = static_cast<double>(extents[k].second);
+                const double scale = (vb - va) / (eb - ea), offset = va - scale * ea;
+                if (std::isfinite(scale) && scale == std::round(scale) && offset == std::round(offset) &&
+                    std::abs(scale) < 9e15 && std::abs(offset) < 9e15) {
+                    x.dynamic.push_back({static_cast<std::uint32_t>(j), static_cast<int>(k),
+                                         static_cast<std::int64_t>(scale), static_cast<std::int64_t>(offset)});
+                    found = true;
+                }
+            }
+            if (!found) {
+                char buf[96];
+                std::snprintf(buf, sizeof buf, "%.17g and %.17g", va, vb);
+                return where(i) + " has a parameter (" + buf + " in the two traces) that does not follow a dynamic "
+                                  "extent";
+            }
+        }
+    }
+    if (g.outputs != h.outputs) return "the results are different values in the two traces";
+    return {};
+}
+
+// Captured plain tensors that nothing writes into keep their values of trace time.
+inline void capture_constants(function_graph& g) {
+    for (graph_node& n : g.nodes)
+        if (n.kind == node_kind::constant && n.op.empty()) n.value = n.value.clone();
+}
+
+}  // namespace detail
+
 // A traced function: f with tensor arguments (and static ones: numbers, bools, enums, strings) and a tensor, a
 // std::tuple or std::vector of tensors, or nothing as its result.
 template <class F>
 class function {
 public:
     explicit function(F f, function_options options = {}) : f_(std::move(f)), options_(std::move(options)) {}
+    // With a spec for each tensor argument: calls are checked against it, and its kiln::dyn extents are dynamic.
+    function(F f, std::vector<spec> specs, function_options options = {})
+        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs)), has_specs_(true) {}
 
     template <class... A>
     decltype(auto) operator()(A&&... args) {
@@ -334,12 +475,9 @@ public:
         // tapes recording around the call (they must see the ops) run f itself.
         if (eager_ || functions_run_eagerly() || detail::active_tracer || detail::recording_tapes > 0)
             return std::invoke(f_, std::forward<A>(args)...);
-        std::vector<tensor> tensors;
-        std::string key;
-        std::vector<std::string> parts;
-        (describe(args, tensors, key, parts), ...);
-        const std::shared_ptr<const detail::executable> exe = find_or_trace<R>(key, parts, tensors, args...);
-        std::vector<tensor> outs = exe->run(tensors);
+        call_info info = describe_all(args...);
+        const std::shared_ptr<const detail::executable> exe = find_or_trace<R>(info, args...);
+        std::vector<tensor> outs = exe->run(info.tensors, info.extents);
         if constexpr (std::is_void_v<R>) return;
         else return detail::result_traits<R>::rebuild(outs);
     }
@@ -349,7 +487,8 @@ public:
         std::lock_guard lock(*mutex_);
         return traces_;
     }
-    // Why each trace after the first happened: "argument 0: shape (32, 10) -> (8, 10)".
+    // Why each trace after the first happened: "argument 0: shape (32, 10) -> (8, 10)"; and why a spec's dynamic
+    // dimensions could not be shared, where they could not.
     std::vector<std::string> retrace_reasons() const {
         std::lock_guard lock(*mutex_);
         return reasons_;
@@ -374,29 +513,80 @@ public:
     }
 
 private:
+    struct call_info {
+        std::vector<tensor> tensors;
+        std::string key, concrete_key;            // the signature by the specs, and by the tensors themselves
+        std::vector<std::string> concrete_parts;  // one per argument, for retrace reasons
+        std::vector<std::ptrdiff_t> extents;      // of the dynamic dimensions, in order
+        std::vector<std::pair<std::size_t, int>> dynamic;  // (tensor argument, axis) of each
+    };
+
     template <class... A>
     std::shared_ptr<const detail::executable> executable_for(A&&... args) {
         using R = std::invoke_result_t<F&, A&&...>;
-        std::vector<tensor> tensors;
-        std::string key;
-        std::vector<std::string> parts;
-        (describe(args, tensors, key, parts), ...);
-        return find_or_trace<R>(key, parts, tensors, args...);
+        call_info info = describe_all(args...);
+        return find_or_trace<R>(info, args...);
+    }
+
+    template <class... A>
+    call_info describe_all(const A&... args) const {
+        call_info info;
+        (describe(args, info), ...);
+        // Dynamic extents that are equal in a call are one extent to its trace (a batch of inputs and labels):
+        // which of them are equal is part of the signature.
+        if (!info.extents.empty()) {
+            info.key += "equal extents";
+            for (std::size_t d = 0; d < info.extents.size(); ++d) {
+                std::size_t first = d;
+                for (std::size_t e = 0; e < d; ++e)
+                    if (info.extents[e] == info.extents[d]) {
+                        first = e;
+                        break;
+                    }
+                info.key += " " + std::to_string(first);
+            }
+        }
+        if (has_specs_ && info.tensors.size() != specs_.size())
+            throw value_error(detail::error_prefix("value_error", options_.name) + "the function has " +
+                              std::to_string(specs_.size()) + " specs but was called with " +
+                              std::to_string(info.tensors.size()) + " tensor arguments");
+        return info;
     }
 
     template <class A>
-    static void describe(const A& a, std::vector<tensor>& tensors, std::string& key, std::vector<std::string>& parts) {
+    void describe(const A& a, call_info& info) const {
         std::string part;
         if constexpr (detail::is_tensor_arg_v<A>) {
             const tensor& t = a;
-            t.check_valid("function");
+            t.check_valid(options_.name.c_str());
+            const std::size_t k = info.tensors.size();
             part = "shape " + to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " + to_string(t.device());
-            tensors.push_back(t);
+            std::string spec_part = part;
+            if (has_specs_ && k < specs_.size()) {
+                const spec& sp = specs_[k];
+                if (t.dtype() != sp.dtype)
+                    throw dtype_error(detail::error_prefix("dtype_error", options_.name) + "argument " + std::to_string(k) +
+                                      " is " + std::string(name(t.dtype())) + ", but its spec is " + kiln::to_string(sp));
+                bool fits = static_cast<std::size_t>(t.dim()) == sp.shape.size();
+                for (int i = 0; fits && i < t.dim(); ++i) fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
+                if (!fits)
+                    throw shape_error(detail::error_prefix("shape_error", options_.name) + "argument " + std::to_string(k) +
+                                      " has shape " + to_string(t.shape()) + ", but its spec is " + kiln::to_string(sp));
+                for (int i = 0; i < t.dim(); ++i)
+                    if (sp.shape[static_cast<std::size_t>(i)] == dyn) {
+                        info.extents.push_back(t.shape()[i]);
+                        info.dynamic.emplace_back(k, i);
+                    }
+                spec_part = "spec " + kiln::to_string(sp) + " on " + to_string(t.device());
+            }
+            info.tensors.push_back(t);
+            info.key += spec_part + ";";
         } else {
             part = "value " + detail::static_key(a);
+            info.key += part + ";";
         }
-        key += part + ";";
-        parts.push_back(std::move(part));
+        info.concrete_key += part + ";";
+        info.concrete_parts.push_back(std::move(part));
     }
 
     // A traced argument: a symbolic tensor for a tensor argument, the value itself for a static one.
@@ -406,45 +596,90 @@ private:
         else return std::forward<A>(a);
     }
 
+    // One trace of f with tensor arguments of these shapes.
     template <class R, class... A>
-    std::shared_ptr<const detail::executable> find_or_trace(const std::string& key, const std::vector<std::string>& parts,
-                                                            const std::vector<tensor>& tensors, A&&... args) {
+    function_graph trace(const call_info& info, const std::vector<dims>& shapes, A&&... args) {
+        detail::tracer tr(options_.name);
+        std::vector<tensor> symbols;
+        for (std::size_t i = 0; i < info.tensors.size(); ++i)
+            symbols.push_back(tr.argument(info.tensors[i].dtype(), shapes[i], static_cast<int>(i)));
+        const detail::tracing_scope scope(&tr);
+        std::size_t k = 0;
+        auto call = [&](auto&&... ts) -> decltype(auto) { return std::invoke(f_, std::forward<decltype(ts)>(ts)...); };
+        // (Braced initialization: the arguments are made in order.)
+        using tuple_t = std::tuple<decltype(traced_arg(std::forward<A>(args), symbols, k))...>;
+        if constexpr (std::is_void_v<R>) {
+            std::apply(call, tuple_t{traced_arg(std::forward<A>(args), symbols, k)...});
+            tr.set_outputs({});
+        } else {
+            R r = std::apply(call, tuple_t{traced_arg(std::forward<A>(args), symbols, k)...});
+            tr.set_outputs(detail::result_traits<R>::flatten(r));
+        }
+        return std::move(tr.graph);
+    }
+
+    std::shared_ptr<detail::executable> build(function_graph g) {
+        detail::capture_constants(g);
+        auto exe = std::make_shared<detail::executable>();
+        exe->traced = g;
+        exe->graph = std::move(g);
+        if (options_.optimize) exe->report = passes::optimize(exe->graph);
+        for (const graph_node& n : exe->graph.nodes) exe->has_dynamic = exe->has_dynamic || !n.dynamic.empty();
+        exe->prepare();
+        return exe;
+    }
+
+    template <class R, class... A>
+    std::shared_ptr<const detail::executable> find_or_trace(const call_info& info, A&&... args) {
         std::lock_guard lock(*mutex_);
         record_call(false);
-        auto found = cache_.find(key);
+        const std::string* key = &info.key;
+        auto found = cache_.find(info.key);
+        if (found != cache_.end() && !found->second) {  // the spec's dynamic dimensions are not shared: by extent
+            key = &info.concrete_key;
+            found = cache_.find(info.concrete_key);
+        }
         if (found != cache_.end()) return found->second;
         record_call(true);
-        if (traces_ > 0) reasons_.push_back(reason(parts));
-        last_parts_ = parts;
+        if (traces_ > 0) reasons_.push_back(reason(info.concrete_parts));
+        last_parts_ = info.concrete_parts;
 
-        auto exe = std::make_shared<detail::executable>();
-        {
-            detail::tracer tr(options_.name);
-            std::vector<tensor> symbols;
-            for (std::size_t i = 0; i < tensors.size(); ++i) symbols.push_back(tr.argument(tensors[i], static_cast<int>(i)));
-            {
-                const detail::tracing_scope scope(&tr);
-                std::size_t k = 0;
-                // (Braced initialization: the arguments are made in order.)
-                auto call = [&](auto&&... ts) -> decltype(auto) { return std::invoke(f_, std::forward<decltype(ts)>(ts)...); };
-                if constexpr (std::is_void_v<R>) {
-                    std::apply(call, std::tuple<decltype(traced_arg(std::forward<A>(args), symbols, k))...>{
-                                         traced_arg(std::forward<A>(args), symbols, k)...});
-                    tr.set_outputs({});
-                } else {
-                    R r = std::apply(call, std::tuple<decltype(traced_arg(std::forward<A>(args), symbols, k))...>{
-                                               traced_arg(std::forward<A>(args), symbols, k)...});
-                    tr.set_outputs(detail::result_traits<R>::flatten(r));
-                }
-            }
-            tr.finish();
-            exe->traced = tr.graph;
-        }
-        exe->graph = exe->traced;
-        if (options_.optimize) exe->report = passes::optimize(exe->graph);
-        exe->prepare();
+        std::vector<dims> shapes;
+        for (const tensor& t : info.tensors) shapes.push_back(t.shape());
+        function_graph g = trace<R>(info, shapes, args...);
         ++traces_;
-        cache_.emplace(key, exe);
+        std::shared_ptr<detail::executable> exe;
+        if (!info.extents.empty() && key == &info.key) {
+            // Trace again with other extents (2e + 1: equal extents stay equal, others stay apart) and keep what
+            // follows them.
+            std::vector<dims> other = shapes;
+            std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> extents;
+            for (std::size_t d = 0; d < info.dynamic.size(); ++d) {
+                const auto [arg, axis] = info.dynamic[d];
+                const std::ptrdiff_t e = info.extents[d], e2 = 2 * e + 1;
+                other[arg][axis] = e2;
+                extents.emplace_back(e, e2);
+            }
+            std::string why;
+            try {
+                const function_graph h = trace<R>(info, other, args...);
+                why = detail::mark_dynamic(g, h, extents);
+            } catch (const error& e) {
+                why = std::string("tracing with other extents failed: ") + e.what();
+            }
+            if (why.empty()) {
+                exe = build(std::move(g));
+                exe->traced_extents = info.extents;
+                cache_.emplace(info.key, exe);
+                return exe;
+            }
+            for (graph_node& n : g.nodes) n.dynamic.clear();
+            reasons_.push_back("the spec's dynamic dimensions cannot share one trace (" + why + "): one trace per extent");
+            cache_.emplace(info.key, nullptr);
+            key = &info.concrete_key;
+        }
+        exe = build(std::move(g));
+        cache_.emplace(*key, exe);
         return exe;
     }
 
@@ -470,7 +705,8 @@ private:
             const std::string msg = "kiln: warning: function '" + options_.name + "' traced on each of its last 5 calls (" +
                                     std::to_string(traces_ + 1) + " traces; the last because " +
                                     (reasons_.empty() ? std::string("it was new") : reasons_.back()) +
-                                    "); tensors of new shapes or new static argument values trace again";
+                                    "); tensors of new shapes or new static argument values trace again (declare "
+                                    "changing extents dynamic with kiln::spec and kiln::dyn)";
             if (options_.on_warning) options_.on_warning(msg);
             else std::fprintf(stderr, "%s\n", msg.c_str());
         }
@@ -478,8 +714,11 @@ private:
 
     F f_;
     function_options options_;
+    std::vector<spec> specs_;
+    bool has_specs_ = false;
     bool eager_ = false;
     std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // (a pointer: functions move)
+    // A null entry: the spec's dynamic dimensions could not share a trace, so its signatures go by extent.
     std::unordered_map<std::string, std::shared_ptr<const detail::executable>> cache_;
     std::size_t traces_ = 0;
     std::vector<std::string> reasons_;
@@ -491,5 +730,9 @@ template <class F>
 function(F) -> function<F>;
 template <class F>
 function(F, function_options) -> function<F>;
+template <class F>
+function(F, std::vector<spec>) -> function<F>;
+template <class F>
+function(F, std::vector<spec>, function_options) -> function<F>;
 
 }  // namespace kiln

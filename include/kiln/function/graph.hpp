@@ -31,6 +31,13 @@ constexpr std::string_view name(node_kind k) noexcept {
     return "unknown";
 }
 
+// A parameter of a node that follows a dynamic dimension of the function's spec: scale * extent + offset.
+struct dynamic_param {
+    std::uint32_t index = 0;  // into the node's parameters
+    int dim = 0;              // which dynamic dimension (in the order of the arguments and their axes)
+    std::int64_t scale = 1, offset = 0;
+};
+
 struct graph_node {
     node_kind kind = node_kind::op;
     std::string op;     // the vocabulary's name: "add", "matmul", "sum", "adam_step", ...
@@ -40,6 +47,8 @@ struct graph_node {
     dims shape;
     std::size_t writes = 0;   // an effect: how many leading inputs it writes into
     int argument = -1;        // an argument: its position among the tensor arguments
+    detail::op_params params; // integers and numbers the op reads when it runs (see detail::tracer_base)
+    std::vector<dynamic_param> dynamic;  // those of them that follow a dynamic dimension
     tensor value;             // a constant's value; a variable's storage
     detail::replay_fn fn;     // an op: computes it from real inputs
     detail::effect_fn effect; // an effect: performs it

@@ -6,7 +6,8 @@
 //                                    effect between them) is replaced by it;
 //   simplify_identities              exact identities (x * 1, a reshape to the same shape) become their input;
 //   remove_dead_code                 pure ops and constants that no output and no effect needs are removed.
-// A value that an effect writes into, and every value it is a view of, is never folded or merged.
+// A value that an effect writes into, and every value it is a view of, is never folded or merged; a node whose
+// parameters follow a dynamic dimension is never folded or simplified, and merges only with its equal.
 #include <unordered_map>
 
 #include "graph.hpp"
@@ -65,13 +66,13 @@ inline std::size_t fold_constants(function_graph& g) {
     std::size_t folded = 0;
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         graph_node& n = g.nodes[i];
-        if (n.kind != node_kind::op || written[i] || n.shape.size() > max_folded_elements) continue;
+        if (n.kind != node_kind::op || written[i] || !n.dynamic.empty() || n.shape.size() > max_folded_elements) continue;
         bool all = true;
         for (std::int32_t in : n.inputs) all = all && g.nodes[static_cast<std::size_t>(in)].kind == node_kind::constant;
         if (!all) continue;
         std::vector<tensor> ins;
         for (std::int32_t in : n.inputs) ins.push_back(g.nodes[static_cast<std::size_t>(in)].value);
-        n.value = detail::untraced([&] { return n.fn(ins); });
+        n.value = detail::untraced([&] { return n.fn(ins, n.params.values); });
         n.kind = node_kind::constant;
         n.attrs = "folded from " + n.op;
         n.op.clear();
@@ -98,6 +99,9 @@ inline std::size_t eliminate_common_subexpressions(function_graph& g) {
         if (n.kind != node_kind::op || written[i]) continue;
         std::string key = n.op + '\x1f' + n.attrs;
         for (std::int32_t in : n.inputs) key += '\x1f' + std::to_string(in);
+        for (const dynamic_param& d : n.dynamic)
+            key += "\x1f$" + std::to_string(d.index) + ":" + std::to_string(d.dim) + "*" + std::to_string(d.scale) + "+" +
+                   std::to_string(d.offset);
         const auto [it, fresh] = seen.emplace(std::move(key), static_cast<std::int32_t>(i));
         if (!fresh) {
             to[i] = it->second;
@@ -142,7 +146,7 @@ inline std::size_t simplify_identities(function_graph& g) {
         to[i] = static_cast<std::int32_t>(i);
         graph_node& n = g.nodes[i];
         for (std::int32_t& in : n.inputs) in = to[static_cast<std::size_t>(in)];
-        if (n.kind != node_kind::op || written[i] || n.inputs.size() != 1) continue;
+        if (n.kind != node_kind::op || written[i] || !n.dynamic.empty() || n.inputs.size() != 1) continue;
         const graph_node& x = g.nodes[static_cast<std::size_t>(n.inputs[0])];
         if (!(x.shape == n.shape) || x.dtype != n.dtype) continue;
         const bool one = n.attrs == "operand1=1i" || n.attrs == "operand1=1" || n.attrs == "operand1=1f";

@@ -69,7 +69,7 @@ void trace_step(const std::vector<variable*>& params, const std::vector<tensor>&
     for (variable* p : params) ins.push_back(*p);
     for (const tensor& g : grads) ins.push_back(g);
     const std::size_t n = params.size();
-    kiln::detail::active_tracer->record_effect(op, std::move(attrs), ins, [run, n](std::span<const tensor> in) {
+    kiln::detail::active_tracer->record_effect(op, std::move(attrs), ins, [run, n](std::span<const tensor> in, auto) {
         run(std::vector<tensor>(in.begin() + static_cast<std::ptrdiff_t>(n), in.end()));
     }, n);
 }
