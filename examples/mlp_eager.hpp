@@ -27,15 +27,15 @@ inline auto eager_step(eager_model& m, kiln::optim::adam& opt) {
     };
 }
 
-// The same step in function mode: written in eager style once, traced by kiln::function on its first call for a
-// batch shape (32 rows, and the last batch's 8) and replayed after that.
+// The same step in function mode: written in eager style once, traced by kiln::function on its first call and
+// replayed after that. The batch dimension is dynamic, so the last partial batch (8 rows) replays the same trace.
 inline auto function_step(eager_model& m, kiln::optim::adam& opt) {
     auto train_step = kiln::function([&m, &opt](const kiln::tensor& x, const kiln::tensor& y) {
         kiln::gradient_tape tape;
         kiln::tensor loss = kiln::nn::mse(m(x), y);
         opt.apply_gradients(tape.gradient(loss, m.parameters()), m.parameters());
         return loss;
-    }, {.name = "train_step"});
+    }, {kiln::spec(kiln::float32, {kiln::dyn, features}), kiln::spec(kiln::float32, {kiln::dyn, 1})}, {.name = "train_step"});
     return [train_step = std::move(train_step)](float* xb, float* yb, std::ptrdiff_t n) mutable -> double {
         const kiln::tensor x = kiln::wrap(xb, {n, features}), y = kiln::wrap(yb, {n, 1});
         return train_step(x, y).item<float>();
