@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -422,4 +423,55 @@ TEST_CASE("dynamic extents that are equal in one call and different in another a
     CHECK(f(f64({2, 2, 2, 2}, {4}), f64({1}, {1})).item<double>() == doctest::Approx(3));
     CHECK(f(f64({1, 2}, {2}), f64({3, 5}, {2})).item<double>() == doctest::Approx(5.5));
     CHECK(f.trace_count() == 2);  // equal extents, then different ones
+}
+
+TEST_CASE("kiln::print prints at every call, eagerly and traced") {
+    std::FILE* capture = std::tmpfile();
+    REQUIRE(capture);
+    auto f = kiln::function([&](const kiln::tensor& x) {
+        const kiln::tensor y = x * 2.0;
+        kiln::print(y, "y", capture);
+        return y + 1.0;
+    });
+    f(f64({1, 2}, {2}));
+    f(f64({3, 4}, {2}));
+    kiln::print(f64({5}, {1}), "", capture);
+    std::rewind(capture);
+    std::string text;
+    for (int c; (c = std::fgetc(capture)) != EOF;) text += static_cast<char>(c);
+    std::fclose(capture);
+    CHECK(text == "y: tensor([2., 4.], dtype=float64)\ny: tensor([6., 8.], dtype=float64)\ntensor([5.], dtype=float64)\n");
+    // The print is an effect: dead-code removal keeps it although nothing uses its result.
+    CHECK(f.graph(f64({1, 2}, {2})).count("print") == 1);
+}
+
+TEST_CASE("kiln::cond: eagerly one branch runs; traced, each call takes the branch its predicate picks") {
+    auto f = kiln::function([](const kiln::tensor& x) {
+        return kiln::cond(kiln::sum(x) > 0, [&] { return x * 2.0; }, [&] { return -x; });
+    });
+    CHECK(values(f(f64({1, 2}, {2}))) == std::vector<double>{2, 4});
+    CHECK(values(f(f64({-1, -2}, {2}))) == std::vector<double>{1, 2});
+    CHECK(f.trace_count() == 1);
+    // Eagerly (no trace), the same values.
+    CHECK(values(kiln::cond(kiln::sum(f64({-1, -2}, {2})) > 0, [] { return f64({9}, {1}); }, [] { return f64({7}, {1}); })) ==
+          std::vector<double>{7});
+    // Gradients flow to the branch taken, traced and eagerly alike.
+    auto g = kiln::function([](const kiln::tensor& x) {
+        kiln::gradient_tape tape;
+        tape.watch(x);
+        const kiln::tensor y = kiln::cond(kiln::sum(x) > 0, [&] { return kiln::sum(x * x); }, [&] { return kiln::sum(x * 3.0); });
+        return tape.gradient(y, x);
+    });
+    CHECK(values(g(f64({1, 2}, {2}))) == std::vector<double>{2, 4});
+    CHECK(values(g(f64({-1, -2}, {2}))) == std::vector<double>{3, 3});
+    // Branches must be pure and agree in shape.
+    kiln::variable v(f64({0}, {1}));
+    auto bad = kiln::function([&](const kiln::tensor& x) {
+        return kiln::cond(kiln::sum(x) > 0, [&] { v.assign(x); return x; }, [&] { return x; });
+    });
+    CHECK_THROWS_AS(bad(f64({1}, {1})), kiln::trace_error);
+    auto shapes = kiln::function([](const kiln::tensor& x) {
+        return kiln::cond(kiln::sum(x) > 0, [&] { return x; }, [&] { return kiln::sum(x); });
+    });
+    CHECK_THROWS_AS(shapes(f64({1, 2}, {2})), kiln::value_error);
 }

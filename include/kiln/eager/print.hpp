@@ -169,4 +169,17 @@ inline std::string to_string(const tensor& t) {
 
 inline std::ostream& operator<<(std::ostream& os, const tensor& t) { return os << to_string(t); }
 
+// Prints t ("label: tensor(...)" with a label) to `out`, now in eager mode and every time a traced function that
+// calls it runs (a C++ printf inside a traced function prints only while tracing).
+inline void print(const tensor& t, const std::string& label = "", std::FILE* out = stdout) {
+    if (detail::active_tracer) [[unlikely]] {
+        detail::active_tracer->record_effect(
+            "print", label.empty() ? "" : "label=" + label, std::span<const tensor>(&t, 1),
+            [label, out](std::span<const tensor> in, auto) { print(in[0], label, out); }, /*writes=*/0);
+        return;
+    }
+    const std::string text = (label.empty() ? "" : label + ": ") + to_string(t) + "\n";
+    std::fwrite(text.data(), 1, text.size(), out);
+}
+
 }  // namespace kiln

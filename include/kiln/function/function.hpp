@@ -376,6 +376,58 @@ struct function_options {
     std::function<void(const std::string&)> on_warning;
 };
 
+namespace detail {
+
+inline tensor select_result(const tensor& p, const tensor& a, const tensor& b) {
+    if (!(a.shape() == b.shape()) || a.dtype() != b.dtype())
+        throw value_error(error_prefix("value_error", "cond") + "the branches return " + to_string(a.shape()) + " " +
+                          std::string(name(a.dtype())) + " and " + to_string(b.shape()) + " " +
+                          std::string(name(b.dtype())) + "; they must return the same dtypes and shapes");
+    return where(p, a, b);
+}
+
+}  // namespace detail
+
+// if (pred) then_fn() else else_fn(), where pred is a one-element tensor and both branches return the same type (a
+// tensor, a tuple or a vector of them, of the same dtypes and shapes). Eagerly, and while tracing when pred's
+// value is known, one branch runs. While tracing a symbolic pred, both branches are traced and each result is
+// where(pred, then, else): gradients flow to the branch taken. So the branches must not write into tensors
+// (a trace_error says so), and both run when the function runs.
+template <class Then, class Else>
+auto cond(const tensor& pred, Then&& then_fn, Else&& else_fn) {
+    using R = std::invoke_result_t<Then&>;
+    static_assert(std::is_same_v<R, std::invoke_result_t<Else&>>,
+                  "kiln::cond: both branches must return the same type (a kiln::tensor, a std::tuple or a std::vector "
+                  "of tensors)");
+    pred.check_valid("cond");
+    if (pred.numel() != 1)
+        throw value_error(detail::error_prefix("value_error", "cond") + "the predicate has shape " +
+                          to_string(pred.shape()) + "; it must have one element");
+    auto* tr = dynamic_cast<detail::tracer*>(detail::active_tracer);
+    if (!tr || !pred.is_symbolic()) return pred.item<bool>() ? then_fn() : else_fn();
+    const std::size_t effects = tr->graph.count(node_kind::effect);
+    R a = then_fn();
+    R b = else_fn();
+    if (tr->graph.count(node_kind::effect) != effects)
+        throw trace_error(detail::error_prefix("trace_error", "cond") + "a branch writes into a tensor (an assignment, "
+                          "an in-place op or an optimizer step); traced branches both run, so they must be pure");
+    const tensor p = pred.to(dtype::boolean).reshape(dims{});
+    if constexpr (std::is_same_v<R, tensor>) {
+        return detail::select_result(p, a, b);
+    } else if constexpr (std::is_same_v<R, std::vector<tensor>>) {
+        if (a.size() != b.size())
+            throw value_error(detail::error_prefix("value_error", "cond") + "the branches return " +
+                              std::to_string(a.size()) + " and " + std::to_string(b.size()) + " tensors");
+        std::vector<tensor> out;
+        for (std::size_t i = 0; i < a.size(); ++i) out.push_back(detail::select_result(p, a[i], b[i]));
+        return out;
+    } else {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return R(detail::select_result(p, std::get<I>(a), std::get<I>(b))...);
+        }(std::make_index_sequence<std::tuple_size_v<R>>{});
+    }
+}
+
 // The declared dtype and shape of a tensor argument: kiln::spec(kiln::float32, {kiln::dyn, 10}). A kiln::dyn
 // extent is dynamic: one trace serves every extent of it.
 struct spec {
