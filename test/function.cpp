@@ -475,3 +475,17 @@ TEST_CASE("kiln::cond: eagerly one branch runs; traced, each call takes the bran
     });
     CHECK_THROWS_AS(shapes(f64({1, 2}, {2})), kiln::value_error);
 }
+
+TEST_CASE("after the first calls, a replayed training step takes every tensor from kiln's cache") {
+    kiln::generator g(1);
+    mlp::eager_model m(g);
+    kiln::optim::adam opt(m.parameters(), mlp::learning_rate);
+    auto step = mlp::function_step(m, opt);
+    std::vector<float> x(static_cast<std::size_t>(mlp::batch_size * mlp::features), 0.5f), y(static_cast<std::size_t>(mlp::batch_size), 1.0f);
+    for (int i = 0; i < 3; ++i) step(x.data(), y.data(), mlp::batch_size);
+    const kiln::allocator_stats before = kiln::cache_stats();
+    for (int i = 0; i < 50; ++i) step(x.data(), y.data(), mlp::batch_size);
+    const kiln::allocator_stats after = kiln::cache_stats();
+    CHECK(after.misses == before.misses);
+    CHECK(after.hits > before.hits);
+}

@@ -121,7 +121,10 @@ namespace detail {
 // A shape as attribute text: "2,3" (empty for rank 0).
 inline std::string dims_text(const dims& s) {
     std::string out;
-    for (int i = 0; i < s.rank; ++i) out += (i ? "," : "") + std::to_string(s.d[i]);
+    for (int i = 0; i < s.rank; ++i) {
+        if (i) out += ',';
+        out += std::to_string(s.d[i]);
+    }
     return out;
 }
 

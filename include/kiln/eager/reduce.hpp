@@ -147,7 +147,10 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
         keep = r.keep;
         static constexpr const char* names[] = {"sum", "prod", "max", "min"};
         std::string attrs = "axes=";
-        for (std::size_t i = 0; i < axes.size(); ++i) attrs += (i ? "," : "") + std::to_string(axes[i]);
+        for (std::size_t i = 0; i < axes.size(); ++i) {
+            if (i) attrs += ',';
+            attrs += std::to_string(axes[i]);
+        }
         attrs += keepdims ? " keepdims=true" : " keepdims=false";
         const char* name = names[static_cast<int>(kind)];
         return active_tracer->record(name, std::move(attrs), std::span<const tensor>(&x, 1),

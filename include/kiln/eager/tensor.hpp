@@ -414,7 +414,11 @@ public:
             std::array<int, max_rank> fwd{};
             std::string text = "dims=";
             int k = 0;
-            for (int a : order) fwd[k] = a < 0 ? a + shape_.rank : a, text += (k ? "," : "") + std::to_string(fwd[k]), ++k;
+            for (int a : order) {
+                fwd[k] = a < 0 ? a + shape_.rank : a;
+                if (k) text += ',';
+                text += std::to_string(fwd[k++]);
+            }
             v = traced_view("permute", std::move(text), [fwd, r = shape_.rank](const tensor& x, auto) { return x.permute_array(fwd, r); });
         } else {
             v = view(s, st, offset_);

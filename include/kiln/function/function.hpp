@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -281,7 +282,8 @@ struct executable {
     std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
         const std::size_t n = graph.nodes.size();
         const auto params = bind(extents);
-        std::vector<tensor> slots(n);
+        // (Optional: an empty slot costs nothing to make, a default tensor an id and a reference count.)
+        std::vector<std::optional<tensor>> slots(n);
         std::vector<tensor> in;
         in.reserve(8);
         for (std::size_t i = 0; i < n; ++i) {
@@ -293,7 +295,7 @@ struct executable {
                 case node_kind::op:
                 case node_kind::effect:
                     in.clear();
-                    for (std::int32_t v : node.inputs) in.push_back(slots[static_cast<std::size_t>(v)]);
+                    for (std::int32_t v : node.inputs) in.push_back(*slots[static_cast<std::size_t>(v)]);
                     const std::span<const std::int64_t> p =
                         params && !(*params)[i].empty() ? std::span<const std::int64_t>((*params)[i]) : node.params.values;
                     if (node.kind == node_kind::op) slots[i] = node.fn(in, p);
@@ -301,7 +303,7 @@ struct executable {
                     break;
             }
             for (std::int32_t k = release_start[i]; k < release_start[i + 1]; ++k)
-                slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])] = tensor();
+                slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])].reset();
         }
         std::vector<tensor> out;
         out.reserve(graph.outputs.size());
@@ -312,7 +314,8 @@ struct executable {
             // mode's results are.
             const bool copy = kind == node_kind::constant ||
                               ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]);
-            out.push_back(copy ? slots[static_cast<std::size_t>(o)].clone() : slots[static_cast<std::size_t>(o)]);
+            const tensor& r = *slots[static_cast<std::size_t>(o)];
+            out.push_back(copy ? r.clone() : r);
         }
         return out;
     }
@@ -373,7 +376,7 @@ struct function_options {
     std::string name = "function";  // names the function in errors and warnings
     bool optimize = true;           // run the passes on each trace
     // Called with a warning when each of the last 5 calls traced (stderr when empty).
-    std::function<void(const std::string&)> on_warning;
+    std::function<void(const std::string&)> on_warning = nullptr;
 };
 
 namespace detail {
@@ -438,8 +441,10 @@ struct spec {
 
 inline std::string to_string(const spec& s) {
     std::string out = "(";
-    for (std::size_t i = 0; i < s.shape.size(); ++i)
-        out += (i ? ", " : "") + (s.shape[i] == dyn ? std::string("?") : std::to_string(s.shape[i]));
+    for (std::size_t i = 0; i < s.shape.size(); ++i) {
+        if (i) out += ", ";
+        out += s.shape[i] == dyn ? std::string("?") : std::to_string(s.shape[i]);
+    }
     if (s.shape.size() == 1) out += ",";
     return out + ") " + std::string(name(s.dtype));
 }
@@ -582,8 +587,14 @@ private:
 
     template <class... A>
     call_info describe_all(const A&... args) const {
+        return describe_all_with(false, args...);
+    }
+    template <class... A>
+    call_info describe_all_with(bool parts, const A&... args) const {
         call_info info;
-        (describe(args, info), ...);
+        info.key.reserve(64);
+        info.concrete_key.reserve(64);
+        (describe(args, info, parts), ...);
         // Dynamic extents that are equal in a call are one extent to its trace (a batch of inputs and labels):
         // which of them are equal is part of the signature.
         if (!info.extents.empty()) {
@@ -595,7 +606,7 @@ private:
                         first = e;
                         break;
                     }
-                info.key += " " + std::to_string(first);
+                append_bytes(info.key, static_cast<std::uint32_t>(first));
             }
         }
         if (has_specs_ && info.tensors.size() != specs_.size())
@@ -605,15 +616,25 @@ private:
         return info;
     }
 
+    // The signature as bytes (what the cache looks up on every call: no text is made) and, when `parts` is set,
+    // as text for retrace reasons (made only when tracing).
+    template <class V>
+    static void append_bytes(std::string& key, const V& v) {
+        key.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+
     template <class A>
-    void describe(const A& a, call_info& info) const {
-        std::string part;
+    void describe(const A& a, call_info& info, bool parts) const {
         if constexpr (detail::is_tensor_arg_v<A>) {
             const tensor& t = a;
             t.check_valid(options_.name.c_str());
             const std::size_t k = info.tensors.size();
-            part = "shape " + to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " + to_string(t.device());
-            std::string spec_part = part;
+            const kiln::device dev = t.device();
+            const char head[4] = {'T', static_cast<char>(t.dtype()), static_cast<char>(dev.type), static_cast<char>(t.dim())};
+            const std::size_t at = info.concrete_key.size();
+            info.concrete_key.append(head, 4);
+            append_bytes(info.concrete_key, dev.index);
+            for (int i = 0; i < t.dim(); ++i) append_bytes(info.concrete_key, t.shape()[i]);
             if (has_specs_ && k < specs_.size()) {
                 const spec& sp = specs_[k];
                 if (t.dtype() != sp.dtype)
@@ -629,16 +650,27 @@ private:
                         info.extents.push_back(t.shape()[i]);
                         info.dynamic.emplace_back(k, i);
                     }
-                spec_part = "spec " + kiln::to_string(sp) + " on " + to_string(t.device());
+                // The spec fixes the dtype and the static extents: the device is what is left.
+                const char sh[2] = {'S', static_cast<char>(dev.type)};
+                info.key.append(sh, 2);
+                append_bytes(info.key, dev.index);
+            } else {
+                info.key.append(info.concrete_key, at, std::string::npos);
             }
             info.tensors.push_back(t);
-            info.key += spec_part + ";";
+            if (parts)
+                info.concrete_parts.push_back("shape " + to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " +
+                                              to_string(dev));
         } else {
-            part = "value " + detail::static_key(a);
-            info.key += part + ";";
+            std::string v = detail::static_key(a);
+            info.key += 'V';
+            info.key += v;
+            info.key += '\0';
+            info.concrete_key += 'V';
+            info.concrete_key += v;
+            info.concrete_key += '\0';
+            if (parts) info.concrete_parts.push_back("value " + std::move(v));
         }
-        info.concrete_key += part + ";";
-        info.concrete_parts.push_back(std::move(part));
     }
 
     // A traced argument: a symbolic tensor for a tensor argument, the value itself for a static one.
@@ -693,8 +725,9 @@ private:
         }
         if (found != cache_.end()) return found->second;
         record_call(true);
-        if (traces_ > 0) reasons_.push_back(reason(info.concrete_parts));
-        last_parts_ = info.concrete_parts;
+        const std::vector<std::string> parts = describe_all_with(true, args...).concrete_parts;
+        if (traces_ > 0) reasons_.push_back(reason(parts));
+        last_parts_ = parts;
 
         std::vector<dims> shapes;
         for (const tensor& t : info.tensors) shapes.push_back(t.shape());

@@ -90,7 +90,10 @@ inline std::string to_string(const function_graph& g) {
             case node_kind::op:
             case node_kind::effect: {
                 s += n.op + "(";
-                for (std::size_t k = 0; k < n.inputs.size(); ++k) s += (k ? ", " : "") + detail::value_name(n.inputs[k]);
+                for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+                    if (k) s += ", ";
+                    s += detail::value_name(n.inputs[k]);
+                }
                 s += ")";
                 if (!n.attrs.empty()) s += " " + n.attrs;
                 break;
