@@ -489,3 +489,52 @@ TEST_CASE("after the first calls, a replayed training step takes every tensor fr
     CHECK(after.misses == before.misses);
     CHECK(after.hits > before.hits);
 }
+
+TEST_CASE("kiln::while_loop: eagerly a C++ loop; traced, the trip count comes from the values at each call") {
+    // Doubles x until its sum passes a limit given as a tensor: the number of trips depends on the data.
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& limit) {
+        auto [i, y] = kiln::while_loop([&](const kiln::tensor& k, const kiln::tensor& v) { return kiln::sum(v) < limit; },
+                                       [&](const kiln::tensor& k, const kiln::tensor& v) { return std::make_tuple(k + 1, v * 2.0); },
+                                       kiln::zeros({}, kiln::int64), x);
+        return std::make_tuple(i, y);
+    });
+    const kiln::tensor x = f64({1, 2}, {2});
+    auto [i1, y1] = f(x, f64({10}, {}));
+    CHECK(i1.item<std::int64_t>() == 2);  // 3 -> 6 -> 12
+    CHECK(values(y1) == std::vector<double>{4, 8});
+    auto [i2, y2] = f(x, f64({100}, {}));
+    CHECK(i2.item<std::int64_t>() == 6);  // 3 * 2^6 = 192
+    CHECK(values(y2) == std::vector<double>{64, 128});
+    auto [i3, y3] = f(x, f64({1}, {}));
+    CHECK(i3.item<std::int64_t>() == 0);
+    CHECK(values(y3) == std::vector<double>{1, 2});
+    CHECK(f.trace_count() == 1);
+    CHECK(f.graph(x, f64({10}, {})).count("while_loop") == 1);
+    // Eagerly, the same.
+    const kiln::tensor e = kiln::while_loop([](const kiln::tensor& v) { return kiln::sum(v) < 10.0; },
+                                            [](const kiln::tensor& v) { return v * 2.0; }, x);
+    CHECK(values(e) == std::vector<double>{4, 8});
+    // A body that changes the state's shape is refused while tracing.
+    auto bad = kiln::function([](const kiln::tensor& v) {
+        return kiln::while_loop([](const kiln::tensor& s) { return kiln::sum(s) < 10.0; },
+                                [](const kiln::tensor& s) { return kiln::concat({s, s}); }, v);
+    });
+    CHECK_THROWS_AS(bad(x), kiln::value_error);
+}
+
+TEST_CASE("a while_loop's body may write into variables, at every trip and every call") {
+    kiln::variable total(f64({0}, {1}));
+    auto f = kiln::function([&](const kiln::tensor& n) {
+        return kiln::while_loop([&](const kiln::tensor& k) { return k < n; },
+                                [&](const kiln::tensor& k) {
+                                    total.assign(total + k.to(kiln::float64).reshape({1}));
+                                    return k + 1;
+                                },
+                                kiln::zeros({}, kiln::int64));
+    });
+    CHECK(f(kiln::tensor(std::int64_t{4})).item<std::int64_t>() == 4);
+    CHECK(values(total) == std::vector<double>{6});  // 0 + 1 + 2 + 3
+    f(kiln::tensor(std::int64_t{3}));
+    CHECK(values(total) == std::vector<double>{9});
+    CHECK(f.trace_count() == 1);
+}

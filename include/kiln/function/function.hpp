@@ -54,7 +54,13 @@ struct finished_trace final : tracer_base {
 // Records one trace: the nodes of its graph, and the values of the tensors it has seen.
 class tracer final : public tracer_base {
 public:
-    explicit tracer(std::string function_name) : name_(std::move(function_name)), first_id_(next_tensor_id()) {}
+    explicit tracer(std::string function_name, tracer* parent = nullptr)
+        : name_(std::move(function_name)), first_id_(next_tensor_id()), parent_(parent) {}
+
+    const std::string& name() const noexcept { return name_; }
+    // A sub-trace's arguments after its own: the enclosing traces' values it uses.
+    const std::vector<tensor>& captures() const noexcept { return captures_; }
+    void set_first_capture(int position) noexcept { next_capture_ = position; }
     tracer(const tracer&) = delete;
     tracer& operator=(const tracer&) = delete;
     ~tracer() override {
@@ -77,6 +83,22 @@ public:
     std::int32_t value_of(const tensor& t, std::string_view op) {
         t.check_valid(std::string(op).c_str());
         const storage& s = *t.storage_handle();
+        if (s.trace_owner && s.trace_owner != this) {
+            // A value of an enclosing trace (a while_loop's body using the function's tensors): an argument here.
+            for (tracer* p = parent_; p; p = p->parent_)
+                if (p == s.trace_owner) {
+                    const auto found = captured_symbols_.find(&s);
+                    if (found != captured_symbols_.end()) return found->second;
+                    if (!(t.offset() == 0 && t.strides() == contiguous_strides(t.shape())))
+                        throw trace_error(error_prefix("trace_error", op) + "a view of an enclosing trace's value was made "
+                                          "without the tracer seeing it");
+                    const tensor a = argument(t.dtype(), t.shape(), next_capture_++);
+                    captures_.push_back(t);
+                    const std::int32_t v = index_of(a);
+                    captured_symbols_.emplace(&s, v);
+                    return v;
+                }
+        }
         if (s.trace_owner) {
             if (s.trace_owner != this)
                 throw trace_error(error_prefix("trace_error", op) + "a symbolic tensor from another trace reached '" +
@@ -204,6 +226,10 @@ private:
     std::uint64_t first_id_;
     std::map<key, std::int32_t> captured_;
     std::vector<std::weak_ptr<storage>> made_;
+    tracer* parent_ = nullptr;
+    std::vector<tensor> captures_;
+    std::map<const storage*, std::int32_t> captured_symbols_;
+    int next_capture_ = 0;
 };
 
 // Sets the thread's tracer for a scope.
@@ -431,6 +457,156 @@ auto cond(const tensor& pred, Then&& then_fn, Else&& else_fn) {
     }
 }
 
+namespace detail {
+
+// Captured plain tensors that nothing writes into keep their values of trace time.
+inline void capture_constants(function_graph& g) {
+    for (graph_node& n : g.nodes)
+        if (n.kind == node_kind::constant && n.op.empty()) n.value = n.value.clone();
+}
+
+// A loop's condition or body traced on its own: the loop state as its first arguments, the enclosing traces'
+// values it uses after them.
+struct loop_part {
+    std::shared_ptr<executable> exe;
+    std::vector<tensor> captures;
+};
+
+template <bool IsCond, class F>
+loop_part trace_loop_part(tracer& outer, const std::vector<tensor>& state, F&& fn) {
+    tracer tr(outer.name(), &outer);
+    std::vector<tensor> args;
+    for (std::size_t k = 0; k < state.size(); ++k) args.push_back(tr.argument(state[k].dtype(), state[k].shape(), static_cast<int>(k)));
+    tr.set_first_capture(static_cast<int>(state.size()));
+    {
+        const tracing_scope scope(&tr);
+        const tape_pause pause;
+        if constexpr (IsCond) {
+            const tensor c = fn(args);
+            if (c.numel() != 1)
+                throw value_error(error_prefix("value_error", "while_loop") + "the condition has shape " +
+                                  to_string(c.shape()) + "; it must have one element");
+            tr.set_outputs({c.to(dtype::boolean)});
+        } else {
+            const std::vector<tensor> next = fn(args);
+            if (next.size() != state.size())
+                throw value_error(error_prefix("value_error", "while_loop") + "the body returns " + std::to_string(next.size()) +
+                                  " tensors for a state of " + std::to_string(state.size()));
+            for (std::size_t k = 0; k < next.size(); ++k)
+                if (!(next[k].shape() == state[k].shape()) || next[k].dtype() != state[k].dtype())
+                    throw value_error(error_prefix("value_error", "while_loop") + "the body turns state " + std::to_string(k) +
+                                      " from " + to_string(state[k].shape()) + " " + std::string(name(state[k].dtype())) +
+                                      " into " + to_string(next[k].shape()) + " " + std::string(name(next[k].dtype())) +
+                                      "; a loop's state keeps its dtypes and shapes");
+            tr.set_outputs(next);
+        }
+    }
+    loop_part part;
+    part.exe = std::make_shared<executable>();
+    function_graph g = std::move(tr.graph);
+    capture_constants(g);
+    part.exe->traced = g;
+    part.exe->graph = std::move(g);
+    part.exe->report = passes::optimize(part.exe->graph);
+    part.exe->prepare();
+    part.captures = tr.captures();
+    return part;
+}
+
+// The loop on vectors of tensors: eagerly, a C++ loop; traced, one effect that runs the traced condition and body
+// until the condition is false and writes the final state into one buffer per state tensor.
+template <class CondV, class BodyV>
+std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor> state) {
+    for (const tensor& t : state) t.check_valid("while_loop");
+    auto* outer = dynamic_cast<tracer*>(active_tracer);
+    if (!outer) {
+        while (true) {
+            const tensor c = cond(state);
+            if (c.numel() != 1)
+                throw value_error(error_prefix("value_error", "while_loop") + "the condition has shape " +
+                                  to_string(c.shape()) + "; it must have one element");
+            if (!c.item<bool>()) return state;
+            std::vector<tensor> next = body(state);
+            if (next.size() != state.size())
+                throw value_error(error_prefix("value_error", "while_loop") + "the body returns " + std::to_string(next.size()) +
+                                  " tensors for a state of " + std::to_string(state.size()));
+            state = std::move(next);
+        }
+    }
+    if (recording_tapes > 0)
+        for (const tensor& t : state)
+            if (watched_by_a_tape(t))
+                throw value_error(error_prefix("value_error", "while_loop") + "gradients through a traced while_loop are "
+                                  "not supported yet (run the function eagerly, or unroll the loop in C++)");
+    const loop_part c = trace_loop_part<true>(*outer, state, cond);
+    const loop_part b = trace_loop_part<false>(*outer, state, body);
+    const std::size_t n = state.size(), nc = c.captures.size(), nb = b.captures.size();
+    std::vector<tensor> outs, ins;
+    for (const tensor& t : state) outs.push_back(zeros(t.shape(), t.dtype()));
+    ins = outs;
+    ins.insert(ins.end(), state.begin(), state.end());
+    ins.insert(ins.end(), c.captures.begin(), c.captures.end());
+    ins.insert(ins.end(), b.captures.begin(), b.captures.end());
+    // A digest of the two sub-graphs: traces at other extents of a dynamic dimension must have the same loop.
+    const std::string text = to_string(c.exe->graph) + to_string(b.exe->graph);
+    std::uint64_t h = 1469598103934665603ull;
+    for (const unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    op_params params;
+    params.add(static_cast<std::int64_t>(h));
+    params.opaque = 1;
+    outer->record_effect(
+        "while_loop", "state=" + std::to_string(n) + " condition=" + std::to_string(c.exe->graph.size()) +
+                          " body=" + std::to_string(b.exe->graph.size()) + " nodes",
+        ins,
+        [cexe = c.exe, bexe = b.exe, n, nc, nb](std::span<const tensor> in, auto) {
+            std::vector<tensor> cur(in.begin() + static_cast<std::ptrdiff_t>(n), in.begin() + static_cast<std::ptrdiff_t>(2 * n));
+            const auto cap_c = in.subspan(2 * n, nc), cap_b = in.subspan(2 * n + nc, nb);
+            std::vector<tensor> args;
+            while (true) {
+                args.assign(cur.begin(), cur.end());
+                args.insert(args.end(), cap_c.begin(), cap_c.end());
+                if (!cexe->run(args)[0].template item<bool>()) break;
+                args.assign(cur.begin(), cur.end());
+                args.insert(args.end(), cap_b.begin(), cap_b.end());
+                cur = bexe->run(args);
+            }
+            for (std::size_t k = 0; k < n; ++k) {
+                tensor o = in[k];
+                copy_into(o, cur[k]);
+            }
+        },
+        n, std::move(params));
+    return outs;
+}
+
+}  // namespace detail
+
+// while (cond_fn(state...)) state = body_fn(state...), on tensors: kiln::while_loop(cond, body, i, x). cond_fn
+// returns a one-element tensor; body_fn returns the next state (a tensor for one state tensor, a std::tuple of
+// tensors for several) with the same dtypes and shapes. Eagerly it is a C++ loop. Traced, the condition and the
+// body are traced once each into sub-graphs, and the loop runs them when the function runs, as many times as the
+// values say; the body may use the function's tensors and write into variables. Gradients through a traced loop
+// are not supported yet.
+template <class Cond, class Body, class... T>
+    requires(sizeof...(T) > 0 && (std::is_same_v<T, tensor> && ...))
+auto while_loop(Cond&& cond_fn, Body&& body_fn, const T&... state) {
+    using R = std::invoke_result_t<Body&, const T&...>;
+    constexpr std::size_t n = sizeof...(T);
+    auto cond_v = [&](const std::vector<tensor>& s) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) { return tensor(cond_fn(s[I]...)); }(std::make_index_sequence<n>{});
+    };
+    auto body_v = [&](const std::vector<tensor>& s) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            R r = body_fn(s[I]...);
+            if constexpr (std::is_same_v<R, tensor>) return std::vector<tensor>{std::move(r)};
+            else return detail::result_traits<R>::flatten(r);
+        }(std::make_index_sequence<n>{});
+    };
+    std::vector<tensor> out = detail::while_vectors(cond_v, body_v, std::vector<tensor>{state...});
+    if constexpr (std::is_same_v<R, tensor>) return out[0];
+    else return detail::result_traits<R>::rebuild(out);
+}
+
 // The declared dtype and shape of a tensor argument: kiln::spec(kiln::float32, {kiln::dyn, 10}). A kiln::dyn
 // extent is dynamic: one trace serves every extent of it.
 struct spec {
@@ -481,6 +657,7 @@ inline std::string mark_dynamic(function_graph& g, const function_graph& h,
         }
         for (std::size_t j = 0; j < x.params.values.size(); ++j) {
             if (x.params.values[j] == y.params.values[j]) continue;
+            if (x.params.opaque >> j & 1) return where(i) + " holds a part of the program that depends on the extent";
             const bool is_float = x.params.float_params >> j & 1;
             const double va = is_float ? param_number(x.params.values[j]) : static_cast<double>(x.params.values[j]);
             const double vb = is_float ? param_number(y.params.values[j]) : static_cast<double>(y.params.values[j]);
@@ -505,12 +682,6 @@ inline std::string mark_dynamic(function_graph& g, const function_graph& h,
     }
     if (g.outputs != h.outputs) return "the results are different values in the two traces";
     return {};
-}
-
-// Captured plain tensors that nothing writes into keep their values of trace time.
-inline void capture_constants(function_graph& g) {
-    for (graph_node& n : g.nodes)
-        if (n.kind == node_kind::constant && n.op.empty()) n.value = n.value.clone();
 }
 
 }  // namespace detail
