@@ -415,6 +415,7 @@ struct op_builder<operand_mode::eager> {
             }
             ++k;
         }(), ...);
+        params.tile = tile_for<Op, Args...>(args...);
         return active_tracer->record(Op::name, std::move(attrs), ins,
                                      [](std::span<const tensor> in, std::span<const std::int64_t> p) {
             return [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -427,6 +428,74 @@ struct op_builder<operand_mode::eager> {
                 return compute_now<Op>(pick.template operator()<I>()...);
             }(std::index_sequence_for<Args...>{});
         }, std::move(params));
+    }
+
+    // The op's tile kernel when every tensor operand, every number's promotion and the result keep one floating
+    // dtype; null otherwise.
+    template <class Op, class... Args>
+    static tile_kernel tile_for(const Args&... args) {
+        if constexpr (logical_op<Op>() || integral_only_op<Op>() || std::is_same_v<Op, ops::where>) {
+            return nullptr;
+        } else {
+            dtype d = dtype::boolean;
+            bool any = false, same = true;
+            ([&] {
+                if constexpr (std::is_same_v<Args, tensor>) {
+                    if (!any) d = args.dtype(), any = true;
+                    else same = same && args.dtype() == d;
+                }
+            }(), ...);
+            if (!any || !same || !is_floating(d)) return nullptr;
+            ([&] {
+                if constexpr (!std::is_same_v<Args, tensor>) same = same && promote_with_scalar<Args>(d) == d;
+            }(), ...);
+            if (!same || compute_dtype<Op>(d) != d) return nullptr;
+            return dispatch(d, [&]<class T>() -> tile_kernel {
+                if constexpr (std::is_floating_point_v<T>) {
+                    using E = decltype(tile_expr<Op, T, Args...>(nullptr));
+                    if constexpr (std::is_same_v<root_type_t<E>, T>) return &tile_run<Op, T, Args...>;
+                    else return nullptr;
+                } else {
+                    return nullptr;
+                }
+            });
+        }
+    }
+
+    // The op on indexed leaves (its tensors) and scalars (its numbers, from the parameters), as eager mode builds it.
+    template <class Op, class T, class... Args>
+    static auto tile_expr(const std::int64_t* p) {
+        static constexpr std::size_t n = sizeof...(Args);
+        static constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
+        static constexpr std::array<std::size_t, n> at = [] {
+            std::array<std::size_t, n> a{};
+            std::size_t t = 0, v = 0;
+            for (std::size_t i = 0; i < n; ++i) a[i] = is_tensor[i] ? t++ : v++;
+            return a;
+        }();
+        auto operand = [&]<std::size_t K>() {
+            using A = std::tuple_element_t<K, std::tuple<Args...>>;
+            if constexpr (is_tensor[K]) return indexed_leaf<at[K], T>{};
+            else if constexpr (std::is_floating_point_v<A>)
+                return scalar<T>{value_cast<T>(p ? static_cast<A>(param_number(p[at[K]])) : A{})};
+            else return scalar<T>{value_cast<T>(p ? static_cast<A>(p[at[K]]) : A{})};
+        };
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return make_node<Op>(operand.template operator()<I>()...);
+        }(std::index_sequence_for<Args...>{});
+    }
+
+    template <class Op, class T, class... Args>
+    static void tile_run(const void* const* in, void* out, std::ptrdiff_t n, const std::int64_t* p) {
+        const auto expr = tile_expr<Op, T, Args...>(p);
+        using E = std::remove_const_t<decltype(expr)>;
+        using list = unique_nodes_t<E>;
+        using loop = fused_loop<list, E>;
+        const auto lp = [&]<class... L>(types<L...>) {
+            return std::tuple<const typename L::value_type*...>(
+                static_cast<const typename L::value_type*>(in[leaf_position<L>::value])...);
+        }(leaves_t<list>{});
+        loop::run_flat_ptrs(root_pack<E>(expr), lp, std::tuple<T*>(static_cast<T*>(out)), n);
     }
 
     template <class S>

@@ -59,7 +59,13 @@ namespace detail {
 using replay_fn = std::function<tensor(std::span<const tensor>, std::span<const std::int64_t>)>;
 using effect_fn = std::function<void(std::span<const tensor>, std::span<const std::int64_t>)>;
 
+// An elementwise op's kernel over one tile of contiguous elements, every operand and the result of one floating
+// dtype: in[k] for its k-th tensor operand, its numbers from `params`. Function mode runs a chain of such ops tile
+// by tile (see executable in function/function.hpp); an op whose operands differ in dtype has none.
+using tile_kernel = void (*)(const void* const* in, void* out, std::ptrdiff_t n, const std::int64_t* params);
+
 struct op_params {
+    tile_kernel tile = nullptr;
     std::vector<std::int64_t> values;
     std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
     std::uint64_t opaque = 0;        // bit k: values[k] must be the same for every extent (a digest, not a size)
@@ -488,7 +494,7 @@ public:
                                      [ax](const tensor& t, std::span<const std::int64_t> p) {
                                          return t.slice(ax, p[0], p[1], p[2]);
                                      },
-                                     {{raw_start, raw_stop, step}})
+                                     detail::op_params{.values = {raw_start, raw_stop, step}})
                        : view(s, st, offset_ + first * strides_[ax]);
         return recorded(std::move(v),
                         [src = *this, ax, raw_start, raw_stop, step](const tensor& g) {
@@ -510,7 +516,7 @@ public:
         tensor v = detail::active_tracer
                        ? traced_view("select", "axis=" + std::to_string(ax) + " index=" + std::to_string(index),
                                      [ax](const tensor& t, std::span<const std::int64_t> p) { return t.select(ax, p[0]); },
-                                     {{index}})
+                                     detail::op_params{.values = {index}})
                        : view(s, st, offset_ + index * strides_[ax]);
         return recorded(std::move(v), [src = *this, ax, index](const tensor& g) {
             return detail::scatter_slice(src, g.unsqueeze(ax), ax, index, index + 1, 1);

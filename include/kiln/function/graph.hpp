@@ -49,6 +49,7 @@ struct graph_node {
     int argument = -1;        // an argument: its position among the tensor arguments
     detail::op_params params; // integers and numbers the op reads when it runs (see detail::tracer_base)
     std::vector<dynamic_param> dynamic;  // those of them that follow a dynamic dimension
+    int group = -1;           // the fused elementwise group that runs it, tile by tile (-1: none)
     tensor value;             // a constant's value; a variable's storage
     detail::replay_fn fn;     // an op: computes it from real inputs
     detail::effect_fn effect; // an effect: performs it
@@ -65,6 +66,12 @@ struct function_graph {
         std::size_t n = 0;
         for (const graph_node& g : nodes) n += g.op == op;
         return n;
+    }
+    // How many fused elementwise groups run its ops.
+    std::size_t groups() const {
+        int most = -1;
+        for (const graph_node& g : nodes) most = std::max(most, g.group);
+        return static_cast<std::size_t>(most + 1);
     }
     std::size_t count(node_kind k) const {
         std::size_t n = 0;
@@ -100,6 +107,7 @@ inline std::string to_string(const function_graph& g) {
             }
         }
         if (n.kind != node_kind::effect) s += " : " + to_string(n.shape) + " " + std::string(name(n.dtype));
+        if (n.group >= 0) s += " [fused " + std::to_string(n.group) + "]";
         s += "\n";
     }
     s += "return";
