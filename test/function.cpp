@@ -493,7 +493,7 @@ TEST_CASE("after the first calls, a replayed training step takes every tensor fr
 TEST_CASE("kiln::while_loop: eagerly a C++ loop; traced, the trip count comes from the values at each call") {
     // Doubles x until its sum passes a limit given as a tensor: the number of trips depends on the data.
     auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& limit) {
-        auto [i, y] = kiln::while_loop([&](const kiln::tensor& k, const kiln::tensor& v) { return kiln::sum(v) < limit; },
+        auto [i, y] = kiln::while_loop([&](const kiln::tensor&, const kiln::tensor& v) { return kiln::sum(v) < limit; },
                                        [&](const kiln::tensor& k, const kiln::tensor& v) { return std::make_tuple(k + 1, v * 2.0); },
                                        kiln::zeros({}, kiln::int64), x);
         return std::make_tuple(i, y);
@@ -584,4 +584,20 @@ TEST_CASE("a fused group with a dynamic extent, and one whose operands change la
     const kiln::tensor wide = kiln::randn({8, 40}, kiln::float64, g);
     const kiln::tensor view = wide.transpose(0, 1);  // (40, 8), not contiguous
     CHECK(values(f(view, b)) == values(kiln::sigmoid(view * 2.0 - b) + view));
+}
+
+TEST_CASE("reduce_retracing: an extent that changed becomes dynamic, and the next trace serves every extent") {
+    auto f = kiln::function([](const kiln::tensor& x) { return kiln::mean(x * 3.0, {0}); },
+                            kiln::function_options{.name = "relaxed", .reduce_retracing = true});
+    for (std::ptrdiff_t n : {32, 8, 16, 5, 32}) {
+        const kiln::tensor x = kiln::full({n, 4}, static_cast<double>(n), kiln::float64);
+        CHECK(values(f(x)) == std::vector<double>(4, 3.0 * static_cast<double>(n)));
+    }
+    CHECK(f.trace_count() == 2);  // (32, 4), then (?, 4) for every other batch
+    const std::vector<std::string> r = f.retrace_reasons();
+    REQUIRE(!r.empty());
+    CHECK(r[0].find("reduce_retracing makes argument 0 dimension 0 dynamic") != std::string::npos);
+    // A call of another rank is not an error: it goes by its own shape.
+    CHECK(values(f(kiln::full({2}, 1.0, kiln::float64))) == std::vector<double>{3});
+    CHECK(f.trace_count() == 3);
 }

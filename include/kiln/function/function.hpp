@@ -416,6 +416,9 @@ struct executable {
     // The parameters of every node for these extents (null: the traced ones).
     std::shared_ptr<const std::vector<std::vector<std::int64_t>>> bind(const std::vector<std::ptrdiff_t>& extents) const {
         if (!has_dynamic || extents == traced_extents) return nullptr;
+        if (extents.size() != traced_extents.size())
+            throw value_error(error_prefix("value_error", "function") + "internal: " + std::to_string(extents.size()) +
+                              " dynamic extents for a graph traced with " + std::to_string(traced_extents.size()));
         std::lock_guard lock(bind_mutex);
         auto found = bound.find(extents);
         if (found != bound.end()) return found->second;
@@ -679,6 +682,9 @@ struct function_options {
     std::string name = "function";  // names the function in errors and warnings
     bool optimize = true;           // run the passes on each trace
     bool fuse = true;               // run chains of elementwise ops tile by tile (fused groups)
+    // TensorFlow's reduce_retracing: an extent of a tensor argument that changes between traces becomes dynamic
+    // (as if declared kiln::dyn in a spec), so the next trace serves every extent of it.
+    bool reduce_retracing = false;
     // Called with a warning when each of the last 5 calls traced (stderr when empty).
     std::function<void(const std::string&)> on_warning = nullptr;
 };
@@ -981,8 +987,10 @@ public:
         // tapes recording around the call (they must see the ops) run f itself.
         if (eager_ || functions_run_eagerly() || detail::active_tracer || detail::recording_tapes > 0)
             return std::invoke(f_, std::forward<A>(args)...);
-        call_info info = describe_all(args...);
+        call_info info = describe_locked(args...);
         const std::shared_ptr<const detail::executable> exe = find_or_trace<R>(info, args...);
+        if (exe->has_dynamic && info.extents.size() != exe->traced_extents.size())
+            info = describe_locked(args...);  // reduce_retracing made extents dynamic during this call
         std::vector<tensor> outs = exe->run(info.tensors, info.extents);
         if constexpr (std::is_void_v<R>) return;
         else return detail::result_traits<R>::rebuild(outs);
@@ -1030,13 +1038,20 @@ private:
     template <class... A>
     std::shared_ptr<const detail::executable> executable_for(A&&... args) {
         using R = std::invoke_result_t<F&, A&&...>;
-        call_info info = describe_all(args...);
+        call_info info = describe_locked(args...);
         return find_or_trace<R>(info, args...);
     }
 
     template <class... A>
     call_info describe_all(const A&... args) const {
         return describe_all_with(false, args...);
+    }
+    // (With reduce_retracing the specs change as calls come: they are read under the lock.)
+    template <class... A>
+    call_info describe_locked(const A&... args) const {
+        if (!options_.reduce_retracing) return describe_all(args...);
+        std::lock_guard lock(*mutex_);
+        return describe_all(args...);
     }
     template <class... A>
     call_info describe_all_with(bool parts, const A&... args) const {
@@ -1058,7 +1073,7 @@ private:
                 append_bytes(info.key, static_cast<std::uint32_t>(first));
             }
         }
-        if (has_specs_ && info.tensors.size() != specs_.size())
+        if (has_specs_ && !auto_specs_ && info.tensors.size() != specs_.size())
             throw value_error(detail::error_prefix("value_error", options_.name) + "the function has " +
                               std::to_string(specs_.size()) + " specs but was called with " +
                               std::to_string(info.tensors.size()) + " tensor arguments");
@@ -1084,7 +1099,15 @@ private:
             info.concrete_key.append(head, 4);
             append_bytes(info.concrete_key, dev.index);
             for (int i = 0; i < t.dim(); ++i) append_bytes(info.concrete_key, t.shape()[i]);
-            if (has_specs_ && k < specs_.size()) {
+            bool use_spec = has_specs_ && k < specs_.size();
+            if (use_spec && auto_specs_) {
+                const spec& sp = specs_[k];
+                bool fits = t.dtype() == sp.dtype && static_cast<std::size_t>(t.dim()) == sp.shape.size();
+                for (int i = 0; fits && i < t.dim(); ++i)
+                    fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
+                use_spec = fits;  // a call the relaxed spec does not describe goes by its own shape
+            }
+            if (use_spec) {
                 const spec& sp = specs_[k];
                 if (t.dtype() != sp.dtype)
                     throw dtype_error(detail::error_prefix("dtype_error", options_.name) + "argument " + std::to_string(k) +
@@ -1178,40 +1201,78 @@ private:
         const std::vector<std::string> parts = describe_all_with(true, args...).concrete_parts;
         if (traces_ > 0) reasons_.push_back(reason(parts));
         last_parts_ = parts;
+        // reduce_retracing: extents that changed since the last trace become dynamic, and the call is described
+        // again with them (it may then find a trace already made).
+        call_info relaxed_info;
+        const call_info* use = &info;
+        if (options_.reduce_retracing && (!has_specs_ || auto_specs_) && !last_traced_.empty()) {
+            std::vector<spec> next = has_specs_ ? specs_ : last_traced_;
+            bool relaxed = false;
+            std::string what;
+            for (std::size_t k = 0; k < info.tensors.size() && k < next.size(); ++k) {
+                const tensor& t = info.tensors[k];
+                if (t.dtype() != next[k].dtype || static_cast<std::size_t>(t.dim()) != next[k].shape.size()) continue;
+                for (int i = 0; i < t.dim(); ++i) {
+                    std::ptrdiff_t& e = next[k].shape[static_cast<std::size_t>(i)];
+                    if (e != dyn && e != t.shape()[i]) {
+                        e = dyn;
+                        relaxed = true;
+                        what += (what.empty() ? "" : ", ") + ("argument " + std::to_string(k) + " dimension " + std::to_string(i));
+                    }
+                }
+            }
+            if (relaxed) {
+                specs_ = std::move(next);
+                has_specs_ = auto_specs_ = true;
+                reasons_.back() += "; reduce_retracing makes " + what + " dynamic";
+                relaxed_info = describe_all(args...);
+                use = &relaxed_info;
+                key = &relaxed_info.key;
+                auto again = cache_.find(relaxed_info.key);
+                if (again != cache_.end()) {
+                    if (again->second) return again->second;
+                    key = &relaxed_info.concrete_key;  // not shareable: by extent
+                }
+            }
+        }
+        last_traced_.clear();
+        for (const tensor& t : info.tensors)
+            last_traced_.emplace_back(t.dtype(), std::vector<std::ptrdiff_t>(t.shape().d.begin(), t.shape().d.begin() + t.dim()));
+        const call_info& info2 = *use;
 
         std::vector<dims> shapes;
-        for (const tensor& t : info.tensors) shapes.push_back(t.shape());
-        function_graph g = trace<R>(info, shapes, args...);
+        for (const tensor& t : info2.tensors) shapes.push_back(t.shape());
+        function_graph g = trace<R>(info2, shapes, args...);
         ++traces_;
         std::shared_ptr<detail::executable> exe;
-        if (!info.extents.empty() && key == &info.key) {
+        if (!info2.extents.empty() && key == &info2.key) {
             // Trace again with other extents (2e + 1: equal extents stay equal, others stay apart) and keep what
             // follows them.
             std::vector<dims> other = shapes;
             std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> extents;
-            for (std::size_t d = 0; d < info.dynamic.size(); ++d) {
-                const auto [arg, axis] = info.dynamic[d];
-                const std::ptrdiff_t e = info.extents[d], e2 = 2 * e + 1;
+            for (std::size_t d = 0; d < info2.dynamic.size(); ++d) {
+                const auto [arg, axis] = info2.dynamic[d];
+                const std::ptrdiff_t e = info2.extents[d], e2 = 2 * e + 1;
                 other[arg][axis] = e2;
                 extents.emplace_back(e, e2);
             }
             std::string why;
             try {
-                const function_graph h = trace<R>(info, other, args...);
+                const function_graph h = trace<R>(info2, other, args...);
                 why = detail::mark_dynamic(g, h, extents);
             } catch (const error& e) {
                 why = std::string("tracing with other extents failed: ") + e.what();
             }
             if (why.empty()) {
                 exe = build(std::move(g));
-                exe->traced_extents = info.extents;
-                cache_.emplace(info.key, exe);
+                exe->traced_extents = info2.extents;
+                cache_.emplace(info2.key, exe);
                 return exe;
             }
             for (graph_node& n : g.nodes) n.dynamic.clear();
             reasons_.push_back("the spec's dynamic dimensions cannot share one trace (" + why + "): one trace per extent");
-            cache_.emplace(info.key, nullptr);
-            key = &info.concrete_key;
+            cache_.emplace(info2.key, nullptr);
+            key = &info2.concrete_key;
         }
         exe = build(std::move(g));
         cache_.emplace(*key, exe);
@@ -1251,6 +1312,8 @@ private:
     function_options options_;
     std::vector<spec> specs_;
     bool has_specs_ = false;
+    bool auto_specs_ = false;         // specs_ made by reduce_retracing: a call that does not fit one is not an error
+    std::vector<spec> last_traced_;   // the tensor arguments of the last trace (reduce_retracing)
     bool eager_ = false;
     std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // (a pointer: functions move)
     // A null entry: the spec's dynamic dimensions could not share a trace, so its signatures go by extent.
