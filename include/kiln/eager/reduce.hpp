@@ -166,7 +166,8 @@ inline tensor fold(const tensor& x, const std::vector<int>& axes, bool keepdims,
         using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
         const std::ptrdiff_t m = r.keep.size();
         std::ptrdiff_t outer = 1, red = 1, inner = 1;
-        const bool blocks = x.is_contiguous() && reduction_blocks(x.shape(), r.keep, outer, red, inner);
+        // (Only with elements: then no product of extents overflows. An empty tensor may have huge extents.)
+        const bool blocks = x.numel() > 0 && x.is_contiguous() && reduction_blocks(x.shape(), r.keep, outer, red, inner);
         if (extremum) {
             std::unique_ptr<T[]> acc(new T[static_cast<std::size_t>(m)]);  // not vector<T>: T may be bool
             const bool is_max = kind == fold_kind::max;
