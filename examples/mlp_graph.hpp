@@ -17,6 +17,17 @@ inline constexpr auto loss = kiln::mean(kiln::square(prediction - y));
 inline constexpr auto step = kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = learning_rate});
 }  // namespace graph_model
 
+// The session starts where an eager model (mlp::eager_model) starts: its parameters are set from the model's.
+// declare() tells the session the model's parameter names first, so that a misspelled one is an error.
+template <class EagerModel>
+void start_from(kiln::session& s, const EagerModel& m) {
+    s.declare(graph_model::loss);
+    s.set("l1/w", m.l1.w);
+    s.set("l1/b", m.l1.b);
+    s.set("l2/w", m.l2.w);
+    s.set("l2/b", m.l2.b);
+}
+
 // One training step in `s` on a batch of n rows.
 inline auto graph_step(kiln::session& s) {
     return [&s](float* xb, float* yb, std::ptrdiff_t n) -> double {

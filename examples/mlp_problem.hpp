@@ -3,10 +3,12 @@
 // Dense(64, relu) -> Dense(1), mean squared error, Adam (learning rate 1e-3), batches of 32, 5 epochs.
 // Data and batch order come from kiln's seeded generator, so every program sees the same numbers.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -92,43 +94,38 @@ run_result train_loop(const dataset& d, std::uint64_t order_seed, const char* la
     return r;
 }
 
-// Two training loops over the same batches, their steps interleaved (a, b, then b, a on the next batch), so that
-// both see the same state of a busy machine and the ratio of their times means something.
-template <class StepA, class StepB>
-std::pair<run_result, run_result> train_interleaved(const dataset& d, std::uint64_t order_seed, StepA&& step_a,
-                                                    StepB&& step_b) {
-    run_result ra, rb;
+// Training loops over the same batches with their steps interleaved (the first one first on one batch, the second
+// one first on the next, and so on), so that all see the same state of a busy machine and the ratios of their
+// times mean something. The results come in the order of the steps.
+template <class... Steps>
+std::array<run_result, sizeof...(Steps)> train_interleaved(const dataset& d, std::uint64_t order_seed,
+                                                           Steps&&... steps_in) {
+    constexpr std::size_t n = sizeof...(Steps);
+    std::array<run_result, n> results;
+    std::array<double, n> seconds{}, epoch_sum{};
+    std::array<std::function<double(float*, float*, std::ptrdiff_t)>, n> steps{std::ref(steps_in)...};
     kiln::generator order(order_seed);
     std::vector<float> xb, yb;
-    double sa = 0, sb = 0;
-    long steps = 0;
-    auto timed = [&](auto& step, double& seconds) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const double l = step(xb.data(), yb.data(), static_cast<std::ptrdiff_t>(yb.size()));
-        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        return l;
-    };
+    long count = 0;
     for (int e = 0; e < epochs; ++e) {
-        double ta = 0, tb = 0;
+        epoch_sum.fill(0);
         const auto batches = epoch_batches(order);
         for (const auto& idx : batches) {
             gather(d.x, features, idx, xb);
             gather(d.y, 1, idx, yb);
-            if (steps % 2 == 0) {
-                ta += timed(step_a, sa);
-                tb += timed(step_b, sb);
-            } else {
-                tb += timed(step_b, sb);
-                ta += timed(step_a, sa);
+            for (std::size_t j = 0; j < n; ++j) {
+                const std::size_t k = (j + static_cast<std::size_t>(count)) % n;
+                const auto t0 = std::chrono::steady_clock::now();
+                epoch_sum[k] += steps[k](xb.data(), yb.data(), static_cast<std::ptrdiff_t>(yb.size()));
+                seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             }
-            ++steps;
+            ++count;
         }
-        ra.epoch_loss.push_back(ta / static_cast<double>(batches.size()));
-        rb.epoch_loss.push_back(tb / static_cast<double>(batches.size()));
+        for (std::size_t k = 0; k < n; ++k)
+            results[k].epoch_loss.push_back(epoch_sum[k] / static_cast<double>(batches.size()));
     }
-    ra.us_per_step = sa / static_cast<double>(steps) * 1e6;
-    rb.us_per_step = sb / static_cast<double>(steps) * 1e6;
-    return {ra, rb};
+    for (std::size_t k = 0; k < n; ++k) results[k].us_per_step = seconds[k] / static_cast<double>(count) * 1e6;
+    return results;
 }
 
 }  // namespace mlp

@@ -6,6 +6,7 @@
 #include "core/shape.hpp"
 #include "eager/eager.hpp"
 #include "function/function.hpp"
+#include "function/from_graph.hpp"
 #include "data/batches.hpp"
 #include "graph/graph.hpp"
 #include "graph/grad.hpp"

@@ -1,5 +1,6 @@
 #pragma once
 // The run-time error hierarchy. Every message names the operation and the values involved.
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -56,6 +57,13 @@ namespace detail {
 inline std::string error_prefix(std::string_view kind, std::string_view where) {
     if (where.substr(0, 6) == "kiln::") where.remove_prefix(6);
     return "kiln: " + std::string(kind) + " in '" + std::string(where) + "': ";
+}
+
+// A number as text that reads back as the same double (%.17g): attributes, signatures and error messages.
+inline std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
 }
 
 }  // namespace detail

@@ -503,9 +503,7 @@ struct op_builder<operand_mode::eager> {
         if constexpr (std::is_same_v<S, bool>) {
             return v ? "true" : "false";
         } else if constexpr (std::is_floating_point_v<S>) {
-            char buf[40];
-            std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(v));
-            return std::string(buf) + (sizeof(S) == 4 ? "f" : "");
+            return detail::number_text(static_cast<double>(v)) + (sizeof(S) == 4 ? "f" : "");
         } else {
             return std::to_string(v) + "i";
         }

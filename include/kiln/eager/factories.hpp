@@ -15,13 +15,11 @@ namespace kiln {
 // A tensor of `shape` filled with `value`.
 inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
     if (detail::active_tracer) [[unlikely]] {
-        char buf[40];
-        std::snprintf(buf, sizeof buf, "%.17g", value);
         detail::op_params p;
         p.add_dims(shape);
         p.add_number(value);
         return detail::active_tracer->record(
-            "full", "shape=" + detail::dims_text(shape) + " value=" + buf + " dtype=" + std::string(name(d)), {},
+            "full", "shape=" + detail::dims_text(shape) + " value=" + detail::number_text(value) + " dtype=" + std::string(name(d)), {},
             [r = shape.rank, d](std::span<const tensor>, std::span<const std::int64_t> q) {
                 return full(detail::param_dims(q, 0, r), detail::param_number(q[static_cast<std::size_t>(r)]), d);
             },

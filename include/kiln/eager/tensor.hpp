@@ -18,6 +18,7 @@
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "../core/allocator.hpp"
+#include "trace_seam.hpp"
 
 namespace kiln {
 
@@ -43,71 +44,6 @@ inline std::string to_string(const device& d) {
 class tensor;
 
 namespace detail {
-
-// ---- the tracing seam -----------------------------------------------------------------------------------------
-// kiln::function (kiln/function.hpp) traces eager code by handing its tensors symbolic values: tensors with a
-// dtype and a shape but no data. While a tracer records on a thread, each primitive of eager mode (elementwise
-// ops, reductions, matmul, views, joins, conversions, factories, in-place writes, optimizer steps) gives the tracer
-// its op instead of computing: a name, its attributes as text, its inputs and a function that computes it from
-// real inputs. The tracer returns the symbolic result. Composite functions (mean, softmax, the losses, layers,
-// gradient rules) trace as the primitives they call, so a gradient tape inside a traced function works unchanged.
-//
-// Integers and numbers that may come from a shape (a reshape's target, slice bounds, a fill value, a number operand
-// such as a mean's count) are the op's *parameters*: the function reads them from the node when it runs, so that
-// a graph traced for one extent of a dynamic dimension runs for every other (kiln::spec). Each parameter is an
-// int64, or a double's bits where `float_params` has its bit set.
-using replay_fn = std::function<tensor(std::span<const tensor>, std::span<const std::int64_t>)>;
-using effect_fn = std::function<void(std::span<const tensor>, std::span<const std::int64_t>)>;
-
-// An elementwise op's kernel over one tile of contiguous elements, every operand and the result of one floating
-// dtype: in[k] for its k-th tensor operand, its numbers from `params`. Function mode runs a chain of such ops tile
-// by tile (see executable in function/function.hpp); an op whose operands differ in dtype has none.
-using tile_kernel = void (*)(const void* const* in, void* out, std::ptrdiff_t n, const std::int64_t* params);
-
-struct op_params {
-    tile_kernel tile = nullptr;
-    std::vector<std::int64_t> values;
-    std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
-    std::uint64_t opaque = 0;        // bit k: values[k] must be the same for every extent (a digest, not a size)
-
-    void add(std::int64_t v) { values.push_back(v); }
-    void add_number(double v) {
-        float_params |= std::uint64_t{1} << values.size();
-        std::int64_t bits;
-        std::memcpy(&bits, &v, sizeof v);
-        values.push_back(bits);
-    }
-    void add_dims(const dims& d) {
-        for (int i = 0; i < d.rank; ++i) values.push_back(d[i]);
-    }
-};
-inline double param_number(std::int64_t bits) {
-    double v;
-    std::memcpy(&v, &bits, sizeof v);
-    return v;
-}
-inline dims param_dims(std::span<const std::int64_t> p, std::size_t first, int rank) {
-    dims d;
-    d.rank = rank;
-    for (int i = 0; i < rank; ++i) d[i] = p[first + static_cast<std::size_t>(i)];
-    return d;
-}
-
-struct tracer_base {
-    virtual ~tracer_base() = default;
-    // A pure op: its result depends only on its inputs (and parameters).
-    virtual tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn,
-                          op_params params = {}) = 0;
-    // A write into the storage of its first `writes` inputs (in place, an assignment, an optimizer step), run in
-    // program order.
-    virtual void record_effect(std::string_view op, std::string attrs, std::span<const tensor> inputs, effect_fn fn,
-                               std::size_t writes = 1, op_params params = {}) = 0;
-    // A use of a symbolic tensor's values (item(), at(), data()): throws kiln::trace_error saying what to do.
-    [[noreturn]] virtual void refuse(std::string_view what) const = 0;
-};
-
-// The tracer recording on this thread, or null (the common case: eager ops test this one pointer).
-inline thread_local tracer_base* active_tracer = nullptr;
 
 // Reference-counted bytes, 64-byte aligned when kiln allocates them (then they return to the caching allocator
 // with the storage: one allocation for the control block and the record); external memory is wrapped with the
@@ -363,26 +299,45 @@ public:
         if (storage_->trace_owner) [[unlikely]]
             storage_->trace_owner->refuse(what);
     }
+    void check_not_symbolic(const char* what, const std::source_location& loc) const {
+        if (storage_->trace_owner) [[unlikely]]
+            storage_->trace_owner->refuse(what, detail::location_text(loc));
+    }
 
-    // The value of a one-element tensor, converted to T.
+    // The value of a one-element tensor, converted to T. (While a function traces, a symbolic tensor has no value:
+    // the kiln::trace_error names the line that asked.)
     template <class T>
-    T item() const {
+    T item(const std::source_location& loc = std::source_location::current()) const {
         check_valid("data");
-        check_not_symbolic("tensor::item");
+        check_not_symbolic("tensor::item", loc);
         if (numel() != 1)
             throw value_error("kiln: value_error in 'tensor::item': the tensor has " + std::to_string(numel()) +
                               " elements (shape " + to_string(shape_) + "), not one");
         return detail::dispatch(dtype_, [&]<class U>() { return value_cast<T>(*data<U>()); });
     }
 
+    // `if (t)`: the value of a one-element tensor as a bool (nonzero is true). A tensor of other sizes has no one
+    // truth value (reduce it with kiln::any or kiln::all first); a symbolic one has none while a function traces
+    // (use kiln::cond or kiln::where).
+    explicit operator bool() const {
+        check_valid("operator bool");
+        check_not_symbolic("tensor::operator bool");
+        if (numel() != 1)
+            throw value_error("kiln: value_error in 'tensor::operator bool': the tensor has " + std::to_string(numel()) +
+                              " elements (shape " + to_string(shape_) + "), so it has no one truth value; reduce it "
+                              "with kiln::any or kiln::all first");
+        return item<bool>();
+    }
+
     // The element at a multi-index, converted to T (bounds-checked; for tests and inspection, not loops).
     template <class T>
-    T at(std::initializer_list<std::ptrdiff_t> index) const {
+    T at(std::initializer_list<std::ptrdiff_t> index,
+         const std::source_location& loc = std::source_location::current()) const {
         if (static_cast<int>(index.size()) != shape_.rank)
             throw value_error("kiln: value_error in 'tensor::at': " + std::to_string(index.size()) + " indices for a tensor of rank " +
                               std::to_string(shape_.rank));
         check_valid("at");
-        check_not_symbolic("tensor::at");
+        check_not_symbolic("tensor::at", loc);
         std::ptrdiff_t off = 0;
         int d = 0;
         for (std::ptrdiff_t i : index) {

@@ -2,7 +2,7 @@
 // The run-time graph of a traced function (kiln::function): nodes in program order, each an argument, a captured
 // tensor (a constant, or a variable read where it lives), a pure op, or an effect (a write into a tensor's
 // storage). Values are node indices; every node but an effect has one. The passes (function/passes.hpp) rewrite
-// it and the executor (function/function.hpp) runs it.
+// it and the executor (function/executor.hpp) runs it.
 #include <cstdint>
 #include <string>
 #include <string_view>

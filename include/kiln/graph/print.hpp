@@ -19,9 +19,7 @@ std::string constant_text() {
         while (d % 2 == 0) d /= 2;
         while (d % 5 == 0) d /= 5;
         if (d != 1) return std::to_string(C::num) + "/" + std::to_string(C::den);
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(C::num) / static_cast<double>(C::den));
-        return buf;
+        return detail::number_text(static_cast<double>(C::num) / static_cast<double>(C::den));
     }
 }
 

@@ -54,12 +54,6 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
     }
 }
 
-inline std::string number_text(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
-}
-
 // An optimizer step while kiln::function traces: one effect that writes every parameter, with the parameters and
 // then the gradients as inputs; `run` takes the step with real gradients each time the function runs.
 template <class Run>
@@ -114,7 +108,7 @@ public:
     void step(const std::vector<tensor>& grads) {
         if (kiln::detail::active_tracer) [[unlikely]] {
             detail::check_grads(params_, grads, "sgd");
-            detail::trace_step(params_, grads, "sgd_step", "lr=" + detail::number_text(lr_) + " momentum=" + detail::number_text(momentum_),
+            detail::trace_step(params_, grads, "sgd_step", "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_),
                                [this](const std::vector<tensor>& g) { step<N>(g); });
             return;
         }
@@ -164,8 +158,8 @@ public:
         if (kiln::detail::active_tracer) [[unlikely]] {
             // Traced: the step (its count included) happens each time the function runs.
             detail::trace_step(params_, grads, "adam_step",
-                               "lr=" + detail::number_text(rule_.lr) + " beta1=" + detail::number_text(rule_.beta1) +
-                                   " beta2=" + detail::number_text(rule_.beta2) + " eps=" + detail::number_text(rule_.eps),
+                               "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
+                                   " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps),
                                [this](const std::vector<tensor>& g) { step<N>(g); });
             return;
         }

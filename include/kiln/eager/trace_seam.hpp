@@ -1,0 +1,91 @@
+#pragma once
+// Eager mode's tracing seam: the one interface through which kiln::function (kiln/function.hpp) records eager
+// code, and the only thing eager mode knows of tracing.
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <source_location>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../core/shape.hpp"
+
+namespace kiln {
+
+class tensor;
+
+namespace detail {
+
+// kiln::function (kiln/function.hpp) traces eager code by handing its tensors symbolic values: tensors with a
+// dtype and a shape but no data. While a tracer records on a thread, each primitive of eager mode (elementwise
+// ops, reductions, matmul, views, joins, conversions, factories, in-place writes, optimizer steps) gives the tracer
+// its op instead of computing: a name, its attributes as text, its inputs and a function that computes it from
+// real inputs. The tracer returns the symbolic result. Composite functions (mean, softmax, the losses, layers,
+// gradient rules) trace as the primitives they call, so a gradient tape inside a traced function works unchanged.
+//
+// Integers and numbers that may come from a shape (a reshape's target, slice bounds, a fill value, a number operand
+// such as a mean's count) are the op's *parameters*: the function reads them from the node when it runs, so that
+// a graph traced for one extent of a dynamic dimension runs for every other (kiln::spec). Each parameter is an
+// int64, or a double's bits where `float_params` has its bit set.
+using replay_fn = std::function<tensor(std::span<const tensor>, std::span<const std::int64_t>)>;
+using effect_fn = std::function<void(std::span<const tensor>, std::span<const std::int64_t>)>;
+
+// An elementwise op's kernel over one tile of contiguous elements, every operand and the result of one floating
+// dtype: in[k] for its k-th tensor operand, its numbers from `params`. Function mode runs a chain of such ops tile
+// by tile (see executable in function/executor.hpp); an op whose operands differ in dtype has none.
+using tile_kernel = void (*)(const void* const* in, void* out, std::ptrdiff_t n, const std::int64_t* params);
+
+struct op_params {
+    tile_kernel tile = nullptr;
+    std::vector<std::int64_t> values;
+    std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
+    std::uint64_t opaque = 0;        // bit k: values[k] must be the same for every extent (a digest, not a size)
+
+    void add(std::int64_t v) { values.push_back(v); }
+    void add_number(double v) {
+        float_params |= std::uint64_t{1} << values.size();
+        std::int64_t bits;
+        std::memcpy(&bits, &v, sizeof v);
+        values.push_back(bits);
+    }
+    void add_dims(const dims& d) {
+        for (int i = 0; i < d.rank; ++i) values.push_back(d[i]);
+    }
+};
+inline double param_number(std::int64_t bits) {
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
+// "file.cpp:12": where a user's call was made (the file's path as the compiler saw it).
+inline std::string location_text(const std::source_location& loc) {
+    return std::string(loc.file_name()) + ":" + std::to_string(loc.line());
+}
+inline dims param_dims(std::span<const std::int64_t> p, std::size_t first, int rank) {
+    dims d;
+    d.rank = rank;
+    for (int i = 0; i < rank; ++i) d[i] = p[first + static_cast<std::size_t>(i)];
+    return d;
+}
+
+struct tracer_base {
+    virtual ~tracer_base() = default;
+    // A pure op: its result depends only on its inputs (and parameters).
+    virtual tensor record(std::string_view op, std::string attrs, std::span<const tensor> inputs, replay_fn fn,
+                          op_params params = {}) = 0;
+    // A write into the storage of its first `writes` inputs (in place, an assignment, an optimizer step), run in
+    // program order.
+    virtual void record_effect(std::string_view op, std::string attrs, std::span<const tensor> inputs, effect_fn fn,
+                               std::size_t writes = 1, op_params params = {}) = 0;
+    // A use of a symbolic tensor's values (item(), at(), data()): throws kiln::trace_error saying what to do.
+    // `at` is where the user's code read it ("file.cpp:12"), or empty.
+    [[noreturn]] virtual void refuse(std::string_view what, std::string_view at = {}) const = 0;
+};
+
+// The tracer recording on this thread, or null (the common case: eager ops test this one pointer).
+inline thread_local tracer_base* active_tracer = nullptr;
+
+}  // namespace detail
+}  // namespace kiln

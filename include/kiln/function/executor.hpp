@@ -1,0 +1,395 @@
+#pragma once
+// Function mode's executor: a function_graph prepared once per signature (liveness, fused elementwise groups,
+// dynamic extents) and run for each call.
+#include "tracer.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+// A chain of elementwise ops that runs tile by tile: each tile of every member is computed before the next tile,
+// so values used only inside the group never exist beyond one tile (which stays in L1).
+struct fused_group {
+    struct operand {
+        enum kind_t : std::uint8_t { member, full, periodic } kind;
+        std::int32_t index;           // member: its position in the group; otherwise the value
+        std::ptrdiff_t period = 0;    // periodic: its element count (it repeats along the group's elements)
+    };
+    std::vector<std::int32_t> members;        // node indices, in program order
+    std::vector<std::vector<operand>> inputs; // per member
+    std::vector<char> exported;               // per member: its value is used after the group
+    kiln::dtype dtype = kiln::float32;
+    int rank = 0;
+    std::ptrdiff_t tile = 1024;  // elements per tile: a multiple of every periodic operand's period
+    bool periodic = false;       // some operand repeats along the group
+};
+
+// A graph ready to run: the optimized graph and, for each node, the values that die after it.
+struct executable {
+    function_graph traced;     // as traced, before the passes
+    function_graph graph;      // after them
+    passes::pass_report report;
+    std::vector<std::int32_t> release_start;  // release[release_start[i] .. release_start[i + 1]) die after node i
+    std::vector<std::int32_t> release;
+    // Whether result k was, as traced, an argument or a variable itself (returned as it is, as eager mode does);
+    // a result that the passes turned into one (x * 1 is x) is the caller's own copy.
+    std::vector<char> result_aliases;
+
+    std::vector<fused_group> groups;
+
+    // Groups consecutive elementwise ops (arguments, constants, variables and pure ops that need nothing of the
+    // group may sit between them) of one floating dtype and one shape whose other operands are values of that shape, or repeat along it (a bias, a
+    // number): each op's tile kernel then runs tile by tile.
+    void fuse() {
+        groups.clear();
+        const std::vector<char> written = passes::detail::written_values(graph);
+        std::vector<std::int32_t> used_after(graph.nodes.size(), -1);  // the last node that uses each value
+        for (std::size_t i = 0; i < graph.nodes.size(); ++i)
+            for (std::int32_t in : graph.nodes[i].inputs) used_after[static_cast<std::size_t>(in)] = static_cast<std::int32_t>(i);
+        for (std::int32_t o : graph.outputs) used_after[static_cast<std::size_t>(o)] = std::numeric_limits<std::int32_t>::max();
+        fused_group cur;
+        dims shape;
+        auto close = [&] {
+            bool has_full = false;
+            for (const auto& ins : cur.inputs)
+                for (const auto& op : ins) has_full = has_full || op.kind == fused_group::operand::full;
+            if (cur.members.size() >= 2 && has_full) {
+                const int id = static_cast<int>(groups.size());
+                const std::int32_t last = cur.members.back();
+                std::vector<char> inside(graph.nodes.size(), 0);
+                for (std::int32_t m : cur.members) inside[static_cast<std::size_t>(m)] = 1;
+                for (std::int32_t m : cur.members) {
+                    graph.nodes[static_cast<std::size_t>(m)].group = id;
+                    bool out = used_after[static_cast<std::size_t>(m)] > last;
+                    for (std::size_t j = 0; !out && j < graph.nodes.size(); ++j)
+                        if (!inside[j])
+                            for (std::int32_t in : graph.nodes[j].inputs) out = out || in == m;
+                    cur.exported.push_back(out);
+                }
+                groups.push_back(std::move(cur));
+            }
+            cur = fused_group{};
+        };
+        auto position = [&](std::int32_t v) {
+            for (std::size_t j = 0; j < cur.members.size(); ++j)
+                if (cur.members[j] == v) return static_cast<std::int32_t>(j);
+            return std::int32_t{-1};
+        };
+        for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+            const graph_node& n = graph.nodes[i];
+            if (n.kind == node_kind::argument || n.kind == node_kind::constant || n.kind == node_kind::variable) continue;
+            const bool candidate = n.kind == node_kind::op && n.params.tile && !written[i] && n.dynamic.empty();
+            if (!candidate) {
+                // A pure op that needs nothing of the group (a view of an operand) runs at its place, before the
+                // group, which runs at its last op: it does not end the group.
+                bool touches = false;
+                for (std::int32_t v : n.inputs) touches = touches || position(v) >= 0;
+                if (n.kind == node_kind::op && !touches && !cur.members.empty()) continue;
+                close();
+                continue;
+            }
+            if (!cur.members.empty() && (!(n.shape == shape) || n.dtype != cur.dtype)) close();
+            // Adds node i to the group if its operands fit (false leaves the group as it was).
+            auto try_add = [&]() {
+                if (cur.members.empty()) {
+                    shape = n.shape;
+                    cur.dtype = n.dtype;
+                    cur.rank = n.shape.rank;
+                }
+                std::vector<fused_group::operand> ins;
+                std::ptrdiff_t tile = cur.tile;
+                for (std::int32_t v : n.inputs) {
+                    const std::int32_t at = position(v);
+                    if (at >= 0) {
+                        ins.push_back({fused_group::operand::member, at});
+                        continue;
+                    }
+                    // (A value that an effect writes later is read here before that effect: no effect runs
+                    // between a group's ops.)
+                    const graph_node& x = graph.nodes[static_cast<std::size_t>(v)];
+                    if (x.dtype != cur.dtype) return false;
+                    if (x.shape == shape) {
+                        ins.push_back({fused_group::operand::full, v});
+                        continue;
+                    }
+                    // Repeats along the group: its shape is the group's trailing extents (leading ones of size 1).
+                    bool periodic = x.shape.rank <= shape.rank;
+                    for (int d = 0; periodic && d < x.shape.rank; ++d) {
+                        const int e = shape.rank - x.shape.rank + d;
+                        bool lead = true;
+                        for (int q = 0; q < d; ++q) lead = lead && x.shape[q] == 1;
+                        periodic = x.shape[d] == shape[e] || (lead && x.shape[d] == 1);
+                    }
+                    const std::ptrdiff_t period = x.shape.size();
+                    if (!periodic || period == 0 || period > 4096) return false;
+                    // The tile: about 1,024 elements, a multiple of every period.
+                    if (tile % period != 0) {
+                        const std::ptrdiff_t base = tile == 1024 && !cur.periodic ? period * ((1024 + period - 1) / period)
+                                                                                  : tile / std::gcd(tile, period) * period;
+                        if (base > 8192) return false;
+                        tile = base;
+                    }
+                    ins.push_back({fused_group::operand::periodic, v, period});
+                }
+                for (const auto& op : ins) cur.periodic = cur.periodic || op.kind == fused_group::operand::periodic;
+                cur.tile = tile;
+                cur.members.push_back(static_cast<std::int32_t>(i));
+                cur.inputs.push_back(std::move(ins));
+                return true;
+            };
+            if (!try_add()) {
+                close();
+                try_add();  // the first op of a new group, its operands all from outside
+            }
+        }
+        close();
+    }
+
+    bool fusion = true;
+
+    void prepare() {
+        if (fusion) fuse();
+        result_aliases.clear();
+        for (std::int32_t o : traced.outputs) {
+            const node_kind k = traced.nodes[static_cast<std::size_t>(o)].kind;
+            result_aliases.push_back(k == node_kind::argument || k == node_kind::variable);
+        }
+        const std::size_t n = graph.nodes.size();
+        std::vector<std::int32_t> last(n, -1);
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::int32_t in : graph.nodes[i].inputs) last[static_cast<std::size_t>(in)] = static_cast<std::int32_t>(i);
+        for (std::int32_t o : graph.outputs) last[static_cast<std::size_t>(o)] = static_cast<std::int32_t>(n);
+        std::vector<std::vector<std::int32_t>> at(n);
+        for (std::size_t v = 0; v < n; ++v)
+            if (last[v] >= 0 && last[v] < static_cast<std::int32_t>(n)) at[static_cast<std::size_t>(last[v])].push_back(static_cast<std::int32_t>(v));
+        release_start.assign(n + 1, 0);
+        release.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+            release_start[i] = static_cast<std::int32_t>(release.size());
+            release.insert(release.end(), at[i].begin(), at[i].end());
+        }
+        release_start[n] = static_cast<std::int32_t>(release.size());
+    }
+
+    // The extents of the spec's dynamic dimensions as traced; the parameters bound for other extents.
+    std::vector<std::ptrdiff_t> traced_extents;
+    bool has_dynamic = false;
+    mutable std::mutex bind_mutex;
+    mutable std::map<std::vector<std::ptrdiff_t>, std::shared_ptr<const std::vector<std::vector<std::int64_t>>>> bound;
+
+    // The parameters of every node for these extents (null: the traced ones).
+    std::shared_ptr<const std::vector<std::vector<std::int64_t>>> bind(const std::vector<std::ptrdiff_t>& extents) const {
+        if (!has_dynamic || extents == traced_extents) return nullptr;
+        if (extents.size() != traced_extents.size())
+            throw value_error(error_prefix("value_error", "function") + "internal: " + std::to_string(extents.size()) +
+                              " dynamic extents for a graph traced with " + std::to_string(traced_extents.size()));
+        std::lock_guard lock(bind_mutex);
+        auto found = bound.find(extents);
+        if (found != bound.end()) return found->second;
+        auto p = std::make_shared<std::vector<std::vector<std::int64_t>>>(graph.nodes.size());
+        for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+            const graph_node& node = graph.nodes[i];
+            if (node.dynamic.empty()) continue;
+            std::vector<std::int64_t>& v = (*p)[i] = node.params.values;
+            for (const dynamic_param& d : node.dynamic) {
+                const std::int64_t value = d.scale * static_cast<std::int64_t>(extents[static_cast<std::size_t>(d.dim)]) + d.offset;
+                if (node.params.float_params >> d.index & 1) {
+                    const double x = static_cast<double>(value);
+                    std::memcpy(&v[d.index], &x, sizeof x);
+                } else {
+                    v[d.index] = value;
+                }
+            }
+        }
+        return bound.emplace(extents, std::move(p)).first->second;
+    }
+
+    // One fused group: its shape comes from a full operand (dynamic extents included); operands that are not
+    // contiguous are copied first; a call whose operands do not fit the group's pattern runs its ops one by one.
+    void run_group(const fused_group& g, std::vector<std::optional<tensor>>& slots,
+                   const std::shared_ptr<const std::vector<std::vector<std::int64_t>>>& params) const {
+        const std::size_t m = g.members.size();
+        auto params_of = [&](std::int32_t node) -> const std::int64_t* {
+            if (params && !(*params)[static_cast<std::size_t>(node)].empty()) return (*params)[static_cast<std::size_t>(node)].data();
+            return graph.nodes[static_cast<std::size_t>(node)].params.values.data();
+        };
+        dims shape;
+        bool have = false, fits = true;
+        for (const auto& ins : g.inputs)
+            for (const auto& op : ins)
+                if (op.kind == fused_group::operand::full) {
+                    const tensor& t = *slots[static_cast<std::size_t>(op.index)];
+                    if (!have) shape = t.shape(), have = true;
+                    fits = fits && t.shape() == shape && t.dtype() == g.dtype;
+                }
+        for (const auto& ins : g.inputs)
+            for (const auto& op : ins)
+                if (op.kind == fused_group::operand::periodic) {
+                    const tensor& t = *slots[static_cast<std::size_t>(op.index)];
+                    fits = fits && t.numel() == op.period && t.dtype() == g.dtype && t.dim() <= shape.rank;
+                    for (int d = 0; fits && d < t.dim(); ++d)
+                        fits = t.shape()[d] == shape[shape.rank - t.dim() + d] || t.shape()[d] == 1;
+                }
+        bool narrow = m <= 64;
+        for (const auto& ins : g.inputs) narrow = narrow && ins.size() <= 8;
+        if (!fits || !narrow || shape.rank != g.rank) {
+            // One by one, as without fusion.
+            std::vector<tensor> in;
+            for (std::int32_t node : g.members) {
+                const graph_node& nd = graph.nodes[static_cast<std::size_t>(node)];
+                in.clear();
+                for (std::int32_t v : nd.inputs) in.push_back(*slots[static_cast<std::size_t>(v)]);
+                const std::int64_t* p = params_of(node);
+                slots[static_cast<std::size_t>(node)] = nd.fn(in, std::span<const std::int64_t>(p, nd.params.values.size()));
+            }
+            return;
+        }
+        const std::ptrdiff_t total = shape.size(), L = g.tile;
+        const std::size_t item = size_of(g.dtype);
+        // This thread's buffers, kept from call to call (a replay allocates them once).
+        struct setup {
+            std::vector<tensor> keep;                // contiguous copies of strided operands
+            std::vector<const std::byte*> base;      // per operand of each member, in order
+            std::vector<std::byte> repeated;         // periodic operands laid out over one tile each
+            std::vector<std::byte*> outs;
+        };
+        thread_local setup su;
+        su.keep.clear();
+        su.base.clear();
+        su.outs.assign(m, nullptr);
+        std::size_t periodic = 0;
+        for (const auto& ins : g.inputs)
+            for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
+        su.repeated.resize(periodic * static_cast<std::size_t>(L) * item);
+        std::size_t next_repeated = 0;
+        for (std::size_t j = 0; j < m; ++j) {
+            for (const auto& op : g.inputs[j]) {
+                const std::byte* b = nullptr;
+                if (op.kind != fused_group::operand::member) {
+                    const tensor* t = &*slots[static_cast<std::size_t>(op.index)];
+                    if (!t->is_contiguous()) {
+                        su.keep.push_back(t->clone());
+                        t = &su.keep.back();
+                    }
+                    b = static_cast<const std::byte*>(t->raw_data());
+                    if (op.kind == fused_group::operand::periodic) {
+                        std::byte* r = su.repeated.data() + next_repeated++ * static_cast<std::size_t>(L) * item;
+                        // One period, then the filled part doubled (L is a multiple of the period).
+                        const std::size_t bytes = static_cast<std::size_t>(L) * item;
+                        std::size_t done = static_cast<std::size_t>(op.period) * item;
+                        std::memcpy(r, b, done);
+                        while (done < bytes) {
+                            const std::size_t step = std::min(done, bytes - done);
+                            std::memcpy(r + done, r, step);
+                            done += step;
+                        }
+                        b = r;
+                    }
+                }
+                su.base.push_back(b);
+            }
+            if (g.exported[j]) {
+                slots[static_cast<std::size_t>(g.members[j])] = tensor(g.dtype, shape);
+                su.outs[j] = static_cast<std::byte*>(slots[static_cast<std::size_t>(g.members[j])]->raw_data());
+            }
+        }
+        const std::vector<std::byte*>& outs = su.outs;
+        const std::vector<const std::byte*>& su_base = su.base;  // (the caller's: pool threads read it)
+        // Where each member's operands start in `base`.
+        std::size_t first_operand[64];
+        for (std::size_t j = 0, at = 0; j < m; at += g.inputs[j].size(), ++j) first_operand[j] = at;
+        auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
+            thread_local std::vector<std::byte> scratch;
+            scratch.resize(m * static_cast<std::size_t>(L) * item);
+            const void* ptrs[8];
+            for (std::ptrdiff_t at = first; at < last; at += L) {
+                const std::ptrdiff_t len = std::min(L, last - at);
+                const std::size_t off = static_cast<std::size_t>(at) * item;
+                auto value_ptr = [&](std::size_t j) -> std::byte* {
+                    return g.exported[j] ? outs[j] + off : scratch.data() + j * static_cast<std::size_t>(L) * item;
+                };
+                for (std::size_t j = 0; j < m; ++j) {
+                    const std::size_t b0 = first_operand[j];
+                    for (std::size_t k = 0; k < g.inputs[j].size(); ++k) {
+                        const auto& op = g.inputs[j][k];
+                        if (op.kind == fused_group::operand::member) ptrs[k] = value_ptr(static_cast<std::size_t>(op.index));
+                        else if (op.kind == fused_group::operand::full) ptrs[k] = su_base[b0 + k] + off;
+                        else ptrs[k] = su_base[b0 + k];  // one tile of the repeated operand, aligned with the tile
+                    }
+                    const std::int32_t node = g.members[j];
+                    graph.nodes[static_cast<std::size_t>(node)].params.tile(ptrs, value_ptr(j), len, params_of(node));
+                }
+            }
+        };
+        const std::ptrdiff_t count = (total + L - 1) / L;
+        // (The thread count only past the threshold: asking for it starts the pool, whose workers then compete
+        // with this thread on small steps.)
+        const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
+        if (threads <= 1) {
+            tiles(0, total);
+        } else {
+            const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
+            thread_pool::instance().parallel_for(tasks, [&](int t) {
+                const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
+                tiles(a, b);
+            });
+        }
+    }
+
+    std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
+        const std::size_t n = graph.nodes.size();
+        const auto params = bind(extents);
+        // (Optional: an empty slot costs nothing to make, a default tensor an id and a reference count.)
+        std::vector<std::optional<tensor>> slots(n);
+        std::vector<tensor> in;
+        in.reserve(8);
+        std::int32_t deferred_from = -1;  // releases inside a group wait for the group, which runs at its last op
+        for (std::size_t i = 0; i < n; ++i) {
+            const graph_node& node = graph.nodes[i];
+            if (node.group >= 0) {
+                const fused_group& g = groups[static_cast<std::size_t>(node.group)];
+                if (deferred_from < 0) deferred_from = static_cast<std::int32_t>(i);
+                if (static_cast<std::int32_t>(i) != g.members.back()) continue;
+                run_group(g, slots, params);
+                for (std::size_t j = static_cast<std::size_t>(deferred_from); j <= i; ++j)
+                    for (std::int32_t k = release_start[j]; k < release_start[j + 1]; ++k)
+                        slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])].reset();
+                deferred_from = -1;
+                continue;
+            }
+            switch (node.kind) {
+                case node_kind::argument: slots[i] = args[static_cast<std::size_t>(node.argument)]; break;
+                case node_kind::constant:
+                case node_kind::variable: slots[i] = node.value; break;
+                case node_kind::op:
+                case node_kind::effect:
+                    in.clear();
+                    for (std::int32_t v : node.inputs) in.push_back(*slots[static_cast<std::size_t>(v)]);
+                    const std::span<const std::int64_t> p =
+                        params && !(*params)[i].empty() ? std::span<const std::int64_t>((*params)[i]) : node.params.values;
+                    if (node.kind == node_kind::op) slots[i] = node.fn(in, p);
+                    else node.effect(in, p);
+                    break;
+            }
+            if (deferred_from >= 0) continue;  // (a free node between a group's ops)
+            for (std::int32_t k = release_start[i]; k < release_start[i + 1]; ++k)
+                slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])].reset();
+        }
+        std::vector<tensor> out;
+        out.reserve(graph.outputs.size());
+        for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+            const std::int32_t o = graph.outputs[k];
+            const node_kind kind = graph.nodes[static_cast<std::size_t>(o)].kind;
+            // A constant result, and one that became an argument or a variable, is the caller's own copy, as eager
+            // mode's results are.
+            const bool copy = kind == node_kind::constant ||
+                              ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]);
+            const tensor& r = *slots[static_cast<std::size_t>(o)];
+            out.push_back(copy ? r.clone() : r);
+        }
+        return out;
+    }
+};
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,256 @@
+#pragma once
+// kiln::trace(expr): a compile-time graph (a graph-mode expression, its gradients included) as a traced function,
+// so that the run-time graph, its passes and everything built on run-time graphs serve graph mode too.
+//
+//   const auto x = kiln::input<"x", float, kiln::shape<kiln::dyn, 3>>{};
+//   const auto w = kiln::input<"w", float, kiln::shape<3, 1>>{};
+//   auto loss = kiln::mean(kiln::square(kiln::matmul(x, w)));
+//   auto f = kiln::trace(loss, kiln::grad(loss, w));    // a kiln::function of (x, w): its leaves in first-use order
+//   auto [l, gw] = f(x_tensor, w_tensor);                // traced on the first call for a signature, then replayed
+//   kiln::input_names(loss, kiln::grad(loss, w));        // {"x", "w"}
+//
+// Each node becomes the eager op of the same vocabulary entry (the elementwise op's own struct; the structural
+// ops' eager forms: sum/mean/max/min, matmul, the views), recorded by function mode's tracer. Nodes shared in the
+// expression (a gradient's subtrees) are evaluated once.
+#include <array>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "../eager/eager.hpp"
+#include "../graph/graph.hpp"
+#include "../graph/structural.hpp"
+#include "function.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+template <class S>
+struct spec_extents {
+    static constexpr bool known = false;
+};
+template <std::ptrdiff_t... D>
+struct spec_extents<shape<D...>> {
+    static constexpr bool known = true;
+    static std::vector<std::ptrdiff_t> get() { return {D...}; }
+};
+
+// The expression evaluated with eager ops, once per listed node.
+template <class... Roots>
+class graph_evaluator {
+public:
+    using nodes = unique_nodes_t<Roots...>;
+    using leaves = leaves_t<nodes>;
+
+    explicit graph_evaluator(std::span<const tensor> inputs) : inputs_(inputs) {}
+
+    template <class E>
+    decltype(auto) eval(const E& e) {
+        if constexpr (is_leaf_v<E>) {
+            return static_cast<const tensor&>(inputs_[index_of<E, leaves>::value]);
+        } else if constexpr (is_constant_v<E>) {
+            return e;
+        } else if constexpr (is_scalar_node<E>::value) {
+            return e.value;
+        } else if constexpr (contains<E, nodes>::value) {
+            std::optional<tensor>& slot = memo_[index_of<E, nodes>::value];
+            if (!slot) slot = as_tensor(compute(e), e);
+            return static_cast<const tensor&>(*slot);
+        } else {
+            return compute(e);
+        }
+    }
+
+    // A root that folded to a number is a tensor of its value.
+    template <class E, class V>
+    static tensor as_tensor(const V& v, const E&) {
+        if constexpr (std::is_base_of_v<tensor, V>) {
+            return v;
+        } else {
+            using T = value_type_t<E>;
+            using U = std::conditional_t<std::is_same_v<T, weak>, float, T>;
+            double d;
+            if constexpr (is_constant_v<V>) d = V::template value<double>();
+            else d = static_cast<double>(v);
+            return full(dims{}, d, dtype_of<U>());
+        }
+    }
+
+private:
+    template <class Op, class... A>
+    auto compute(const node<Op, A...>& e) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return apply<Op>(e, eval(e.template arg<I>())...);
+        }(std::index_sequence_for<A...>{});
+    }
+
+    template <class X>
+    static tensor need_tensor(const X& x, const tensor& like) {
+        if constexpr (std::is_base_of_v<tensor, X>) return x;
+        else return as_tensor(x, x).to(like.dtype());
+    }
+
+    template <class Op, class E, class... V>
+    tensor apply(const E&, const V&... v) {
+        if constexpr (requires { Op::structural; }) {
+            return structural_apply(static_cast<const Op*>(nullptr), v...);
+        } else if constexpr (std::is_same_v<Op, ops::broadcast_like>) {
+            const auto& [a, ref] = std::tie(v...);
+            if constexpr (std::is_base_of_v<tensor, std::remove_cvref_t<decltype(a)>>) {
+                return a.broadcast_to(broadcast_named("broadcast_like", {&a, &ref}));
+            } else {
+                double d;
+                if constexpr (is_constant_v<std::remove_cvref_t<decltype(a)>>) d = std::remove_cvref_t<decltype(a)>::template value<double>();
+                else d = static_cast<double>(a);
+                return full(ref.shape(), d, ref.dtype());
+            }
+        } else {
+            return as_tensor(make<Op>(v...), E{});
+        }
+    }
+
+    // The structural ops' eager forms.
+    template <class A>
+    static tensor structural_apply(const ops::transpose*, const A& a) {
+        std::array<int, max_rank> order{};
+        const int r = a.dim();
+        for (int i = 0; i < r; ++i) order[static_cast<std::size_t>(i)] = r - 1 - i;
+        return a.permute_array(order, r);
+    }
+    template <std::ptrdiff_t... D, class A>
+    static tensor structural_apply(const ops::reshape<D...>*, const A& a) {
+        return a.reshape(ops::reshape<D...>::shape(a.shape()));
+    }
+    template <class A, class R>
+    static tensor structural_apply(const ops::reshape_as*, const A& a, const R& ref) {
+        return need_tensor(a, ref).reshape(ops::reshape_as::shape(need_tensor(a, ref).shape(), ref.shape()));
+    }
+    template <int... Axes, class A, class R>
+    static tensor structural_apply(const ops::expand_axes<Axes...>*, const A& a, const R& ref) {
+        const tensor g = need_tensor(a, ref);
+        return g.reshape(ops::expand_axes<Axes...>::shape(g.shape(), ref.shape()));
+    }
+    template <std::ptrdiff_t... D, class A>
+    static tensor structural_apply(const ops::broadcast_to<D...>*, const A& a) {
+        return a.broadcast_to(ops::broadcast_to<D...>::shape(a.shape()));
+    }
+    template <class A, class R>
+    static tensor structural_apply(const ops::sum_to*, const A& a, const R& ref) {
+        const tensor g = need_tensor(a, ref);
+        (void)ops::sum_to::shape(g.shape(), ref.shape());
+        return reduce_to(g, ref.shape());
+    }
+    template <ops::reduction K, bool Keep, int... Axes, class A>
+    static tensor structural_apply(const ops::reduce<K, Keep, Axes...>*, const A& a) {
+        std::vector<int> axes{Axes...};
+        if constexpr (K == ops::reduction::sum) return kiln::sum(a, std::move(axes), Keep);
+        else if constexpr (K == ops::reduction::mean) return kiln::mean(a, std::move(axes), Keep);
+        else if constexpr (K == ops::reduction::max) return kiln::max(a, std::move(axes), Keep);
+        else return kiln::min(a, std::move(axes), Keep);
+    }
+    template <int... Axes, class A>
+    static tensor structural_apply(const ops::count<Axes...>*, const A& ref) {
+        // The number of elements each reduced position covers: a product of the reduced extents, so a parameter
+        // of the trace that follows dynamic extents.
+        const dims keep = ops::reduce<ops::reduction::sum, true, Axes...>::keep_shape(ref.shape());
+        const std::ptrdiff_t m = keep.size();
+        const double n = m == 0 ? 0.0 : static_cast<double>(ref.shape().size() / m);
+        return full(dims{}, n, ref.dtype());
+    }
+    template <class A, class B>
+    static tensor structural_apply(const ops::matmul*, const A& a, const B& b) {
+        return kiln::matmul(a, b);
+    }
+
+    std::span<const tensor> inputs_;
+    std::array<std::optional<tensor>, nodes::size> memo_{};
+};
+
+template <class... Leaves>
+std::vector<std::string> leaf_names(types<Leaves...>) {
+    return {std::string(Leaves::name.view())...};
+}
+
+// The callable that kiln::trace wraps: the expression's leaves as its tensor arguments.
+template <class... Roots>
+struct expression_function {
+    using leaves = typename graph_evaluator<Roots...>::leaves;
+    static constexpr std::size_t arity = leaves::size;
+    std::tuple<Roots...> roots;
+
+    template <class... T>
+        requires(sizeof...(T) == arity && (std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...))
+    auto operator()(const T&... ts) const {
+        const std::array<tensor, arity> in{static_cast<const tensor&>(ts)...};
+        check(in, leaves{});
+        graph_evaluator<Roots...> ev(in);
+        if constexpr (sizeof...(Roots) == 1) {
+            return ev.as_tensor(ev.eval(std::get<0>(roots)), std::get<0>(roots));
+        } else {
+            return std::apply([&](const auto&... r) { return std::tuple(ev.as_tensor(ev.eval(r), r)...); }, roots);
+        }
+    }
+
+    template <class... Leaves>
+    static void check(const std::array<tensor, arity>& in, types<Leaves...>) {
+        std::size_t k = 0;
+        ([&] {
+            const tensor& t = in[k++];
+            t.check_valid("trace");
+            using T = typename Leaves::value_type;
+            if (t.dtype() != dtype_of<T>())
+                throw dtype_error(error_prefix("dtype_error", "trace") + "input '" + std::string(Leaves::name.view()) +
+                                  "' is " + std::string(name(dtype_of<T>())) + " in the expression, but the tensor " +
+                                  "given for it is " + std::string(name(t.dtype())));
+            using S = typename Leaves::shape_type;
+            if constexpr (spec_extents<S>::known) {
+                const std::vector<std::ptrdiff_t> want = spec_extents<S>::get();
+                bool ok = static_cast<int>(want.size()) == t.dim();
+                for (std::size_t i = 0; ok && i < want.size(); ++i)
+                    ok = want[i] == dyn || want[i] == t.shape()[static_cast<int>(i)];
+                if (!ok)
+                    throw shape_error(error_prefix("shape_error", "trace") + "input '" +
+                                      std::string(Leaves::name.view()) + "' has the static shape " +
+                                      to_string(spec(dtype_of<T>(), want)) + " in the expression, but the tensor " +
+                                      "given for it has shape " + to_string(t.shape()));
+            }
+        }(), ...);
+    }
+};
+
+template <class... Leaves>
+std::vector<spec> leaf_specs(types<Leaves...>) {
+    if constexpr ((spec_extents<typename Leaves::shape_type>::known && ...))
+        return {spec(dtype_of<typename Leaves::value_type>(), spec_extents<typename Leaves::shape_type>::get())...};
+    else return {};
+}
+
+}  // namespace detail
+
+// The names of the leaves (inputs and parameters) of graph-mode expressions, in first-use order: the order of the
+// arguments of kiln::trace(roots...).
+template <class... Roots>
+    requires(sizeof...(Roots) > 0 && (is_graph_v<Roots> && ...))
+std::vector<std::string> input_names(const Roots&...) {
+    return detail::leaf_names(typename detail::graph_evaluator<Roots...>::leaves{});
+}
+
+// A compile-time graph as a traced function (see the top of this file). Its arguments are the roots' leaves in
+// first-use order (kiln::input_names), as kiln::tensors of the leaves' dtypes; a leaf with a static shape is a spec
+// (kiln::dyn extents dynamic). It returns a tensor for one root and a std::tuple of tensors for several.
+template <class... Roots>
+    requires(sizeof...(Roots) > 0 && (is_graph_v<Roots> && ...))
+auto trace(const Roots&... roots) {
+    using fn = detail::expression_function<Roots...>;
+    static_assert(fn::arity > 0, "kiln::trace: the expression has no inputs or parameters; kiln::run computes it");
+    function_options o;
+    o.name = "trace";
+    std::vector<spec> specs = detail::leaf_specs(typename fn::leaves{});
+    if (specs.empty()) return function<fn>(fn{std::tuple<Roots...>(roots...)}, std::move(o));
+    return function<fn>(fn{std::tuple<Roots...>(roots...)}, std::move(specs), std::move(o));
+}
+
+}  // namespace kiln
