@@ -722,3 +722,19 @@ TEST_CASE("one generic lambda runs eager, traced and as a compile-time graph, wi
     // The two run-time graphs, traced from eager code and from the compile-time graph, are the same graph.
     CHECK(kiln::to_string(traced.graph(xt, yt)) == kiln::to_string(from_graph.graph(xt, yt)));
 }
+
+TEST_CASE("relu's gradient is one relu_backward node in a traced step, with where's values") {
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& w) {
+        kiln::gradient_tape tape;
+        tape.watch(w);
+        const kiln::tensor loss = kiln::sum(kiln::relu(kiln::matmul(x, w)));
+        return tape.gradient(loss, w);
+    });
+    const kiln::tensor x = f64({1, -2, 0.5, 3, -1, 2}, {3, 2}), w = f64({0.5, -1, 2, 0.25}, {2, 2});
+    const std::string text = kiln::to_string(f.graph(x, w));
+    CHECK(text.find("relu_backward(") != std::string::npos);
+    CHECK(text.find("where(") == std::string::npos);
+    CHECK(text.find("greater(") == std::string::npos);
+    // dL/dw = x^T (xw > 0): by hand, xw = [[-3.5, -1.5], [6.25, 0.25], [3.5, 1.5]], so only rows 1 and 2 count.
+    CHECK(values(f(x, w)) == std::vector<double>{0.5 - 1, 0.5 - 1, 3 + 2, 3 + 2});
+}

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -68,6 +69,7 @@ std::map<std::string, sample> samples() {
     s["bitwise_not"] = {{i1}, {}, [](const tensors& t) { return ~t[0]; }};
     const kiln::tensor slope = f64({0.1, 0.2, 0.3}, {3});
     s["leaky_relu"] = {{m, slope}, {}, [](const tensors& t) { return kiln::leaky_relu(t[0], t[1]); }};
+    s["relu_backward"] = {{y, m}, {}, [](const tensors& t) { return kiln::where(t[1] > 0, t[0], 0); }};
     const kiln::tensor lo = f64({-0.5}, {1}), hi = f64({0.1, 0.6, 0.45}, {3});
     s["clamp"] = {{m, lo, hi}, {}, [](const tensors& t) { return kiln::clamp(t[0], t[1], t[2]); }};
     const kiln::tensor c = kiln::from_values<bool>({true, false, true}, {3});
@@ -244,6 +246,10 @@ TEST_CASE("hand-computed values through the registry") {
     CHECK(values(kiln::apply("slice", {x}, {{"axis", 1}, {"start", 1}})) == std::vector<double>{2, 3, 5, 6});
     CHECK(values(kiln::apply("matmul", {x, f64({1, 0, -1}, {3})})) == std::vector<double>{-2, -2});
     CHECK(kiln::apply("cast", {x}, {{"dtype", kiln::int32}}).dtype() == kiln::int32);
+    // relu's gradient: g where x > 0; NaN, -0 and negative x give 0, as where(x > 0, g, 0) does.
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    const kiln::tensor rx = f64({nan, -0.0, -2, 1e-300, inf, 3}, {2, 3});
+    CHECK(values(kiln::apply("relu_backward", {x, rx})) == std::vector<double>{0, 0, 0, 4, 5, 6});
     const kiln::tensor_spec mm = kiln::infer("matmul", {{kiln::float32, {5, 2, 3}}, {kiln::float64, {3, 4}}});
     CHECK(mm.dtype == kiln::float64);
     CHECK(mm.shape == kiln::dims{5, 2, 4});

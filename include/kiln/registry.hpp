@@ -32,7 +32,7 @@ namespace detail {
 
 template <class Op>
 constexpr op_family family_of() {
-    if constexpr (std::is_same_v<Op, ops::relu> || std::is_same_v<Op, ops::sigmoid> || std::is_same_v<Op, ops::softplus> ||
+    if constexpr (std::is_same_v<Op, ops::relu> || std::is_same_v<Op, ops::relu_backward> || std::is_same_v<Op, ops::sigmoid> || std::is_same_v<Op, ops::softplus> ||
                   std::is_same_v<Op, ops::silu> || std::is_same_v<Op, ops::gelu> || std::is_same_v<Op, ops::elu> ||
                   std::is_same_v<Op, ops::leaky_relu>)
         return op_family::activation;
@@ -313,6 +313,7 @@ std::vector<op_schema> build_registry() {
     ew.template operator()<ops::isfinite>("x is neither infinite nor NaN");
     ew.template operator()<ops::sigmoid>("1 / (1 + e^-x)");
     ew.template operator()<ops::relu>("max(x, 0) (NaN propagates)");
+    ew.template operator()<ops::relu_backward>("relu's gradient: g where x > 0, 0 elsewhere (inputs g, x)");
     ew.template operator()<ops::softplus>("log(1 + e^x)");
     ew.template operator()<ops::silu>("x * sigmoid(x)");
     ew.template operator()<ops::gelu>("x * Phi(x), the exact form");

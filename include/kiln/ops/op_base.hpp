@@ -29,6 +29,7 @@ template <class A> constexpr auto cos(const A& a);
 template <class A> constexpr auto tanh(const A& a);
 template <class A> constexpr auto sigmoid(const A& a);
 template <class A> constexpr auto relu(const A& a);
+template <class G, class A> constexpr auto relu_backward(const G& g, const A& a);
 template <class A, class B> constexpr auto pow(const A& a, const B& b);
 template <class C, class A, class B> constexpr auto where(const C& c, const A& a, const B& b);
 template <class A> constexpr auto erf(const A& a);

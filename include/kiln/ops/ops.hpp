@@ -4,3 +4,4 @@
 #include "cast.hpp"
 #include "compare.hpp"
 #include "math.hpp"
+#include "activations.hpp"
