@@ -299,7 +299,7 @@ public:
         if (storage_->trace_owner) [[unlikely]]
             storage_->trace_owner->refuse(what);
     }
-    void check_not_symbolic(const char* what, const std::source_location& loc) const {
+    void check_not_symbolic(const char* what, const detail::call_site& loc) const {
         if (storage_->trace_owner) [[unlikely]]
             storage_->trace_owner->refuse(what, detail::location_text(loc));
     }
@@ -307,7 +307,7 @@ public:
     // The value of a one-element tensor, converted to T. (While a function traces, a symbolic tensor has no value:
     // the kiln::trace_error names the line that asked.)
     template <class T>
-    T item(const std::source_location& loc = std::source_location::current()) const {
+    T item(detail::call_site loc = detail::call_site::current()) const {
         check_valid("data");
         check_not_symbolic("tensor::item", loc);
         if (numel() != 1)
@@ -332,7 +332,7 @@ public:
     // The element at a multi-index, converted to T (bounds-checked; for tests and inspection, not loops).
     template <class T>
     T at(std::initializer_list<std::ptrdiff_t> index,
-         const std::source_location& loc = std::source_location::current()) const {
+         detail::call_site loc = detail::call_site::current()) const {
         if (static_cast<int>(index.size()) != shape_.rank)
             throw value_error("kiln: value_error in 'tensor::at': " + std::to_string(index.size()) + " indices for a tensor of rank " +
                               std::to_string(shape_.rank));

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -59,10 +58,19 @@ inline double param_number(std::int64_t bits) {
     std::memcpy(&v, &bits, sizeof v);
     return v;
 }
-// "file.cpp:12": where a user's call was made (the file's path as the compiler saw it).
-inline std::string location_text(const std::source_location& loc) {
-    return std::string(loc.file_name()) + ":" + std::to_string(loc.line());
-}
+// Where a user's call was made, as a defaulted argument: `f(..., call_site loc = call_site::current())`. (Not
+// std::source_location: clang 14 with libstdc++ 12 has none. The builtins, which GCC, clang and MSVC have, take the
+// caller's file and line when they are default arguments.)
+struct call_site {
+    const char* file = "";
+    int line = 0;
+    static constexpr call_site current(const char* file = __builtin_FILE(), int line = __builtin_LINE()) noexcept {
+        return {file, line};
+    }
+};
+
+// "file.cpp:12" (the file's path as the compiler saw it).
+inline std::string location_text(const call_site& loc) { return std::string(loc.file) + ":" + std::to_string(loc.line); }
 inline dims param_dims(std::span<const std::int64_t> p, std::size_t first, int rank) {
     dims d;
     d.rank = rank;
