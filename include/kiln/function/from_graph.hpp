@@ -64,6 +64,13 @@ public:
         }
     }
 
+    // A constant's or a run-time scalar's value.
+    template <class V>
+    static double number_value(const V& v) {
+        if constexpr (is_constant_v<V>) return V::template value<double>();
+        else return static_cast<double>(v);
+    }
+
     // A root that folded to a number is a tensor of its value.
     template <class E, class V>
     static tensor as_tensor(const V& v, const E&) {
@@ -72,10 +79,7 @@ public:
         } else {
             using T = value_type_t<E>;
             using U = std::conditional_t<std::is_same_v<T, weak>, float, T>;
-            double d;
-            if constexpr (is_constant_v<V>) d = V::template value<double>();
-            else d = static_cast<double>(v);
-            return full(dims{}, d, dtype_of<U>());
+            return full(dims{}, number_value(v), dtype_of<U>());
         }
     }
 
@@ -90,7 +94,7 @@ private:
     template <class X>
     static tensor need_tensor(const X& x, const tensor& like) {
         if constexpr (std::is_base_of_v<tensor, X>) return x;
-        else return as_tensor(x, x).to(like.dtype());
+        else return full(dims{}, number_value(x), like.dtype());
     }
 
     template <class Op, class E, class... V>
@@ -99,14 +103,9 @@ private:
             return structural_apply(static_cast<const Op*>(nullptr), v...);
         } else if constexpr (std::is_same_v<Op, ops::broadcast_like>) {
             const auto& [a, ref] = std::tie(v...);
-            if constexpr (std::is_base_of_v<tensor, std::remove_cvref_t<decltype(a)>>) {
+            if constexpr (std::is_base_of_v<tensor, std::remove_cvref_t<decltype(a)>>)
                 return a.broadcast_to(broadcast_named("broadcast_like", {&a, &ref}));
-            } else {
-                double d;
-                if constexpr (is_constant_v<std::remove_cvref_t<decltype(a)>>) d = std::remove_cvref_t<decltype(a)>::template value<double>();
-                else d = static_cast<double>(a);
-                return full(ref.shape(), d, ref.dtype());
-            }
+            else return full(ref.shape(), number_value(a), ref.dtype());
         } else {
             return as_tensor(make<Op>(v...), E{});
         }
@@ -126,7 +125,8 @@ private:
     }
     template <class A, class R>
     static tensor structural_apply(const ops::reshape_as*, const A& a, const R& ref) {
-        return need_tensor(a, ref).reshape(ops::reshape_as::shape(need_tensor(a, ref).shape(), ref.shape()));
+        const tensor g = need_tensor(a, ref);
+        return g.reshape(ops::reshape_as::shape(g.shape(), ref.shape()));
     }
     template <int... Axes, class A, class R>
     static tensor structural_apply(const ops::expand_axes<Axes...>*, const A& a, const R& ref) {
