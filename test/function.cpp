@@ -157,6 +157,55 @@ TEST_CASE("variables are read where they live and assignments happen at every ca
     CHECK(f.trace_count() == 1);
 }
 
+TEST_CASE("a variable rebound to a new tensor retraces, naming the variable and its shapes") {
+    kiln::variable w(f64({1, 2}, {2}));
+    auto f = kiln::function([&](const kiln::tensor& x) { return kiln::sum(w * x); });
+    const kiln::tensor x2 = f64({10, 20}, {2});
+    CHECK(values(f(x2)) == std::vector<double>{50});
+    CHECK(f.trace_count() == 1);
+    // Same shape, new storage: the trace must not go on reading the old one.
+    w = kiln::variable(f64({3, 4}, {2}));
+    CHECK(values(f(x2)) == std::vector<double>{110});
+    CHECK(f.trace_count() == 2);
+    REQUIRE(f.retrace_reasons().size() == 1);
+    CHECK(f.retrace_reasons()[0].find("the variable was assigned a new tensor") != std::string::npos);
+    // A new shape: a broadcast against the same argument, and the reason names both shapes.
+    w = kiln::variable(f64({1, 2, 3, 4}, {2, 2}));
+    CHECK(values(f(x2)) == std::vector<double>{10 + 40 + 30 + 80});
+    CHECK(f.trace_count() == 3);
+    REQUIRE(f.retrace_reasons().size() == 2);
+    CHECK(f.retrace_reasons()[1].find("shape (2,) float64 -> (2, 2) float64") != std::string::npos);
+    // Writes through assign keep the storage: no retrace, and the new values are read.
+    w.assign(f64({0, 0, 0, 1}, {2, 2}));
+    CHECK(values(f(x2)) == std::vector<double>{20});
+    CHECK(f.trace_count() == 3);
+    // Assigning a variable to itself, or a copy sharing its storage, is not a rebinding.
+    const kiln::variable& same = w;
+    w = same;
+    kiln::variable alias = w;
+    w = alias;
+    CHECK(values(f(x2)) == std::vector<double>{20});
+    CHECK(f.trace_count() == 3);
+}
+
+TEST_CASE("an optimizer step traced before a layer's parameter is replaced trains the new parameter") {
+    kiln::variable w(f64({1}, {1}));
+    kiln::optim::sgd opt({&w}, 0.5);
+    auto step = kiln::function([&](const kiln::tensor& x) {
+        kiln::gradient_tape tape;
+        kiln::tensor loss = kiln::sum(w * x);
+        opt.apply_gradients(tape.gradient(loss, std::vector<kiln::variable*>{&w}), std::vector<kiln::variable*>{&w});
+        return loss;
+    });
+    const kiln::tensor x = f64({2}, {1});
+    CHECK(values(step(x)) == std::vector<double>{2});
+    CHECK(values(w) == std::vector<double>{0});  // 1 - 0.5 * 2
+    w = kiln::variable(f64({10}, {1}));
+    CHECK(values(step(x)) == std::vector<double>{20});
+    CHECK(values(w) == std::vector<double>{9});
+    CHECK(step.trace_count() == 2);
+}
+
 TEST_CASE("in-place ops inside a traced function: on intermediate values and on captured state") {
     kiln::tensor counter = f64({0}, {1});
     auto f = kiln::function([&](const kiln::tensor& x) {

@@ -472,6 +472,23 @@ inline void record_concat(const std::vector<tensor>& parts, const tensor& y, int
 class variable : public tensor {
 public:
     explicit variable(const tensor& initial) : tensor(initial.clone()) { trainable_ = true; }
+    variable(const variable&) = default;
+    variable(variable&&) noexcept = default;
+    ~variable() = default;
+
+    // Rebinds the variable to another's storage (`v = kiln::variable(kiln::zeros({4}))`). A traced function that
+    // read the old storage traces again at its next call, with the reason (function/function.hpp): it never goes
+    // on reading a storage the variable has left.
+    variable& operator=(const variable& other) {
+        if (storage_handle() != other.storage_handle()) mark_rebound(other);
+        tensor::operator=(other);
+        return *this;
+    }
+    variable& operator=(variable&& other) noexcept {
+        if (storage_handle() != other.storage_handle()) mark_rebound(other);
+        tensor::operator=(std::move(other));
+        return *this;
+    }
 
     // Copies `value` into the variable's storage (same shape; converted to its dtype). Not recorded.
     void assign(const tensor& value) {
@@ -481,6 +498,20 @@ public:
         const tensor v = value.to(dtype());
         tensor& self = *this;
         detail::copy_into(self, v);  // (a traced effect while kiln::function traces)
+    }
+
+private:
+    void mark_rebound(const variable& next) noexcept {
+        detail::storage* s = storage_handle().get();
+        if (!s || s->trace_owner) return;  // moved from, or symbolic
+        if (!next.storage_handle()) {
+            s->rebound_dtype = dtype();
+            s->rebound_shape = dims{};
+        } else {
+            s->rebound_dtype = next.dtype();
+            s->rebound_shape = next.shape();
+        }
+        s->rebound.store(true, std::memory_order_release);
     }
 };
 

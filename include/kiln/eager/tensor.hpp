@@ -57,6 +57,12 @@ struct storage {
     // A symbolic tensor's storage while a function is traced: no bytes, the tracer that owns it and its value.
     tracer_base* trace_owner = nullptr;
     std::int64_t trace_value = -1;
+    // Set when a kiln::variable that held this storage was assigned another variable (`v = kiln::variable(...)`):
+    // traced functions that read it trace again (function/function.hpp). `rebound_dtype` and `rebound_shape` are
+    // what it became (written before the flag is set).
+    std::atomic<bool> rebound{false};
+    kiln::dtype rebound_dtype = kiln::float32;
+    dims rebound_shape{};
 
     storage() = default;
     storage(const storage&) = delete;

@@ -37,6 +37,40 @@ struct executable {
 
     std::vector<fused_group> groups;
 
+    // The storages of the variables the trace reads (kiln::variable, layer parameters, optimizer slots, captured
+    // tensors it writes into), with the dtype and shape it read them as.
+    struct captured_variable {
+        std::shared_ptr<storage> where;
+        kiln::dtype dtype;
+        dims shape;
+        std::int32_t node;
+    };
+    std::vector<captured_variable> variables;
+    bool has_variables() const noexcept { return !variables.empty(); }
+    void collect_variables() {
+        variables.clear();
+        for (std::size_t i = 0; i < traced.nodes.size(); ++i) {
+            const graph_node& n = traced.nodes[i];
+            if (n.kind == node_kind::variable && n.value.storage_handle())
+                variables.push_back({n.value.storage_handle(), n.dtype, n.shape, static_cast<std::int32_t>(i)});
+        }
+    }
+    // Empty while every variable the trace reads still holds its storage; otherwise why the trace is stale:
+    // "variable %3: shape (3,) float32 -> (4,) float32 (the variable was assigned a new tensor)".
+    std::string stale() const {
+        for (const captured_variable& v : variables)
+            if (v.where->rebound.load(std::memory_order_acquire)) {
+                std::string what = "variable %" + std::to_string(v.node) + ": ";
+                if (v.where->rebound_dtype != v.dtype || !(v.where->rebound_shape == v.shape))
+                    what += "shape " + to_string(v.shape) + " " + std::string(name(v.dtype)) + " -> " +
+                            to_string(v.where->rebound_shape) + " " + std::string(name(v.where->rebound_dtype)) + " (";
+                else
+                    what += "shape " + to_string(v.shape) + " " + std::string(name(v.dtype)) + " (";
+                return what + "the variable was assigned a new tensor; its trace read the old one)";
+            }
+        return {};
+    }
+
     // Groups consecutive elementwise ops (arguments, constants, variables and pure ops that need nothing of the
     // group may sit between them) of one floating dtype and one shape whose other operands are values of that shape, or repeat along it (a bias, a
     // number): each op's tile kernel then runs tile by tile.

@@ -363,6 +363,7 @@ private:
         if (options_.optimize) exe->report = passes::optimize(exe->graph);
         for (const graph_node& n : exe->graph.nodes) exe->has_dynamic = exe->has_dynamic || !n.dynamic.empty();
         exe->fusion = options_.fuse;
+        exe->collect_variables();
         exe->prepare();
         return exe;
     }
@@ -377,10 +378,16 @@ private:
             key = &info.concrete_key;
             found = cache_.find(info.concrete_key);
         }
-        if (found != cache_.end()) return found->second;
+        std::string stale;
+        if (found != cache_.end()) {
+            if (!found->second->has_variables()) return found->second;
+            stale = found->second->stale();
+            if (stale.empty()) return found->second;
+            drop_stale();  // a variable was rebound: every trace that read its old storage goes
+        }
         record_call(true);
         const std::vector<std::string> parts = describe_all_with(true, args...).concrete_parts;
-        if (traces_ > 0) reasons_.push_back(reason(parts));
+        if (traces_ > 0) reasons_.push_back(stale.empty() ? reason(parts) : stale);
         last_parts_ = parts;
         // reduce_retracing: extents that changed since the last trace become dynamic, and the call is described
         // again with them (it may then find a trace already made).
@@ -410,6 +417,10 @@ private:
                 use = &relaxed_info;
                 key = &relaxed_info.key;
                 auto again = cache_.find(relaxed_info.key);
+                if (again != cache_.end() && again->second && !again->second->stale().empty()) {
+                    drop_stale();
+                    again = cache_.end();
+                }
                 if (again != cache_.end()) {
                     if (again->second) return again->second;
                     key = &relaxed_info.concrete_key;  // not shareable: by extent
@@ -458,6 +469,15 @@ private:
         exe = build(std::move(g));
         cache_.emplace(*key, exe);
         return exe;
+    }
+
+    // Forgets every trace that reads a storage a variable has left (kept: the null entries that say a spec's
+    // dynamic dimensions cannot share a trace).
+    void drop_stale() {
+        for (auto it = cache_.begin(); it != cache_.end();) {
+            if (it->second && !it->second->stale().empty()) it = cache_.erase(it);
+            else ++it;
+        }
     }
 
     std::string reason(const std::vector<std::string>& parts) const {
