@@ -12,6 +12,8 @@
 #include "graph/grad.hpp"
 #include "graph/session.hpp"
 #include "graph/structural.hpp"
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
 #include "nn/graph_layers.hpp"
 #include "nn/layers.hpp"
 #include "nn/optim.hpp"

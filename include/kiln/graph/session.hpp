@@ -11,6 +11,8 @@
 // keeps its own workspace in the session, so after the first run on given shapes a run allocates nothing.
 // A session is not thread-safe.
 #include <algorithm>
+#include <array>
+#include <limits>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -161,6 +163,11 @@ public:
         if (it == params_.end()) throw_unknown_parameter("kiln::session::parameter", name);
         return it->second;
     }
+    const tensor& parameter(std::string_view name) const {
+        auto it = params_.find(name);
+        if (it == params_.end()) throw_unknown_parameter("kiln::session::parameter", name);
+        return it->second;
+    }
     bool has_parameter(std::string_view name) const { return params_.find(name) != params_.end(); }
     std::vector<std::string> parameter_names() const {
         std::vector<std::string> out;
@@ -223,6 +230,42 @@ public:
     }
     generator& rng() noexcept { return gen_; }
 
+    // Checkpoints (kiln/io/checkpoint.hpp). The state of the training step that has run: "optimizer/<parameter>/<k>"
+    // for its k-th slot of each parameter, "optimizer/step" (int64), and its rule's kind ("adam", ...).
+    void save_training_state(std::map<std::string, tensor>& out, std::string& optimizer, const char* entry) const {
+        const cache_base* found = nullptr;
+        for (const auto& [key, st] : cache_)
+            if (st && !st->optimizer().empty()) {
+                if (found)
+                    throw value_error(detail::error_prefix("value_error", entry) + "the session has run more than one "
+                                      "training step; a checkpoint holds the state of one");
+                found = st.get();
+            }
+        if (!found) return;
+        optimizer = std::string(found->optimizer());
+        found->save(out);
+    }
+    // Restores that state: now, into the training step that has run, or when a step of this kind first runs (its
+    // slots must then match its parameters). `in` holds the "optimizer/..." tensors of a checkpoint.
+    void load_training_state(const std::map<std::string, tensor>& in, const std::string& optimizer, const std::string& file,
+                             const char* entry) {
+        pending_.clear();
+        pending_kind_.clear();
+        pending_file_ = file;
+        if (in.empty() && optimizer == "none") return;
+        for (const auto& [key, st] : cache_)
+            if (st && !st->optimizer().empty()) {
+                if (st->optimizer() != optimizer)
+                    throw file_error("kiln: file_error in '" + std::string(entry) + "': '" + file + "' holds the state of "
+                                     "optimizer '" + optimizer + "', but the session's training step is '" +
+                                     std::string(st->optimizer()) + "'");
+                st->restore(in, file, entry);
+                return;
+            }
+        pending_ = in;
+        pending_kind_ = optimizer;
+    }
+
 private:
     template <class L>
     void initialize_one() {
@@ -265,6 +308,46 @@ private:
             std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
             Rule rule;
             int t = 0;
+
+            std::string_view optimizer() const override { return t > 0 ? Rule::kind : std::string_view{}; }
+            static std::string slot_name(std::size_t p, std::size_t k) {
+                constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
+                return "optimizer/" + std::string(names[p]) + "/" + std::to_string(k);
+            }
+            void save(std::map<std::string, tensor>& out) const override {
+                for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                    for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) out.emplace(slot_name(p, k), slots[p][k]);
+                out.emplace("optimizer/step", tensor(static_cast<std::int64_t>(t)));
+            }
+            void restore(const std::map<std::string, tensor>& in, const std::string& file, const char* entry) override {
+                auto fail = [&](const std::string& what) {
+                    throw file_error("kiln: file_error in '" + std::string(entry) + "': '" + file + "': " + what);
+                };
+                const std::size_t expected = sizeof...(Params) * static_cast<std::size_t>(Rule::slots) + 1;
+                const auto step_it = in.find("optimizer/step");
+                if (step_it == in.end() || step_it->second.dtype() != int64 || step_it->second.dim() != 0)
+                    fail("'optimizer/step' is missing or is not an int64 scalar");
+                const std::int64_t steps = step_it->second.template data<std::int64_t>()[0];
+                if (steps < 1 || steps > std::numeric_limits<int>::max())
+                    fail("'optimizer/step' holds " + std::to_string(steps) + ", not a step count");
+                for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                    for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) {
+                        const auto it = in.find(slot_name(p, k));
+                        if (it == in.end()) fail("no tensor '" + slot_name(p, k) + "' for the training step's parameters");
+                        if (it->second.dtype() != slots[p][k].dtype() || !(it->second.shape() == slots[p][k].shape()))
+                            fail("tensor '" + slot_name(p, k) + "' is " + to_string(it->second.shape()) + " " +
+                                 std::string(kiln::name(it->second.dtype())) + ", but the slot is " +
+                                 to_string(slots[p][k].shape()) + " " + std::string(kiln::name(slots[p][k].dtype())));
+                    }
+                if (in.size() != expected)
+                    fail("holds " + std::to_string(in.size()) + " optimizer tensors; the training step has " +
+                         std::to_string(expected));
+                for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                    for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k)
+                        run_eager_copy(slots[p][k], in.at(slot_name(p, k)));
+                t = static_cast<int>(steps);
+                rule.resume(t);
+            }
         };
         state& st = cached<state, step_t>();
         if (st.t == 0) {
@@ -274,6 +357,15 @@ private:
             ((st.params[i] = &parameter_for<Params>(), ++i), ...);
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
                 for (auto& s : st.slots[p]) s = init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_);
+            if (!pending_kind_.empty()) {  // a checkpoint's state, loaded before this step first ran
+                if (pending_kind_ != Rule::kind)
+                    throw file_error("kiln: file_error in 'load_checkpoint': '" + pending_file_ + "' holds the state of "
+                                     "optimizer '" + pending_kind_ + "', but the training step run is '" + std::string(Rule::kind) + "'");
+                const std::map<std::string, tensor> in = std::move(pending_);
+                pending_.clear();
+                pending_kind_.clear();
+                st.restore(in, pending_file_, "load_checkpoint");
+            }
         }
         const auto users = bind<typename plan_t::user_leaves>(feeds...);
         plan_t::prepare(users, st.ws);
@@ -310,6 +402,10 @@ private:
 
     struct cache_base {
         virtual ~cache_base() = default;
+        // A training step's state (checkpoints): its rule's kind (empty for other plans), its slots and step count.
+        virtual std::string_view optimizer() const { return {}; }
+        virtual void save(std::map<std::string, tensor>&) const {}
+        virtual void restore(const std::map<std::string, tensor>&, const std::string&, const char*) {}
     };
 
     template <class State, class Key>
@@ -494,6 +590,9 @@ private:
     std::unordered_map<std::type_index, std::unique_ptr<cache_base>> cache_;
     std::type_index last_key_{typeid(void)};
     cache_base* last_ = nullptr;
+    // A checkpoint's training state loaded before its step first ran (load_training_state).
+    std::map<std::string, tensor> pending_;
+    std::string pending_kind_, pending_file_;
 };
 
 }  // namespace kiln

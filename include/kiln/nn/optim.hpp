@@ -3,6 +3,10 @@
 // graph (the vocabulary's ops on indexed leaves and run-time scalars) run by graph mode's loop, in place.
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "../eager/eager.hpp"
@@ -123,6 +127,28 @@ public:
         });
     }
 
+    // Checkpoints (kiln/io/checkpoint.hpp): the optimizer's kind, its state by name ("velocity/0", ...: tensors that
+    // traced steps read where they live, so restore() writes into them), and restore() of that state.
+    static constexpr std::string_view kind() { return "sgd"; }
+    std::string hyperparameters() const {
+        return "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_);
+    }
+    // Adopts `params` as apply_gradients does (an optimizer made without parameters makes its slots now).
+    void bind(const std::vector<variable*>& params) {
+        if (detail::adopt_parameters(params_, params, "sgd")) make_slots();
+    }
+    std::map<std::string, tensor> state() const {
+        std::map<std::string, tensor> s;
+        if (momentum_ != 0.0)
+            for (std::size_t i = 0; i < velocity_.size(); ++i) s.emplace("velocity/" + std::to_string(i), velocity_[i]);
+        return s;
+    }
+    template <int N = 0>
+    void restore(const std::map<std::string, tensor>& s) {
+        if (momentum_ != 0.0)
+            for (std::size_t i = 0; i < velocity_.size(); ++i) velocity_[i].copy_(s.at("velocity/" + std::to_string(i)));
+    }
+
 private:
     void make_slots() {
         velocity_.clear();
@@ -169,6 +195,38 @@ public:
             std::apply([&](const auto&... roots) { detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, roots...); },
                        rule_.template roots<T>());
         });
+    }
+
+    // Checkpoints (kiln/io/checkpoint.hpp): as sgd's. The step count is the int64 "step".
+    static constexpr std::string_view kind() { return "adam"; }
+    std::string hyperparameters() const {
+        return "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
+               " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps);
+    }
+    void bind(const std::vector<variable*>& params) {
+        if (detail::adopt_parameters(params_, params, "adam")) make_slots();
+    }
+    int steps() const noexcept { return t_; }
+    std::map<std::string, tensor> state() const {
+        std::map<std::string, tensor> s;
+        for (std::size_t i = 0; i < m_.size(); ++i) {
+            s.emplace("m/" + std::to_string(i), m_[i]);
+            s.emplace("v/" + std::to_string(i), v_[i]);
+        }
+        s.emplace("step", tensor(static_cast<std::int64_t>(t_)));
+        return s;
+    }
+    template <int N = 0>
+    void restore(const std::map<std::string, tensor>& s) {
+        for (std::size_t i = 0; i < m_.size(); ++i) {
+            m_[i].copy_(s.at("m/" + std::to_string(i)));
+            v_[i].copy_(s.at("v/" + std::to_string(i)));
+        }
+        const std::int64_t t = s.at("step").contiguous().template data<std::int64_t>()[0];
+        if (t < 0 || t > std::numeric_limits<int>::max())
+            throw value_error("kiln: value_error in 'optim::adam::restore': step count " + std::to_string(t) + " is out of range");
+        t_ = static_cast<int>(t);
+        rule_.resume(t_);
     }
 
 private:

@@ -3,6 +3,7 @@
 // (kiln::optim::sgd, adam) and graph mode (kiln::optim::minimize): leaf 0 is the parameter, leaf 1 its gradient,
 // leaves 2... its slots. `roots<T>()` gives the new parameter followed by the new slots, computed in one fused pass.
 #include <cmath>
+#include <string_view>
 #include <tuple>
 
 #include "../graph/build.hpp"
@@ -13,7 +14,9 @@ namespace kiln::optim {
 struct sgd_rule {
     double lr = 0.01;
     static constexpr int slots = 0;
+    static constexpr std::string_view kind = "sgd";
     void next_step(int) {}
+    void resume(int) {}
     template <class T>
     auto roots() const {
         using kiln::make_node;
@@ -27,7 +30,9 @@ struct sgd_rule {
 struct momentum_rule {
     double lr = 0.01, momentum = 0.9;
     static constexpr int slots = 1;
+    static constexpr std::string_view kind = "momentum";
     void next_step(int) {}
+    void resume(int) {}
     template <class T>
     auto roots() const {
         using kiln::make_node;
@@ -48,6 +53,17 @@ struct adam_rule {
     // beta1^t and beta2^t, carried from step to step (std::pow only when t does not follow the last step).
     double beta1_t = 1, beta2_t = 1;
     int last_t = 0;
+    static constexpr std::string_view kind = "adam";
+    // After t steps restored from a checkpoint: beta1^t and beta2^t as t steps of next_step compute them (the same
+    // products, so that a resumed run's numbers are bit for bit those of an uninterrupted one).
+    void resume(int t) {
+        beta1_t = beta2_t = 1;
+        for (int k = 0; k < t; ++k) {
+            beta1_t *= beta1;
+            beta2_t *= beta2;
+        }
+        last_t = t;
+    }
     // t counts from 1.
     void next_step(int t) {
         if (t == last_t + 1) {

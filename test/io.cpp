@@ -1,0 +1,171 @@
+// Files (issue #16): safetensors written and read back for every dtype, the exact bytes of a small file worked out
+// from the format's description, every malformed header refused with a message naming what is wrong, and
+// checkpoints that resume training bit for bit.
+#include <kiln/kiln.hpp>
+#include <kiln/io/checkpoint.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "tensor_check.hpp"
+
+using kiln_test::f64;
+using kiln_test::values;
+
+namespace {
+
+std::string temp_path(const std::string& name) { return "kiln_io_test_" + name; }
+
+// A file of a header and data, the header's length prefixed as the format says.
+std::string file_of(const std::string& header, const std::string& data) {
+    std::string out(8, '\0');
+    std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i, n >>= 8) out[static_cast<std::size_t>(i)] = static_cast<char>(n & 0xff);
+    return out + header + data;
+}
+
+std::string floats(std::initializer_list<float> v) {
+    std::string s(v.size() * 4, '\0');
+    std::memcpy(s.data(), std::data(v), s.size());
+    return s;
+}
+
+// The message of the kiln::file_error that loading `bytes` gives ("" when it loads).
+std::string refusal(const std::string& bytes) {
+    try {
+        (void)kiln::load_safetensors_bytes(bytes.data(), bytes.size(), "bad.safetensors");
+    } catch (const kiln::file_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: the bytes of a small file are the format's, header padded to 8 bytes") {
+    const std::string bytes = kiln::safetensors_bytes({{"a", kiln::from_values<float>({1.5f, -2.0f}, {2})}});
+    const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";  // 54 bytes
+    REQUIRE(header.size() == 54);
+    const std::string expect = file_of(header + "  ", floats({1.5f, -2.0f}));  // padded to 56
+    CHECK(bytes == expect);
+    // Metadata comes first, as an object of strings.
+    const std::string with_meta = kiln::safetensors_bytes({{"a", kiln::from_values<float>({1.5f, -2.0f}, {2})}}, {{"format", "np"}});
+    const std::string head = R"({"__metadata__":{"format":"np"},)";
+    CHECK(with_meta.substr(8, head.size()) == head);
+}
+
+TEST_CASE("safetensors: every dtype, views, empty and rank-0 tensors, metadata and UTF-8 names round-trip") {
+    const kiln::tensor m = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+    std::map<std::string, kiln::tensor> in{
+        {"f64", m},
+        {"f32 transposed", m.to(kiln::float32).transpose(0, 1)},  // a view: written as its elements
+        {"i32", kiln::from_values<std::int32_t>({-7, 0, 2147483647}, {3})},
+        {"i64", kiln::from_values<std::int64_t>({-9000000000LL, 5}, {2, 1})},
+        {"bool", kiln::from_values<bool>({true, false, true}, {3})},
+        {"empty", kiln::zeros({0, 4}, kiln::float32)},
+        {"scalar", kiln::tensor(2.5)},
+        {"couche/poids \xc3\xa9\xe2\x82\xac", kiln::ones({1}, kiln::float64)},
+    };
+    const std::string path = temp_path("round.safetensors");
+    kiln::save_safetensors(path, in, {{"epoch", "3"}, {"note", "line\n\"quoted\""}});
+    const kiln::tensor_file f = kiln::load_safetensors(path);
+    std::remove(path.c_str());
+    CHECK(f.size() == in.size());
+    CHECK(f.metadata.at("epoch") == "3");
+    CHECK(f.metadata.at("note") == "line\n\"quoted\"");
+    CHECK(f.at("f64").dtype() == kiln::float64);
+    CHECK(values(f.at("f64")) == std::vector<double>{1, 2, 3, 4, 5, 6});
+    CHECK(f.at("f32 transposed").dtype() == kiln::float32);
+    CHECK(f.at("f32 transposed").shape() == kiln::dims{3, 2});
+    CHECK(values(f.at("f32 transposed")) == std::vector<double>{1, 4, 2, 5, 3, 6});
+    CHECK(f.at("i32").dtype() == kiln::int32);
+    CHECK(f.at("i32").data<std::int32_t>()[2] == 2147483647);
+    CHECK(f.at("i64").shape() == kiln::dims{2, 1});
+    CHECK(f.at("i64").data<std::int64_t>()[0] == -9000000000LL);
+    CHECK(f.at("bool").dtype() == kiln::bool_);
+    CHECK(values(f.at("bool")) == std::vector<double>{1, 0, 1});
+    CHECK(f.at("empty").shape() == kiln::dims{0, 4});
+    CHECK(f.at("scalar").dim() == 0);
+    CHECK(values(f.at("scalar")) == std::vector<double>{2.5});
+    CHECK(values(f.at("couche/poids \xc3\xa9\xe2\x82\xac")) == std::vector<double>{1});
+    // A name that is not there names the closest ones.
+    std::string miss;
+    try {
+        (void)f.at("f46");
+    } catch (const kiln::value_error& e) {
+        miss = e.what();
+    }
+    CHECK(miss.find("no tensor named 'f46'") != std::string::npos);
+    CHECK(miss.find("'f64'") != std::string::npos);
+}
+
+TEST_CASE("safetensors: what cannot be written is refused before the file is touched") {
+    const std::string path = temp_path("refused.safetensors");
+    CHECK_THROWS_WITH_AS(kiln::save_safetensors(path, {{"__metadata__", kiln::ones({1})}}),
+                         doctest::Contains("'__metadata__' is reserved"), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::save_safetensors(path, {{"bad \xff name", kiln::ones({1})}}),
+                         doctest::Contains("is not valid UTF-8"), kiln::value_error);
+    std::ifstream probe(path);
+    CHECK(!probe.good());
+    CHECK_THROWS_WITH_AS(kiln::save_safetensors("/nonexistent-dir/x.safetensors", {{"a", kiln::ones({1})}}),
+                         doctest::Contains("cannot open"), kiln::file_error);
+    CHECK_THROWS_WITH_AS(kiln::load_safetensors("/nonexistent-dir/x.safetensors"), doctest::Contains("cannot open"),
+                         kiln::file_error);
+}
+
+TEST_CASE("safetensors: a malformed file is refused, naming the file and what is wrong") {
+    const std::string good_header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    const std::string data = floats({1, 2});
+    REQUIRE(refusal(file_of(good_header, data)).empty());
+
+    CHECK(refusal("").find("'bad.safetensors': truncated: 0 bytes") != std::string::npos);
+    CHECK(refusal(std::string("\x10\0\0\0\0\0\0\0{}", 10)).find("the header needs 16 bytes and 2 follow") != std::string::npos);
+    CHECK(refusal(std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8)).find("declares a header of 18446744073709551615 bytes") !=
+          std::string::npos);
+    CHECK(refusal(file_of("[1]", "")).find("does not begin with '{'") != std::string::npos);
+    CHECK(refusal(file_of("{\"a\":", "")).find("ends where a value was expected") != std::string::npos);
+    CHECK(refusal(file_of("{\"a\":1} x", "")).find("unexpected text after the JSON value") != std::string::npos);
+    CHECK(refusal(file_of("{\"a\":" + std::string(200, '['), "")).find("nested more than 64 deep") != std::string::npos);
+    CHECK(refusal(file_of("{\"\xc3\x28\":1}", "")).find("not valid UTF-8") != std::string::npos);
+    // The same name twice: two readers could see different tensors.
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                          data))
+              .find("the key \"a\" appears twice") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", data))
+              .find("tensor 'a' (header byte 13) is F16, a dtype kiln does not have") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", data)).find("unknown dtype 'Q4'") !=
+          std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data))
+              .find("shape[0] is not a non-negative integer") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", data))
+              .find("unknown field 'x'") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[2]}})", data)).find("lacks 'data_offsets'") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data))
+              .find("shape (3,) of F32 needs 12 bytes, but data_offsets [0, 8] hold 8") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", data))
+              .find("reach past the 8 bytes of data") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", data)).find("end before they begin") !=
+          std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", data))
+              .find("more elements than can be addressed") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data)).find("a gap precedes it") !=
+          std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data))
+              .find("it overlaps another tensor") != std::string::npos);
+    CHECK(refusal(file_of(good_header, data + "xyz")).find("3 bytes of data at data byte 8 belong to no tensor") !=
+          std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x02", 2)))
+              .find("the bool at element 1 is neither 0 nor 1") != std::string::npos);
+    CHECK(refusal(file_of(R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data))
+              .find("metadata values are strings") != std::string::npos);
+    // Escapes are decoded (a name may hold any character) and surrogates are paired.
+    const std::string esc = file_of(R"({"\u00e9\ud83d\ude00\n":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data);
+    const kiln::tensor_file f = kiln::load_safetensors_bytes(esc.data(), esc.size());
+    CHECK(f.contains("\xc3\xa9\xf0\x9f\x98\x80\n"));
+    CHECK(refusal(file_of(R"({"\ud83d":1})", "")).find("high surrogate without its pair") != std::string::npos);
+}
