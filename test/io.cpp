@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -168,4 +169,120 @@ TEST_CASE("safetensors: a malformed file is refused, naming the file and what is
     const kiln::tensor_file f = kiln::load_safetensors_bytes(esc.data(), esc.size());
     CHECK(f.contains("\xc3\xa9\xf0\x9f\x98\x80\n"));
     CHECK(refusal(file_of(R"({"\ud83d":1})", "")).find("high surrogate without its pair") != std::string::npos);
+}
+
+namespace {
+
+std::string file_error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const kiln::file_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints: parameters and Adam's slots and step count round-trip into the same storage") {
+    kiln::variable w(f64({1, 2, 3}, {3})), b(f64({0.5}, {1}));
+    kiln::optim::adam opt({&w, &b}, 0.1);
+    for (int i = 0; i < 3; ++i) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::sum(kiln::square(w * 2.0 + b));
+        opt.step(tape.gradient(loss, {w, b}));
+    }
+    const std::string path = temp_path("adam.ckpt");
+    kiln::save_checkpoint(path, {&w, &b}, opt);
+    // The file is plain safetensors: other tools read the weights by name.
+    const kiln::tensor_file f = kiln::load_safetensors(path);
+    CHECK(f.metadata.at("kiln.checkpoint") == "1");
+    CHECK(f.metadata.at("optimizer") == "adam");
+    CHECK(f.metadata.at("optimizer.hyperparameters").find("lr=0.1") != std::string::npos);
+    CHECK(f.names() == std::vector<std::string>{"optimizer/m/0", "optimizer/m/1", "optimizer/step", "optimizer/v/0",
+                                                "optimizer/v/1", "param/0", "param/1"});
+    CHECK(f.at("optimizer/step").data<std::int64_t>()[0] == 3);
+    CHECK(values(f.at("param/0")) == values(w));
+
+    // Into a second model and optimizer: the values land in the variables' own storage.
+    kiln::variable w2(f64({0, 0, 0}, {3})), b2(f64({0}, {1}));
+    const void* storage = w2.raw_data();
+    kiln::optim::adam opt2(0.1);  // no parameters yet: load_checkpoint binds them
+    kiln::load_checkpoint(path, {&w2, &b2}, opt2);
+    CHECK(w2.raw_data() == storage);
+    CHECK(values(w2) == values(w));
+    CHECK(opt2.steps() == 3);
+    const auto s1 = opt.state(), s2 = opt2.state();
+    CHECK(values(s2.at("m/0")) == values(s1.at("m/0")));
+    CHECK(values(s2.at("v/1")) == values(s1.at("v/1")));
+    // The next step of each is the same, bit for bit.
+    for (auto* o : {&opt, &opt2}) {
+        kiln::variable& wv = o == &opt ? w : w2;
+        kiln::variable& bv = o == &opt ? b : b2;
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::sum(kiln::square(wv * 2.0 + bv));
+        o->step(tape.gradient(loss, {wv, bv}));
+    }
+    CHECK(values(w2) == values(w));
+    CHECK(values(b2) == values(b));
+    std::remove(path.c_str());
+}
+
+TEST_CASE("checkpoints: a file that does not fit the model is refused before anything changes") {
+    kiln::variable w(f64({1, 2, 3}, {3}));
+    kiln::optim::adam opt({&w});
+    const std::string path = temp_path("fit.ckpt");
+    kiln::save_checkpoint(path, {&w}, opt);
+
+    kiln::variable other_shape(f64({0, 0}, {2}));
+    kiln::optim::adam opt2({&other_shape});
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&other_shape}, opt2); })
+              .find("tensor 'param/0' is (3,) float64, but the model's is (2,) float64") != std::string::npos);
+    CHECK(values(other_shape) == std::vector<double>{0, 0});
+
+    kiln::variable w3(f64({0, 0, 0}, {3}));
+    kiln::optim::sgd sgd({&w3}, 0.1);
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&w3}, sgd); })
+              .find("holds the state of optimizer 'adam', but it is loaded into 'sgd'") != std::string::npos);
+    // Without the optimizer its slots are extra tensors; with two parameters one is missing.
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&w3}); }).find("holds the state of optimizer 'adam'") !=
+          std::string::npos);
+    kiln::variable extra(f64({0}, {1}));
+    kiln::optim::adam opt3({&w3, &extra});
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&w3, &extra}, opt3); }).find("has no tensor 'param/1'") !=
+          std::string::npos);
+    CHECK(values(w3) == std::vector<double>{0, 0, 0});
+    // A plain safetensors file is not a checkpoint.
+    kiln::save_safetensors(path, {{"param/0", w}});
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&w3}); }).find("is not a kiln checkpoint") != std::string::npos);
+    // A checkpoint with a tensor the model lacks.
+    kiln::save_safetensors(path, {{"param/0", w}, {"param/9", w}}, {{"kiln.checkpoint", "1"}, {"optimizer", "none"}});
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&w3}); }).find("holds tensor 'param/9', which the model") !=
+          std::string::npos);
+    kiln::save_safetensors(path, {{"param/0", w}}, {{"kiln.checkpoint", "7"}});
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, {&w3}); }).find("a checkpoint of version '7'") != std::string::npos);
+    std::remove(path.c_str());
+}
+
+TEST_CASE("checkpoints: a session's parameters by name, and a name the session does not know") {
+    using namespace kiln::literals;
+    constexpr kiln::input<"x", double, kiln::shape<kiln::dyn, 2>> x{};
+    constexpr kiln::param<"w", double, kiln::shape<2, 1>> w{};
+    constexpr auto loss = kiln::mean(kiln::square(kiln::matmul(x, w)));
+    kiln::session s(3);
+    s.initialize(loss);
+    s.set("w", f64({1, 2}, {2, 1}));
+    const std::string path = temp_path("session.ckpt");
+    kiln::save_checkpoint(path, s);
+    const kiln::tensor_file f = kiln::load_safetensors(path);
+    CHECK(f.names() == std::vector<std::string>{"w"});
+    CHECK(f.metadata.at("optimizer") == "none");
+
+    kiln::session fresh(4);
+    CHECK(file_error_of([&] { kiln::load_checkpoint(path, fresh); }).find("holds parameter 'w', which the session does not know") !=
+          std::string::npos);
+    fresh.declare(loss);
+    kiln::load_checkpoint(path, fresh);
+    CHECK(values(fresh.parameter("w")) == std::vector<double>{1, 2});
+    std::remove(path.c_str());
 }

@@ -7,8 +7,7 @@
 //   kiln::load_checkpoint(path, params, opt);      kiln::load_checkpoint(path, session);
 //
 // The file is a safetensors file (kiln/io/safetensors.hpp), so other tools can read the weights:
-// - parameters as "param/<i>" (by position in `params`), or by the names given ({{"l1/w", &w}, ...}), or a
-//   session's parameter names;
+// - parameters as "param/<i>" (by position in `params`), or by a session's parameter names;
 // - the optimizer's state as "optimizer/<name>" (Adam: "optimizer/m/<i>", "optimizer/v/<i>", "optimizer/step");
 // - metadata: "kiln.checkpoint" (the format's version, "1"), "optimizer" (its kind: "adam", "sgd", or "none") and
 //   "optimizer.hyperparameters" (for people: hyperparameters come from the code that loads, as in TensorFlow).
@@ -149,14 +148,6 @@ void save_checkpoint(const std::string& path, const std::vector<variable*>& para
 inline void save_checkpoint(const std::string& path, const std::vector<variable*>& params) {
     detail::save_eager<detail::no_optimizer>(path, detail::by_position(params), nullptr, "save_checkpoint");
 }
-// With names of your own: {{"l1/w", &w}, {"l1/b", &b}}.
-template <class Optimizer>
-void save_checkpoint(const std::string& path, const std::vector<std::pair<std::string, variable*>>& params, const Optimizer& opt) {
-    detail::save_eager(path, params, &opt, "save_checkpoint");
-}
-inline void save_checkpoint(const std::string& path, const std::vector<std::pair<std::string, variable*>>& params) {
-    detail::save_eager<detail::no_optimizer>(path, params, nullptr, "save_checkpoint");
-}
 
 template <class Optimizer>
 void load_checkpoint(const std::string& path, const std::vector<variable*>& params, Optimizer& opt) {
@@ -164,13 +155,6 @@ void load_checkpoint(const std::string& path, const std::vector<variable*>& para
 }
 inline void load_checkpoint(const std::string& path, const std::vector<variable*>& params) {
     detail::load_eager<detail::no_optimizer>(path, detail::by_position(params), nullptr, "load_checkpoint");
-}
-template <class Optimizer>
-void load_checkpoint(const std::string& path, const std::vector<std::pair<std::string, variable*>>& params, Optimizer& opt) {
-    detail::load_eager(path, params, &opt, "load_checkpoint");
-}
-inline void load_checkpoint(const std::string& path, const std::vector<std::pair<std::string, variable*>>& params) {
-    detail::load_eager<detail::no_optimizer>(path, params, nullptr, "load_checkpoint");
 }
 
 // Graph mode: a session's parameters (by their names) and the optimizer state of its training step (its slots

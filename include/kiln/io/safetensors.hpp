@@ -266,7 +266,10 @@ inline std::string safetensors_header(const std::map<std::string, tensor>& tenso
         for (const auto& [k, v] : metadata) {
             check_text(k, "metadata key");
             check_text(v, "metadata value");
-            h += (first ? "" : ",") + json::quote(k) + ":" + json::quote(v);
+            if (!first) h += ',';
+            h += json::quote(k);
+            h += ':';
+            h += json::quote(v);
             first = false;
         }
         h += "}";
@@ -282,8 +285,15 @@ inline std::string safetensors_header(const std::map<std::string, tensor>& tenso
             throw device_error("kiln: device_error in '" + std::string(entry) + "': tensor '" + name + "' is on " +
                                to_string(t.device()) + "; copy it to the cpu first (t.to(kiln::cpu))");
         const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * t.itemsize();
-        h += (first ? "" : ",") + json::quote(name) + ":{\"dtype\":\"" + std::string(safetensors_dtype(t.dtype())) + "\",\"shape\":[";
-        for (int i = 0; i < t.dim(); ++i) h += (i ? "," : "") + std::to_string(t.shape()[i]);
+        if (!first) h += ',';
+        h += json::quote(name);
+        h += ":{\"dtype\":\"";
+        h += safetensors_dtype(t.dtype());
+        h += "\",\"shape\":[";
+        for (int i = 0; i < t.dim(); ++i) {
+            if (i) h += ',';
+            h += std::to_string(t.shape()[i]);
+        }
         h += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + bytes) + "]}";
         at += bytes;
         first = false;
