@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -21,16 +22,18 @@ struct value {
     std::string text;
     bool is_count = false;
     std::uint64_t count = 0;
-    std::vector<value> items;                             // an array's
-    std::vector<std::pair<std::string, value>> members;   // an object's, in file order
-    std::size_t offset = 0;                               // where it begins in the text
+    std::vector<value> items;        // an array's elements, or an object's values (in file order)
+    std::vector<std::string> keys;   // an object's keys, one per item
+    std::size_t offset = 0;          // where it begins in the text
 
-    const value* find(std::string_view key) const {
-        for (const auto& [k, v] : members)
-            if (k == key) return &v;
-        return nullptr;
-    }
+    const value* find(std::string_view key) const;
 };
+
+inline const value* value::find(std::string_view key) const {
+    for (std::size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == key) return &items[i];
+    return nullptr;
+}
 
 inline std::string_view kind_name(value::kind_t k) {
     switch (k) {
@@ -79,6 +82,7 @@ private:
         const char c = s_[i_];
         if (c == '{') {
             v.kind = value::object;
+            std::unordered_set<std::string> seen;
             ++i_;
             skip_space();
             if (i_ < s_.size() && s_[i_] == '}') {
@@ -90,13 +94,14 @@ private:
                 if (i_ >= s_.size() || s_[i_] != '"') fail("expected a string as an object's key");
                 const std::size_t key_at = i_;
                 std::string key = parse_string();
-                for (const auto& m : v.members)
-                    if (m.first == key) fail_at(key_at, "the key \"" + printable(key) + "\" appears twice in one object");
+                if (!seen.insert(key).second)  // (a set: a header of a million keys must not take a million squared)
+                    fail_at(key_at, "the key \"" + printable(key) + "\" appears twice in one object");
                 skip_space();
                 if (i_ >= s_.size() || s_[i_] != ':') fail("expected ':' after an object's key");
                 ++i_;
                 value item = parse_value(depth + 1);
-                v.members.emplace_back(std::move(key), std::move(item));
+                v.keys.push_back(std::move(key));
+                v.items.push_back(std::move(item));
                 skip_space();
                 if (i_ < s_.size() && s_[i_] == ',') {
                     ++i_;

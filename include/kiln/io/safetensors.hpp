@@ -138,11 +138,15 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
     tensor_file out;
     out.source = file;
     std::vector<st_entry> entries;
-    for (const auto& [key, v] : root.members) {
+    for (std::size_t member = 0; member < root.keys.size(); ++member) {
+        const std::string& key = root.keys[member];
+        const json::value& v = root.items[member];
         const std::string shown = json::reader::printable(key);
         if (key == "__metadata__") {
             if (v.kind != json::value::object) st_fail(entry, file, "__metadata__ is " + std::string(json::kind_name(v.kind)) + ", not an object");
-            for (const auto& [mk, mv] : v.members) {
+            for (std::size_t j = 0; j < v.keys.size(); ++j) {
+                const std::string& mk = v.keys[j];
+                const json::value& mv = v.items[j];
                 if (mv.kind != json::value::string)
                     st_fail(entry, file, "__metadata__ entry '" + json::reader::printable(mk) + "' is " + std::string(json::kind_name(mv.kind)) +
                          "; metadata values are strings");
@@ -155,7 +159,9 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
         st_entry e;
         e.name = key;
         const json::value *dt = nullptr, *sh = nullptr, *off = nullptr;
-        for (const auto& [f, fv] : v.members) {
+        for (std::size_t j = 0; j < v.keys.size(); ++j) {
+            const std::string& f = v.keys[j];
+            const json::value& fv = v.items[j];
             if (f == "dtype") dt = &fv;
             else if (f == "shape") sh = &fv;
             else if (f == "data_offsets") off = &fv;
