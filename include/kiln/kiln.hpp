@@ -13,6 +13,7 @@
 #include "graph/session.hpp"
 #include "graph/structural.hpp"
 #include "io/checkpoint.hpp"
+#include "io/function_file.hpp"
 #include "io/safetensors.hpp"
 #include "nn/graph_layers.hpp"
 #include "nn/layers.hpp"

@@ -410,8 +410,12 @@ struct op_builder<operand_mode::eager> {
                 ins.push_back(args);
             } else {
                 attrs += (attrs.empty() ? "" : " ") + ("operand" + std::to_string(k) + "=") + number_text(args);
-                if constexpr (std::is_floating_point_v<Args>) params.add_number(static_cast<double>(args));
-                else params.add(static_cast<std::int64_t>(args));
+                if constexpr (std::is_floating_point_v<Args>) {
+                    params.add_number(static_cast<double>(args));
+                } else {
+                    if constexpr (std::is_same_v<Args, bool>) params.bool_params |= std::uint64_t{1} << params.values.size();
+                    params.add(static_cast<std::int64_t>(args));
+                }
             }
             ++k;
         }(), ...);

@@ -41,6 +41,7 @@ struct op_params {
     std::vector<std::int64_t> values;
     std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
     std::uint64_t opaque = 0;        // bit k: values[k] must be the same for every extent (a digest, not a size)
+    std::uint64_t bool_params = 0;   // bit k: values[k] is a bool number operand (1 or 0)
 
     void add(std::int64_t v) { values.push_back(v); }
     void add_number(double v) {

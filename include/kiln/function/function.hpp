@@ -175,6 +175,15 @@ public:
     // Runs f directly instead of tracing (this function only).
     void run_eagerly(bool on) { eager_ = on; }
 
+    // The wrapped callable and the options (kiln::save traces a copy of the function for the signature it saves).
+    const F& callable() const noexcept { return f_; }
+    const function_options& options() const noexcept { return options_; }
+    // The prepared graph for the signature of `args` (traced now if it was not): what kiln::save writes.
+    template <class... A>
+    std::shared_ptr<const detail::executable> compiled(A&&... args) {
+        return executable_for(std::forward<A>(args)...);
+    }
+
     // The run-time graph for the signature of `args` (traced now if it was not), after the passes.
     template <class... A>
     const function_graph& graph(A&&... args) {

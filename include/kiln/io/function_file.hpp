@@ -1,0 +1,837 @@
+#pragma once
+// Traced functions as files: kiln::save writes a kiln::function's run-time graph for one signature (dynamic
+// dimensions kept) with the current values of the tensors it captures; kiln::load gives a callable that runs it in
+// a program that has none of the model's C++ code. The format is docs/file-format.md:
+//
+//   bytes 0-7     "KILNFUNC"
+//   bytes 8-11    format version, little-endian u32 (1)
+//   bytes 12-15   flags, little-endian u32 (0)
+//   bytes 16-23   G, the graph's length in bytes, little-endian u64
+//   G bytes       the graph as JSON (UTF-8, one node per line: readable by a person)
+//   the rest      a safetensors file (kiln/io/safetensors.hpp) holding each captured tensor as "node/<index>"
+//
+//   auto step = kiln::function(model_fn);
+//   kiln::save(step, {kiln::spec(kiln::float32, {kiln::dyn, 10})}, "model.kfn");
+//   kiln::loaded_function f = kiln::load("model.kfn");       // elsewhere: no model code needed
+//   std::vector<kiln::tensor> y = f(x);
+//
+// Ops are written by their registry names (kiln/registry.hpp) with a version each, and read back through the
+// same vocabulary: the elementwise ops through the registry's kernels, the views, reductions, matmul, concat, casts
+// and `full` through eager mode's own functions. A function that writes into tensors (an optimizer step, an
+// in-place op, an assignment, kiln::print, a while_loop) cannot be saved yet: kiln::save says which op.
+//
+// Loading validates everything before it runs anything, and each failure is a kiln::file_error naming the file and
+// the node or byte offset: the magic, version and flags; the graph's length against the file; the JSON (strict:
+// kiln/io/json.hpp) and every field's kind and range; each op known, in a version this kiln reads, with its arity
+// and attributes; inputs that refer only to earlier nodes (so no cycle can be written); the tensors' dtypes and
+// shapes against the payload, which must hold exactly the captured tensors; then each op's dtype and shape as its
+// own rule gives them (the op run on inputs of stride 0, so no input takes memory) against the file's. A result
+// larger than `load_options::max_node_bytes` is refused before anything is allocated for it.
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../function/function.hpp"
+#include "../registry.hpp"
+#include "safetensors.hpp"
+
+namespace kiln {
+
+struct load_options {
+    // The most bytes one node's result may declare (the loader checks each op's rule by running it once on
+    // placeholder inputs, which allocates its result).
+    std::uint64_t max_node_bytes = std::uint64_t{1} << 31;
+};
+
+namespace detail {
+
+inline constexpr char function_magic[8] = {'K', 'I', 'L', 'N', 'F', 'U', 'N', 'C'};
+inline constexpr std::uint32_t function_format_version = 1;
+inline constexpr std::uint64_t function_max_graph = std::uint64_t{64} << 20;
+inline constexpr std::size_t function_max_nodes = std::size_t{1} << 20;
+
+inline std::optional<dtype> dtype_named(std::string_view s) {
+    for (dtype d : {dtype::boolean, dtype::int32, dtype::int64, dtype::float32, dtype::float64})
+        if (name(d) == s) return d;
+    return std::nullopt;
+}
+
+// A node's attributes as the tracer writes them: "k=v k=v" (v an integer, a list "1,2", true/false, a dtype or a
+// number's text).
+inline std::map<std::string, std::string> split_attrs(std::string_view text) {
+    std::map<std::string, std::string> out;
+    std::size_t i = 0;
+    while (i < text.size()) {
+        while (i < text.size() && text[i] == ' ') ++i;
+        if (i >= text.size()) break;
+        std::size_t end = text.find(' ', i);
+        if (end == std::string_view::npos) end = text.size();
+        const std::string_view item = text.substr(i, end - i);
+        const std::size_t eq = item.find('=');
+        if (eq == std::string_view::npos || eq == 0)
+            throw value_error("attribute '" + json::reader::printable(item) + "' is not name=value");
+        if (!out.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1))).second)
+            throw value_error("attribute '" + json::reader::printable(item.substr(0, eq)) + "' is given twice");
+        i = end;
+    }
+    return out;
+}
+
+inline std::int64_t attr_int(const std::map<std::string, std::string>& a, const char* key) {
+    const auto it = a.find(key);
+    if (it == a.end()) throw value_error(std::string("attribute '") + key + "' is missing");
+    const std::string& s = it->second;
+    std::size_t i = 0;
+    const bool neg = !s.empty() && s[0] == '-';
+    if (neg) ++i;
+    if (i >= s.size() || s.size() - i > 18) throw value_error(std::string("attribute '") + key + "' is not an integer");
+    std::int64_t v = 0;
+    for (; i < s.size(); ++i) {
+        if (s[i] < '0' || s[i] > '9') throw value_error(std::string("attribute '") + key + "' is not an integer");
+        v = v * 10 + (s[i] - '0');
+    }
+    return neg ? -v : v;
+}
+
+inline int attr_axis(const std::map<std::string, std::string>& a, const char* key) {
+    const std::int64_t v = attr_int(a, key);
+    if (v < -max_rank || v > max_rank) throw value_error(std::string("attribute '") + key + "' is out of range");
+    return static_cast<int>(v);
+}
+
+inline std::vector<int> attr_axes(const std::map<std::string, std::string>& a, const char* key) {
+    const auto it = a.find(key);
+    if (it == a.end()) throw value_error(std::string("attribute '") + key + "' is missing");
+    std::vector<int> out;
+    std::string_view s = it->second;
+    while (!s.empty()) {
+        const std::size_t c = s.find(',');
+        const std::string one(s.substr(0, c));
+        if (out.size() >= static_cast<std::size_t>(max_rank)) throw value_error(std::string("attribute '") + key + "' lists too many axes");
+        out.push_back(attr_axis({{key, one}}, key));
+        if (c == std::string_view::npos) break;
+        s.remove_prefix(c + 1);
+        if (s.empty()) throw value_error(std::string("attribute '") + key + "' ends with a comma");
+    }
+    return out;
+}
+
+inline bool attr_bool(const std::map<std::string, std::string>& a, const char* key) {
+    const auto it = a.find(key);
+    if (it == a.end()) throw value_error(std::string("attribute '") + key + "' is missing");
+    if (it->second == "true") return true;
+    if (it->second == "false") return false;
+    throw value_error(std::string("attribute '") + key + "' is neither true nor false");
+}
+
+inline void attrs_only(const std::map<std::string, std::string>& a, std::initializer_list<const char*> allowed) {
+    for (const auto& [k, v] : a) {
+        bool ok = false;
+        for (const char* n : allowed) ok = ok || k == n;
+        if (!ok) throw value_error("unknown attribute '" + json::reader::printable(k) + "'");
+    }
+}
+
+// How an op of a file is run: its replay function, from its name, attributes and parameter count (the params
+// themselves, dynamic ones bound per call, come to the function when it runs).
+struct rebuilt_op {
+    replay_fn fn;
+};
+
+// The versions of the ops this kiln writes and reads (all 1: an op whose meaning changes gets a new version, and
+// files of the old one are refused with a message, or translated).
+inline std::uint32_t op_version(std::string_view) { return 1; }
+
+template <int N = 0>
+replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::size_t inputs, const op_params& params) {
+    const std::map<std::string, std::string> a = split_attrs(attrs_text);
+    const std::size_t np = params.values.size();
+    auto need = [&](std::size_t lo, std::size_t hi, std::size_t nparams) {
+        if (inputs < lo || inputs > hi)
+            throw value_error("takes " + (lo == hi ? std::to_string(lo) : std::to_string(lo) + " or more") + " inputs, not " +
+                              std::to_string(inputs));
+        if (np != nparams)
+            throw value_error("takes " + std::to_string(nparams) + " parameters, not " + std::to_string(np));
+    };
+    if (op == "matmul") {
+        need(2, 2, 0);
+        attrs_only(a, {});
+        return [](std::span<const tensor> in, auto) { return matmul(in[0], in[1]); };
+    }
+    if (op == "concat") {
+        need(1, SIZE_MAX, 0);
+        attrs_only(a, {"axis"});
+        const int ax = attr_axis(a, "axis");
+        return [ax](std::span<const tensor> in, auto) { return concat(std::vector<tensor>(in.begin(), in.end()), ax); };
+    }
+    if (op == "copy") {
+        need(1, 1, 0);
+        attrs_only(a, {});
+        return [](std::span<const tensor> in, auto) { return in[0].clone(); };
+    }
+    if (op == "cast") {
+        need(1, 1, 0);
+        attrs_only(a, {"dtype"});
+        const auto d = dtype_named(a.count("dtype") ? a.at("dtype") : "");
+        if (!d) throw value_error("attribute 'dtype' is not a dtype");
+        return [d = *d](std::span<const tensor> in, auto) { return in[0].to(d); };
+    }
+    if (op == "sum" || op == "prod" || op == "max" || op == "min") {
+        need(1, 1, 0);
+        attrs_only(a, {"axes", "keepdims"});
+        const std::vector<int> axes = attr_axes(a, "axes");
+        const bool keep = attr_bool(a, "keepdims");
+        const int which = op == "sum" ? 0 : op == "prod" ? 1 : op == "max" ? 2 : 3;
+        return [axes, keep, which](std::span<const tensor> in, auto) -> tensor {
+            switch (which) {
+                case 0: return sum(in[0], axes, keep);
+                case 1: return prod(in[0], axes, keep);
+                case 2: return max(in[0], axes, keep);
+                default: return min(in[0], axes, keep);
+            }
+        };
+    }
+    if (op == "argmax" || op == "argmin") {
+        need(1, 1, 0);
+        attrs_only(a, {"axis", "keepdims"});
+        const int ax = attr_axis(a, "axis");
+        const bool keep = attr_bool(a, "keepdims");
+        if (op == "argmax") return [ax, keep](std::span<const tensor> in, auto) { return argmax(in[0], ax, keep); };
+        return [ax, keep](std::span<const tensor> in, auto) { return argmin(in[0], ax, keep); };
+    }
+    if (op == "reshape" || op == "broadcast_to") {
+        if (np > static_cast<std::size_t>(max_rank)) throw value_error("has more parameters than a shape has dimensions");
+        need(1, 1, np);
+        attrs_only(a, {"shape"});
+        const int r = static_cast<int>(np);
+        if (op == "reshape")
+            return [r](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].reshape(param_dims(p, 0, r)); };
+        return [r](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].broadcast_to(param_dims(p, 0, r)); };
+    }
+    if (op == "permute") {
+        need(1, 1, 0);
+        attrs_only(a, {"dims"});
+        const std::vector<int> order = attr_axes(a, "dims");
+        return [order](std::span<const tensor> in, auto) {
+            const int r = in[0].dim();
+            std::array<int, max_rank> fwd{};
+            bool seen[max_rank] = {};
+            if (static_cast<int>(order.size()) != r)
+                throw value_error("kiln: value_error in 'permute': " + std::to_string(order.size()) + " axes for rank " + std::to_string(r));
+            for (int i = 0; i < r; ++i) {
+                const int ax = order[static_cast<std::size_t>(i)];
+                if (ax < 0 || ax >= r || seen[ax]) throw value_error("kiln: value_error in 'permute': the axes are not a permutation");
+                seen[ax] = true;
+                fwd[static_cast<std::size_t>(i)] = ax;
+            }
+            return in[0].permute_array(fwd, r);
+        };
+    }
+    if (op == "transpose") {
+        need(1, 1, 0);
+        attrs_only(a, {"dim0", "dim1"});
+        const int x = attr_axis(a, "dim0"), y = attr_axis(a, "dim1");
+        return [x, y](std::span<const tensor> in, auto) { return in[0].transpose(x, y); };
+    }
+    if (op == "slice") {
+        need(1, 1, 3);
+        attrs_only(a, {"axis", "start", "stop", "step"});
+        const int ax = attr_axis(a, "axis");
+        return [ax](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].slice(ax, p[0], p[1], p[2]); };
+    }
+    if (op == "select") {
+        need(1, 1, 1);
+        attrs_only(a, {"axis", "index"});
+        const int ax = attr_axis(a, "axis");
+        return [ax](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].select(ax, p[0]); };
+    }
+    if (op == "unsqueeze") {
+        need(1, 1, 0);
+        attrs_only(a, {"axis"});
+        const int ax = attr_axis(a, "axis");
+        return [ax](std::span<const tensor> in, auto) { return in[0].unsqueeze(ax); };
+    }
+    if (op == "full") {
+        if (np == 0 || np - 1 > static_cast<std::size_t>(max_rank)) throw value_error("has a wrong number of parameters");
+        need(0, 0, np);
+        attrs_only(a, {"shape", "value", "dtype"});
+        if (!(params.float_params >> (np - 1) & 1)) throw value_error("its value parameter is not a number");
+        const auto d = dtype_named(a.count("dtype") ? a.at("dtype") : "");
+        if (!d) throw value_error("attribute 'dtype' is not a dtype");
+        const int r = static_cast<int>(np - 1);
+        return [r, d = *d](std::span<const tensor>, std::span<const std::int64_t> p) {
+            return full(param_dims(p, 0, r), param_number(p[static_cast<std::size_t>(r)]), d);
+        };
+    }
+    // Elementwise ops of the vocabulary, from the registry: tensor operands are inputs, number operands
+    // ("operand<k>=...") parameters.
+    const op_schema* s = find_op_or_null<N>(op);
+    if (!s || (s->family != op_family::elementwise && s->family != op_family::activation) || s->min_inputs != s->max_inputs)
+        throw value_error("is not an op kiln can load (no such op in this kiln's vocabulary, or one that cannot be saved)");
+    const std::size_t arity = static_cast<std::size_t>(s->min_inputs);
+    if (arity > 8) throw value_error("has too many operands");
+    std::uint32_t numbers = 0;  // bit k: operand k is a number
+    for (const auto& [k, v] : a) {
+        if (k.rfind("operand", 0) != 0 || k.size() != 8 || k[7] < '0' || k[7] >= static_cast<char>('0' + arity))
+            throw value_error("unknown attribute '" + json::reader::printable(k) + "'");
+        numbers |= 1u << (k[7] - '0');
+    }
+    const std::size_t count = static_cast<std::size_t>(std::popcount(numbers));
+    if (count == arity) throw value_error("has no tensor operand");
+    need(arity - count, arity - count, count);
+    if (params.bool_params) throw value_error("has a bool number operand, which a file cannot hold yet");
+    const bool is_where = op == "where";
+    const std::uint64_t floats = params.float_params;
+    const op_kernel kernel = s->kernel;
+    return [numbers, arity, floats, kernel, is_where](std::span<const tensor> in, std::span<const std::int64_t> p) {
+        if (numbers == 0) return kernel(in, {});
+        // A number becomes a rank-0 tensor of the dtype the op would convert it to (PyTorch's rule: a number
+        // joins its tensors' dtype, an integer tensor with a floating number becomes float32), so the op computes
+        // what it computed with the number.
+        bool any = false;
+        dtype d = dtype::boolean;
+        for (std::size_t k = 0, t = 0; k < arity; ++k)
+            if (!(numbers >> k & 1)) {
+                if (!(is_where && k == 0)) d = any ? promote(d, in[t].dtype()) : in[t].dtype(), any = true;
+                ++t;
+            }
+        std::vector<tensor> ops;
+        ops.reserve(arity);
+        for (std::size_t k = 0, t = 0, q = 0; k < arity; ++k) {
+            if (!(numbers >> k & 1)) {
+                ops.push_back(in[t++]);
+                continue;
+            }
+            const bool is_float = floats >> q & 1;
+            const std::int64_t bits = p[q++];
+            if (is_float) {
+                const dtype nd = any && is_floating(d) ? d : dtype::float32;  // (where's two numbers: float32)
+                ops.push_back(full(dims{}, param_number(bits), nd));
+            } else {
+                const dtype nd = any ? (d == dtype::boolean ? dtype::int64 : d) : dtype::int64;
+                tensor t(nd, dims{});
+                dispatch(nd, [&]<class T>() { *t.data<T>() = static_cast<T>(bits); });
+                ops.push_back(t);
+            }
+        }
+        return kernel(ops, {});
+    };
+}
+
+// ---- writing ----
+
+inline void append_u32(std::string& s, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i, v >>= 8) s += static_cast<char>(v & 0xff);
+}
+inline void append_u64(std::string& s, std::uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) s += static_cast<char>(v & 0xff);
+}
+
+inline std::string json_dims(const dims& d) {
+    std::string s = "[";
+    for (int i = 0; i < d.rank; ++i) {
+        if (i) s += ',';
+        s += std::to_string(d[i]);
+    }
+    return s + "]";
+}
+
+// The file's bytes for an executable traced for `specs`.
+template <int N = 0>
+std::string function_file_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& fname,
+                                 const char* entry) {
+    const function_graph& g = exe.graph;
+    std::set<std::string> used;
+    std::map<std::string, tensor> payload;
+    std::string nodes;
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& n = g.nodes[i];
+        std::string line = "  {\"kind\":" + json::quote(name(n.kind == node_kind::variable ? node_kind::constant : n.kind));
+        switch (n.kind) {
+            case node_kind::effect:
+                throw value_error(error_prefix("value_error", entry) + "the function writes into tensors (node %" +
+                                  std::to_string(i) + ", '" + n.op + "'): only functions that compute without side "
+                                  "effects (inference) can be saved yet");
+            case node_kind::argument: line += ",\"argument\":" + std::to_string(n.argument); break;
+            case node_kind::constant:
+            case node_kind::variable: payload.emplace("node/" + std::to_string(i), n.value.contiguous()); break;
+            case node_kind::op: {
+                try {
+                    (void)rebuild_op<N>(n.op, n.attrs, n.inputs.size(), n.params);
+                } catch (const value_error& e) {
+                    throw value_error(error_prefix("value_error", entry) + "node %" + std::to_string(i) + " ('" + n.op +
+                                      "' " + n.attrs + ") cannot be saved: it " + e.what());
+                }
+                used.insert(n.op);
+                line += ",\"op\":" + json::quote(n.op) + ",\"attrs\":" + json::quote(n.attrs) + ",\"inputs\":[";
+                for (std::size_t k = 0; k < n.inputs.size(); ++k) line += (k ? "," : "") + std::to_string(n.inputs[k]);
+                line += "]";
+                if (!n.params.values.empty()) {
+                    line += ",\"params\":[";
+                    for (std::size_t k = 0; k < n.params.values.size(); ++k) {
+                        if (k) line += ',';
+                        line += std::to_string(n.params.values[k]);
+                    }
+                    line += "],\"float_params\":" + std::to_string(n.params.float_params) +
+                            ",\"opaque_params\":" + std::to_string(n.params.opaque);
+                }
+                if (!n.dynamic.empty()) {
+                    line += ",\"dynamic\":[";
+                    for (std::size_t k = 0; k < n.dynamic.size(); ++k) {
+                        const dynamic_param& d = n.dynamic[k];
+                        if (k) line += ',';
+                        line += "[" + std::to_string(d.index) + "," + std::to_string(d.dim) + "," + std::to_string(d.scale) +
+                                "," + std::to_string(d.offset) + "]";
+                    }
+                    line += "]";
+                }
+                break;
+            }
+        }
+        line += ",\"dtype\":" + json::quote(name(n.dtype)) + ",\"shape\":" + json_dims(n.shape) + "}";
+        nodes += line + (i + 1 < g.nodes.size() ? ",\n" : "\n");
+    }
+    std::string text = "{\n \"format\":\"kiln function\",\n \"name\":" + json::quote(fname) + ",\n \"ops\":{";
+    bool first = true;
+    for (const std::string& o : used) {
+        text += (first ? "" : ",") + json::quote(o) + ":" + std::to_string(op_version(o));
+        first = false;
+    }
+    text += "},\n \"arguments\":[";
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+        text += (k ? "," : "") + std::string("{\"dtype\":") + json::quote(name(specs[k].dtype)) + ",\"shape\":[";
+        for (std::size_t j = 0; j < specs[k].shape.size(); ++j)
+            text += (j ? "," : "") + std::to_string(specs[k].shape[j] == dyn ? -1 : specs[k].shape[j]);
+        text += "]}";
+    }
+    text += "],\n \"extents\":[";
+    for (std::size_t k = 0; k < exe.traced_extents.size(); ++k) text += (k ? "," : "") + std::to_string(exe.traced_extents[k]);
+    text += "],\n \"nodes\":[\n" + nodes + " ],\n \"outputs\":[";
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) text += (k ? "," : "") + std::to_string(g.outputs[k]);
+    text += "]\n}\n";
+
+    std::string out(function_magic, 8);
+    append_u32(out, function_format_version);
+    append_u32(out, 0);
+    append_u64(out, text.size());
+    out += text;
+    write_safetensors([&](const unsigned char* p, std::size_t n) { out.append(reinterpret_cast<const char*>(p), n); }, payload,
+                      {{"kiln.function", "1"}}, entry);
+    return out;
+}
+
+}  // namespace detail
+
+// A traced function read from a file: call it with tensors of its signature; it returns its results in order.
+class loaded_function {
+public:
+    loaded_function() = default;
+
+    // The arguments it takes: dtype and shape, kiln::dyn for a dynamic extent.
+    const std::vector<spec>& signature() const noexcept { return specs_; }
+    const std::string& name() const noexcept { return name_; }
+    // Its graph, as kiln::to_string and kiln::to_dot print it.
+    const function_graph& graph() const {
+        check();
+        return exe_->graph;
+    }
+    std::size_t outputs() const { return exe_ ? exe_->graph.outputs.size() : 0; }
+
+    std::vector<tensor> operator()(const std::vector<tensor>& args) const {
+        check();
+        if (args.size() != specs_.size())
+            throw value_error(detail::error_prefix("value_error", name_) + "takes " + std::to_string(specs_.size()) +
+                              " arguments, not " + std::to_string(args.size()));
+        std::vector<std::ptrdiff_t> extents;
+        for (std::size_t k = 0; k < args.size(); ++k) {
+            const tensor& t = args[k];
+            t.check_valid(name_.c_str());
+            const spec& sp = specs_[k];
+            if (t.dtype() != sp.dtype)
+                throw dtype_error(detail::error_prefix("dtype_error", name_) + "argument " + std::to_string(k) + " is " +
+                                  std::string(kiln::name(t.dtype())) + ", but its spec is " + kiln::to_string(sp));
+            bool fits = static_cast<std::size_t>(t.dim()) == sp.shape.size();
+            for (int i = 0; fits && i < t.dim(); ++i)
+                fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
+            if (!fits)
+                throw shape_error(detail::error_prefix("shape_error", name_) + "argument " + std::to_string(k) + " has shape " +
+                                  to_string(t.shape()) + ", but its spec is " + kiln::to_string(sp));
+            for (int i = 0; i < t.dim(); ++i)
+                if (sp.shape[static_cast<std::size_t>(i)] == dyn) extents.push_back(t.shape()[i]);
+        }
+        if (!equal_extents_ok(extents))
+            throw shape_error(detail::error_prefix("shape_error", name_) + "dynamic extents that were equal when it was traced "
+                              "must be equal in a call (a batch of inputs and labels)");
+        return exe_->run(args, extents);
+    }
+    template <class... T>
+        requires(std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...)
+    std::vector<tensor> operator()(const T&... args) const {
+        return (*this)(std::vector<tensor>{args...});
+    }
+
+private:
+    template <class Source>
+    friend loaded_function read_function(Source&, const std::string&, const load_options&, const char*);
+
+    void check() const {
+        if (!exe_) throw value_error("kiln: value_error in 'loaded_function': it is empty (assign it from kiln::load)");
+    }
+    bool equal_extents_ok(const std::vector<std::ptrdiff_t>& e) const {
+        for (std::size_t a = 0; a < e.size(); ++a)
+            for (std::size_t b = a + 1; b < e.size(); ++b)
+                if ((traced_[a] == traced_[b]) != (e[a] == e[b])) return false;
+        return true;
+    }
+
+    std::shared_ptr<const detail::executable> exe_;
+    std::vector<spec> specs_;
+    std::vector<std::ptrdiff_t> traced_;
+    std::string name_ = "loaded function";
+};
+
+template <class Source>
+loaded_function read_function(Source& src, const std::string& file, const load_options& opt, const char* entry) {
+    struct failer {
+        const char* entry;
+        const std::string& file;
+        [[noreturn]] void operator()(const std::string& what) const { detail::st_fail(entry, file, what); }
+    } const fail{entry, file};
+    const std::uint64_t total = src.size();
+    if (total < 24) fail("truncated: " + std::to_string(total) + " bytes, and a kiln function file begins with 24");
+    unsigned char head[24];
+    src.read(0, head, 24);
+    if (std::memcmp(head, detail::function_magic, 8) != 0)
+        fail("not a kiln function file (it does not begin with \"KILNFUNC\")");
+    auto u32 = [&](int at) {
+        std::uint32_t v = 0;
+        for (int i = 3; i >= 0; --i) v = (v << 8) | head[at + i];
+        return v;
+    };
+    std::uint64_t glen = 0;
+    for (int i = 7; i >= 0; --i) glen = (glen << 8) | head[16 + i];
+    if (u32(8) != detail::function_format_version)
+        fail("format version " + std::to_string(u32(8)) + "; this kiln reads version " + std::to_string(detail::function_format_version));
+    if (u32(12) != 0) fail("flags " + std::to_string(u32(12)) + " are set; version 1 has none");
+    if (glen > detail::function_max_graph) fail("declares a graph of " + std::to_string(glen) + " bytes (at most 64 MiB are read)");
+    if (glen > total - 24)
+        fail("truncated: the graph needs " + std::to_string(glen) + " bytes and " + std::to_string(total - 24) + " follow the header");
+    std::string text(static_cast<std::size_t>(glen), '\0');
+    src.read(24, reinterpret_cast<unsigned char*>(text.data()), text.size());
+    const json::value root = json::reader(text, "'" + file + "': graph", entry, 24).parse();
+
+    // The payload: a safetensors file after the graph.
+    struct offset_source {
+        Source& s;
+        std::uint64_t base, bytes;
+        std::uint64_t size() const { return bytes; }
+        void read(std::uint64_t off, unsigned char* dst, std::size_t n) { s.read(base + off, dst, n); }
+    } payload_src{src, 24 + glen, total - 24 - glen};
+    const tensor_file payload = detail::read_safetensors(payload_src, file + " (weights at byte " + std::to_string(24 + glen) + ")", entry);
+
+    using json::value;
+    auto field = [&](const value& obj, const char* key, value::kind_t kind, const std::string& where) -> const value& {
+        const value* v = obj.find(key);
+        if (!v) fail(where + " lacks '" + key + "'");
+        if (v->kind != kind) fail(where + ": '" + key + "' is " + std::string(json::kind_name(v->kind)) + ", not " + std::string(json::kind_name(kind)));
+        return *v;
+    };
+    auto count_of = [&](const value& v, std::uint64_t limit, const std::string& what) -> std::uint64_t {
+        if (v.kind != value::number || !v.is_count || v.count > limit) fail(what + " is not an integer from 0 to " + std::to_string(limit));
+        return v.count;
+    };
+    auto only = [&](const value& obj, std::initializer_list<const char*> keys, const std::string& where) {
+        for (const std::string& k : obj.keys) {
+            bool ok = false;
+            for (const char* a : keys) ok = ok || k == a;
+            if (!ok) fail(where + " has an unknown field '" + json::reader::printable(k) + "'");
+        }
+    };
+    if (root.kind != value::object) fail("the graph is not a JSON object");
+    only(root, {"format", "name", "ops", "arguments", "extents", "nodes", "outputs"}, "the graph");
+    if (field(root, "format", value::string, "the graph").text != "kiln function") fail("the graph's format is not \"kiln function\"");
+    loaded_function f;
+    f.name_ = field(root, "name", value::string, "the graph").text;
+    // Ops and versions.
+    const value& ops = field(root, "ops", value::object, "the graph");
+    for (std::size_t i = 0; i < ops.keys.size(); ++i) {
+        const std::uint64_t ver = count_of(ops.items[i], UINT32_MAX, "the version of op '" + json::reader::printable(ops.keys[i]) + "'");
+        if (ver == 0 || ver > detail::op_version(ops.keys[i]))
+            fail("op '" + json::reader::printable(ops.keys[i]) + "' has version " + std::to_string(ver) + "; this kiln reads version " +
+                 std::to_string(detail::op_version(ops.keys[i])));
+    }
+    // The signature.
+    const value& args = field(root, "arguments", value::array, "the graph");
+    if (args.items.size() > 1024) fail("has " + std::to_string(args.items.size()) + " arguments (at most 1024)");
+    std::size_t dynamic_count = 0;
+    for (std::size_t k = 0; k < args.items.size(); ++k) {
+        const std::string where = "argument " + std::to_string(k);
+        const value& a = args.items[k];
+        if (a.kind != value::object) fail(where + " is not an object");
+        only(a, {"dtype", "shape"}, where);
+        const auto d = detail::dtype_named(field(a, "dtype", value::string, where).text);
+        if (!d) fail(where + " has an unknown dtype");
+        const value& sh = field(a, "shape", value::array, where);
+        if (sh.items.size() > static_cast<std::size_t>(max_rank)) fail(where + " has more than " + std::to_string(max_rank) + " dimensions");
+        std::vector<std::ptrdiff_t> s;
+        for (const value& e : sh.items) {
+            if (e.kind == value::number && e.text == "-1") {
+                s.push_back(dyn);
+                ++dynamic_count;
+            } else {
+                s.push_back(static_cast<std::ptrdiff_t>(count_of(e, std::uint64_t{1} << 40, where + "'s extent")));
+            }
+        }
+        f.specs_.emplace_back(*d, std::move(s));
+    }
+    const value& ext = field(root, "extents", value::array, "the graph");
+    if (ext.items.size() != dynamic_count)
+        fail("lists " + std::to_string(ext.items.size()) + " traced extents for " + std::to_string(dynamic_count) + " dynamic dimensions");
+    for (const value& e : ext.items) f.traced_.push_back(static_cast<std::ptrdiff_t>(count_of(e, std::uint64_t{1} << 40, "a traced extent")));
+
+    // Nodes.
+    const value& nodes = field(root, "nodes", value::array, "the graph");
+    if (nodes.items.size() > detail::function_max_nodes) fail("has more than " + std::to_string(detail::function_max_nodes) + " nodes");
+    auto exe = std::make_shared<detail::executable>();
+    function_graph& g = exe->graph;
+    std::set<std::string> payload_used;
+    for (std::size_t i = 0; i < nodes.items.size(); ++i) {
+        const std::string where = "node %" + std::to_string(i);
+        const value& v = nodes.items[i];
+        if (v.kind != value::object) fail(where + " is not an object");
+        graph_node n;
+        const std::string& kind = field(v, "kind", value::string, where).text;
+        const auto d = detail::dtype_named(field(v, "dtype", value::string, where).text);
+        if (!d) fail(where + " has an unknown dtype");
+        n.dtype = *d;
+        const value& sh = field(v, "shape", value::array, where);
+        if (sh.items.size() > static_cast<std::size_t>(max_rank)) fail(where + " has more than " + std::to_string(max_rank) + " dimensions");
+        n.shape.rank = static_cast<int>(sh.items.size());
+        std::uint64_t numel = 1;
+        bool zero = false, big = false;
+        for (std::size_t j = 0; j < sh.items.size(); ++j) {
+            const std::uint64_t e = count_of(sh.items[j], std::uint64_t{1} << 40, where + "'s extent");
+            n.shape[static_cast<int>(j)] = static_cast<std::ptrdiff_t>(e);
+            zero = zero || e == 0;
+            if (e && numel > (UINT64_MAX >> 8) / e) big = true;
+            else numel *= e;
+        }
+        if (!zero && (big || numel * size_of(n.dtype) > opt.max_node_bytes))
+            fail(where + " declares a result of shape " + to_string(n.shape) + " " + std::string(name(n.dtype)) + ", more than " +
+                 std::to_string(opt.max_node_bytes) + " bytes (load_options::max_node_bytes)");
+        if (kind == "argument") {
+            only(v, {"kind", "argument", "dtype", "shape"}, where);
+            n.kind = node_kind::argument;
+            const std::uint64_t a = count_of(field(v, "argument", value::number, where), 1023, where + "'s argument");
+            if (a >= f.specs_.size()) fail(where + " is argument " + std::to_string(a) + " of " + std::to_string(f.specs_.size()));
+            n.argument = static_cast<int>(a);
+            // Its dtype and shape are the argument's, with the traced extents.
+            const spec& sp = f.specs_[a];
+            bool ok = n.dtype == sp.dtype && sp.shape.size() == static_cast<std::size_t>(n.shape.rank);
+            std::size_t first_dyn = 0;
+            for (std::size_t k = 0; k < a; ++k)
+                for (std::ptrdiff_t e : f.specs_[k].shape) first_dyn += e == dyn;
+            for (std::size_t j = 0; ok && j < sp.shape.size(); ++j)
+                ok = n.shape[static_cast<int>(j)] == (sp.shape[j] == dyn ? f.traced_[first_dyn++] : sp.shape[j]);
+            if (!ok) fail(where + " (argument " + std::to_string(a) + ") is " + to_string(n.shape) + " " + std::string(name(n.dtype)) +
+                          ", which its spec " + to_string(sp) + " does not give");
+        } else if (kind == "constant") {
+            only(v, {"kind", "dtype", "shape"}, where);
+            n.kind = node_kind::constant;
+            const std::string key = "node/" + std::to_string(i);
+            const auto it = payload.tensors.find(key);
+            if (it == payload.tensors.end()) fail(where + " is a constant, but the weights hold no tensor '" + key + "'");
+            if (it->second.dtype() != n.dtype || !(it->second.shape() == n.shape))
+                fail(where + " is " + to_string(n.shape) + " " + std::string(name(n.dtype)) + ", but tensor '" + key + "' is " +
+                     to_string(it->second.shape()) + " " + std::string(name(it->second.dtype())));
+            n.value = it->second;
+            payload_used.insert(key);
+        } else if (kind == "op") {
+            only(v, {"kind", "op", "attrs", "inputs", "params", "float_params", "opaque_params", "dynamic", "dtype", "shape"}, where);
+            n.kind = node_kind::op;
+            n.op = field(v, "op", value::string, where).text;
+            if (!ops.find(n.op)) fail(where + " is op '" + json::reader::printable(n.op) + "', which the graph's op list does not name");
+            n.attrs = field(v, "attrs", value::string, where).text;
+            for (const value& in : field(v, "inputs", value::array, where).items) {
+                const std::uint64_t x = count_of(in, UINT32_MAX, where + "'s input");
+                if (x >= i) fail(where + " takes node %" + std::to_string(x) + " as an input, which does not come before it");
+                if (g.nodes[x].kind == node_kind::effect) fail(where + " takes an effect as an input");
+                n.inputs.push_back(static_cast<std::int32_t>(x));
+            }
+            if (n.inputs.size() > 4096) fail(where + " has more than 4096 inputs");
+            if (const value* p = v.find("params")) {
+                if (p->kind != value::array || p->items.size() > 64) fail(where + "'s params are not an array of at most 64 integers");
+                for (const value& x : p->items) {
+                    if (x.kind != value::number) fail(where + "'s params are not integers");
+                    // An int64 written as text: non-negative ones parsed as counts, negative ones here.
+                    if (x.is_count) {
+                        if (x.count > static_cast<std::uint64_t>(INT64_MAX)) fail(where + " has a parameter out of range");
+                        n.params.values.push_back(static_cast<std::int64_t>(x.count));
+                    } else {
+                        const std::string& t = x.text;
+                        bool ok = t.size() >= 2 && t.size() <= 20 && t[0] == '-';
+                        std::uint64_t m = 0;
+                        for (std::size_t c = 1; ok && c < t.size(); ++c) {
+                            ok = t[c] >= '0' && t[c] <= '9';
+                            const auto digit = static_cast<std::uint64_t>(t[c] - '0');
+                            ok = ok && m <= (static_cast<std::uint64_t>(INT64_MAX) + 1 - digit) / 10;
+                            m = m * 10 + digit;
+                        }
+                        if (!ok) fail(where + " has a parameter that is not a 64-bit integer");
+                        n.params.values.push_back(static_cast<std::int64_t>(0 - m));
+                    }
+                }
+                n.params.float_params = count_of(field(v, "float_params", value::number, where), UINT64_MAX, where + "'s float_params");
+                n.params.opaque = count_of(field(v, "opaque_params", value::number, where), UINT64_MAX, where + "'s opaque_params");
+                const std::uint64_t mask = n.params.values.size() == 64 ? UINT64_MAX : (std::uint64_t{1} << n.params.values.size()) - 1;
+                if ((n.params.float_params | n.params.opaque) & ~mask) fail(where + " marks parameters it does not have");
+            } else if (v.find("float_params") || v.find("opaque_params")) {
+                fail(where + " marks parameters it does not have");
+            }
+            if (const value* dyn_list = v.find("dynamic")) {
+                if (dyn_list->kind != value::array || dyn_list->items.size() > n.params.values.size())
+                    fail(where + "'s dynamic parameters are not a list of at most one per parameter");
+                for (const value& x : dyn_list->items) {
+                    if (x.kind != value::array || x.items.size() != 4) fail(where + "'s dynamic parameter is not [index, dim, scale, offset]");
+                    dynamic_param dp;
+                    dp.index = static_cast<std::uint32_t>(count_of(x.items[0], n.params.values.size() - 1, where + "'s dynamic index"));
+                    if (f.traced_.empty()) fail(where + " has a dynamic parameter, but the signature has no dynamic dimension");
+                    dp.dim = static_cast<int>(count_of(x.items[1], f.traced_.size() - 1, where + "'s dynamic dimension"));
+                    auto small_int = [&](const value& e) -> std::int64_t {
+                        if (e.kind != value::number) fail(where + "'s dynamic scale and offset must be integers");
+                        if (e.is_count && e.count <= (std::uint64_t{1} << 40)) return static_cast<std::int64_t>(e.count);
+                        const std::string& t = e.text;
+                        if (t.size() >= 2 && t.size() <= 14 && t[0] == '-' && t.find_first_not_of("0123456789", 1) == std::string::npos)
+                            return -std::stoll(t.substr(1));
+                        fail(where + "'s dynamic scale and offset must be integers of at most 2^40");
+                        return 0;
+                    };
+                    dp.scale = small_int(x.items[2]);
+                    dp.offset = small_int(x.items[3]);
+                    n.dynamic.push_back(dp);
+                }
+            }
+            try {
+                n.fn = detail::rebuild_op(n.op, n.attrs, n.inputs.size(), n.params);
+            } catch (const value_error& e) {
+                fail(where + " ('" + json::reader::printable(n.op) + "' " + json::reader::printable(n.attrs) + ") " + e.what());
+            }
+        } else {
+            fail(where + " has an unknown kind '" + json::reader::printable(kind) + "'");
+        }
+        g.nodes.push_back(std::move(n));
+    }
+    for (const auto& [k, t] : payload.tensors)
+        if (!payload_used.count(k)) fail("the weights hold tensor '" + json::reader::printable(k) + "', which no constant node uses");
+    for (const value& o : field(root, "outputs", value::array, "the graph").items) {
+        const std::uint64_t x = count_of(o, UINT32_MAX, "an output");
+        if (x >= g.nodes.size()) fail("output %" + std::to_string(x) + " is not a node");
+        g.outputs.push_back(static_cast<std::int32_t>(x));
+    }
+
+    // Each op's dtype and shape by its own rule, on placeholders of its inputs' declared shapes (stride 0: they
+    // take no memory), against the file's.
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        graph_node& n = g.nodes[i];
+        if (n.kind != node_kind::op) continue;
+        std::vector<tensor> ph;
+        for (std::int32_t in : n.inputs) {
+            const graph_node& x = g.nodes[static_cast<std::size_t>(in)];
+            ph.push_back(x.kind == node_kind::constant ? x.value : zeros(dims{}, x.dtype).broadcast_to(x.shape));
+        }
+        tensor y;
+        try {
+            y = n.fn(ph, n.params.values);
+        } catch (const error& e) {
+            fail("node %" + std::to_string(i) + " ('" + json::reader::printable(n.op) + "') fails on its inputs: " + e.what());
+        }
+        if (y.dtype() != n.dtype || !(y.shape() == n.shape))
+            fail("node %" + std::to_string(i) + " ('" + json::reader::printable(n.op) + "') computes " + to_string(y.shape()) + " " +
+                 std::string(name(y.dtype())) + ", but the file says " + to_string(n.shape) + " " + std::string(name(n.dtype)));
+    }
+    exe->traced = g;
+    for (const graph_node& n : g.nodes) exe->has_dynamic = exe->has_dynamic || !n.dynamic.empty();
+    exe->traced_extents = f.traced_;
+    exe->prepare();
+    f.exe_ = std::move(exe);
+    return f;
+}
+
+// Writes `fn` traced for `signature` (one spec per tensor argument; kiln::dyn extents stay dynamic) with the current
+// values of the tensors it captures. The function must compute without writing into tensors.
+template <class F>
+void save(const function<F>& fn, const std::vector<spec>& signature, const std::string& path) {
+    const char* entry = "save";
+    function<F> traced(fn.callable(), signature, fn.options());
+    // Example arguments: the spec's shapes with dynamic extents of 2 (the trace checks them at 5 too).
+    std::vector<tensor> ex;
+    for (const spec& s : signature) {
+        dims d;
+        if (s.shape.size() > static_cast<std::size_t>(max_rank))
+            throw value_error(detail::error_prefix("value_error", entry) + "a spec has more than " + std::to_string(max_rank) + " dimensions");
+        d.rank = static_cast<int>(s.shape.size());
+        for (std::size_t i = 0; i < s.shape.size(); ++i) d[static_cast<int>(i)] = s.shape[i] == dyn ? 2 : s.shape[i];
+        ex.push_back(zeros(d, s.dtype));
+    }
+    std::shared_ptr<const detail::executable> exe;
+    auto call = [&](auto&&... ts) {
+        if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) exe = traced.compiled(ts...);
+        else throw value_error(detail::error_prefix("value_error", entry) + "the function cannot be called with " +
+                               std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
+    };
+    switch (ex.size()) {
+        case 0: call(); break;
+        case 1: call(ex[0]); break;
+        case 2: call(ex[0], ex[1]); break;
+        case 3: call(ex[0], ex[1], ex[2]); break;
+        case 4: call(ex[0], ex[1], ex[2], ex[3]); break;
+        case 5: call(ex[0], ex[1], ex[2], ex[3], ex[4]); break;
+        case 6: call(ex[0], ex[1], ex[2], ex[3], ex[4], ex[5]); break;
+        default: throw value_error(detail::error_prefix("value_error", entry) + "functions of at most 6 tensor arguments can be saved");
+    }
+    const std::string bytes = detail::function_file_bytes(*exe, signature, fn.options().name, entry);
+    const std::string tmp = path + ".tmp-kiln";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw file_error("kiln: file_error in 'save': cannot open '" + path + "' for writing");
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        out.flush();
+        if (!out) {
+            out.close();
+            std::remove(tmp.c_str());
+            throw file_error("kiln: file_error in 'save': writing '" + path + "' failed");
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw file_error("kiln: file_error in 'save': cannot replace '" + path + "'");
+    }
+}
+
+// Reads a function written by kiln::save (validated as the header comment says before anything runs).
+inline loaded_function load(const std::string& path, const load_options& opt = {}) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw file_error("kiln: file_error in 'load': cannot open '" + path + "'");
+    const std::streamoff end = in.tellg();
+    if (end < 0) throw file_error("kiln: file_error in 'load': cannot read the size of '" + path + "'");
+    detail::st_file_source src{in, static_cast<std::uint64_t>(end), path, "load"};
+    return read_function(src, path, opt, "load");
+}
+
+// The same from bytes in memory (`name` stands for the file in messages).
+inline loaded_function load_bytes(const void* data, std::size_t size, const std::string& name = "<memory>",
+                                  const load_options& opt = {}) {
+    if (data == nullptr && size > 0) throw value_error("kiln: value_error in 'load_bytes': null data");
+    detail::st_memory_source src{static_cast<const unsigned char*>(data), size};
+    return read_function(src, name, opt, "load_bytes");
+}
+
+}  // namespace kiln
