@@ -286,3 +286,172 @@ TEST_CASE("checkpoints: a session's parameters by name, and a name the session d
     CHECK(values(fresh.parameter("w")) == std::vector<double>{1, 2});
     std::remove(path.c_str());
 }
+
+// ---- traced functions as files (kiln::save, kiln::load) ----
+
+namespace {
+
+// A small model: (?, 3) -> (?, 2) with captured weights, numbers as operands and a reduction.
+struct small_model {
+    kiln::variable w{kiln::from_values<float>({1, -2, 0.5f, 3, -1, 2}, {3, 2})};
+    kiln::tensor b = kiln::from_values<float>({0.25f, -0.5f}, {2});
+    kiln::tensor operator()(const kiln::tensor& x) const {
+        const kiln::tensor h = kiln::relu(kiln::matmul(x, w) + b) * 0.5;
+        return h - kiln::sum(h, {1}, true) / 4;
+    }
+};
+
+std::string bytes_of_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The saved small model's bytes.
+std::string small_model_bytes() {
+    static const std::string bytes = [] {
+        small_model m;
+        auto f = kiln::function([m](const kiln::tensor& x) { return m(x); }, {.name = "small"});
+        const std::string path = temp_path("small.kfn");
+        kiln::save(f, {kiln::spec(kiln::float32, {kiln::dyn, 3})}, path);
+        std::string b = bytes_of_file(path);
+        std::remove(path.c_str());
+        return b;
+    }();
+    return bytes;
+}
+
+// The same file with its graph text edited (`from` must occur in it) and its length mended.
+std::string with_graph(const std::string& bytes, const std::string& from, const std::string& to) {
+    std::uint64_t g = 0;
+    for (int i = 7; i >= 0; --i) g = (g << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(16 + i)]);
+    std::string text = bytes.substr(24, static_cast<std::size_t>(g));
+    const std::size_t at = text.find(from);
+    REQUIRE_MESSAGE(at != std::string::npos, from);
+    text.replace(at, from.size(), to);
+    std::string out = bytes.substr(0, 16);
+    std::uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i, n >>= 8) out += static_cast<char>(n & 0xff);
+    return out + text + bytes.substr(24 + static_cast<std::size_t>(g));
+}
+
+std::string load_refusal(const std::string& bytes) {
+    try {
+        (void)kiln::load_bytes(bytes.data(), bytes.size(), "bad.kfn");
+    } catch (const kiln::file_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("save and load: a traced function runs from its file with its dynamic batch and its captured weights") {
+    const std::string bytes = small_model_bytes();
+    CHECK(bytes.substr(0, 8) == "KILNFUNC");
+    const kiln::loaded_function f = kiln::load_bytes(bytes.data(), bytes.size());
+    CHECK(f.name() == "small");
+    REQUIRE(f.signature().size() == 1);
+    CHECK(kiln::to_string(f.signature()[0]) == "(?, 3) float32");
+    CHECK(f.outputs() == 1);
+    // Values worked out by hand (w's rows [1, -2], [0.5, 3], [-1, 2]): x = [1, 1, 1] -> x.w + b = [0.75, 2.5]
+    // -> relu * 0.5 = [0.375, 1.25] -> minus sum/4 (0.40625) = [-0.03125, 0.84375]; x = [0, 0, 0] -> b = [0.25, -0.5]
+    // -> [0.125, 0] -> minus 0.03125.
+    const kiln::tensor x = kiln::from_values<float>({1, 1, 1, 0, 0, 0}, {2, 3});
+    const std::vector<kiln::tensor> y = f(x);
+    REQUIRE(y.size() == 1);
+    CHECK(values(y[0]) == std::vector<double>{-0.03125, 0.84375, 0.09375, -0.03125});
+    // Another batch size replays the same graph.
+    small_model m;
+    const kiln::tensor x5 = kiln::randn({5, 3});
+    CHECK(values(f(x5)[0]) == values(m(x5)));
+    // The graph reads as the traced one does.
+    const std::string text = kiln::to_string(f.graph());
+    CHECK(text.find("matmul(%0, %1)") != std::string::npos);
+    CHECK(text.find("operand1=0.5") != std::string::npos);
+    // The graph is text a person can read, and the weights a safetensors file other tools can read.
+    CHECK(bytes.find("\"op\":\"matmul\"") != std::string::npos);
+    std::uint64_t g = 0;
+    for (int i = 7; i >= 0; --i) g = (g << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(16 + i)]);
+    const std::string weights = bytes.substr(24 + static_cast<std::size_t>(g));
+    const kiln::tensor_file wf = kiln::load_safetensors_bytes(weights.data(), weights.size());
+    CHECK(wf.size() == 2);
+    CHECK(values(wf.at("node/1")) == std::vector<double>{1, -2, 0.5, 3, -1, 2});
+    // Bad calls name the spec.
+    CHECK_THROWS_WITH_AS(f(kiln::zeros({2, 4})), doctest::Contains("argument 0 has shape (2, 4), but its spec is (?, 3) float32"),
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(f(std::vector<kiln::tensor>{}), doctest::Contains("takes 1 arguments, not 0"), kiln::value_error);
+}
+
+TEST_CASE("save: what cannot be saved is refused with the reason") {
+    kiln::variable v(f64({1, 2}, {2}));
+    auto writes = kiln::function([&](const kiln::tensor& x) {
+        v.assign(v + x);
+        return v * 2.0;
+    });
+    CHECK_THROWS_WITH_AS(kiln::save(writes, {kiln::spec(kiln::float64, {2})}, temp_path("w.kfn")),
+                         doctest::Contains("the function writes into tensors"), kiln::value_error);
+    auto one = kiln::function([](const kiln::tensor& x) { return x + 1; });
+    CHECK_THROWS_WITH_AS(kiln::save(one, {kiln::spec(kiln::float32, {2}), kiln::spec(kiln::float32, {2})}, temp_path("w.kfn")),
+                         doctest::Contains("cannot be called with 2 tensors"), kiln::value_error);
+}
+
+TEST_CASE("load: a damaged file is refused, naming the file and the node or offset") {
+    const std::string good = small_model_bytes();
+    REQUIRE(load_refusal(good).empty());
+    CHECK(load_refusal(good.substr(0, 10)).find("'bad.kfn': truncated: 10 bytes") != std::string::npos);
+    CHECK(load_refusal("KILNFUNX" + good.substr(8)).find("not a kiln function file") != std::string::npos);
+    std::string v2 = good;
+    v2[8] = 2;
+    CHECK(load_refusal(v2).find("format version 2; this kiln reads version 1") != std::string::npos);
+    std::string flags = good;
+    flags[12] = 1;
+    CHECK(load_refusal(flags).find("flags 1 are set") != std::string::npos);
+    std::string long_graph = good;
+    long_graph[21] = 1;  // a graph length of 2^40 and more
+    CHECK(load_refusal(long_graph).find("declares a graph of") != std::string::npos);
+    CHECK(load_refusal(good.substr(0, good.size() - 3)).find("reach past") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"inputs\":[0,1]", "\"inputs\":[0,7]")).find("node %2 takes node %7 as an input, which does not come before it") !=
+          std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"inputs\":[0,1]", "\"inputs\":[0]")).find("node %2 ('matmul' ) takes 2 inputs, not 1") !=
+          std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"op\":\"matmul\"", "\"op\":\"matmull\""))
+              .find("node %2 is op 'matmull', which the graph's op list does not name") != std::string::npos);
+    CHECK(load_refusal(with_graph(with_graph(good, "\"op\":\"matmul\"", "\"op\":\"matmull\""), "\"ops\":{", "\"ops\":{\"matmull\":1,"))
+              .find("is not an op kiln can load") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"matmul\":1", "\"matmul\":9")).find("op 'matmul' has version 9; this kiln reads version 1") !=
+          std::string::npos);
+    CHECK(load_refusal(with_graph(good, "keepdims=true", "keepdims=maybe")).find("neither true nor false") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"inputs\":[0,1],\"dtype\":\"float32\",\"shape\":[2,2]",
+                                  "\"inputs\":[0,1],\"dtype\":\"float64\",\"shape\":[2,2]"))
+              .find("node %2 ('matmul') computes (2, 2) float32, but the file says (2, 2) float64") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"kind\":\"constant\",\"dtype\":\"float32\",\"shape\":[3,2]",
+                                  "\"kind\":\"constant\",\"dtype\":\"float32\",\"shape\":[2,3]"))
+              .find("node %1 is (2, 3) float32, but tensor 'node/1' is (3, 2) float32") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"inputs\":[0,1],\"dtype\":\"float32\",\"shape\":[2,2]",
+                                  "\"inputs\":[0,1],\"dtype\":\"float32\",\"shape\":[1099511627776,1024]"))
+              .find("declares a result of shape (1099511627776, 1024) float32, more than") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"outputs\":[", "\"outputs\":[99,")).find("output %99 is not a node") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"extents\":[2]", "\"extents\":[]")).find("0 traced extents for 1 dynamic dimensions") !=
+          std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"format\":", "\"color\":1,\"format\":")).find("unknown field 'color'") != std::string::npos);
+    CHECK(load_refusal(with_graph(good, "\"argument\":0", "\"argument\":3")).find("is argument 3 of 1") != std::string::npos);
+}
+
+TEST_CASE("load: every single-byte change of a file is loaded or refused with a kiln::error, never a crash") {
+    const std::string good = small_model_bytes();
+    int loaded = 0, refused = 0;
+    for (std::size_t i = 0; i < good.size(); ++i)
+        for (const unsigned char x : {0x01, 0x80, 0xff}) {
+            std::string b = good;
+            b[i] = static_cast<char>(static_cast<unsigned char>(b[i]) ^ x);
+            try {
+                const kiln::loaded_function f = kiln::load_bytes(b.data(), b.size(), "mutant.kfn", {.max_node_bytes = 1 << 20});
+                (void)f(kiln::zeros({2, 3}));
+                ++loaded;
+            } catch (const kiln::error&) {
+                ++refused;
+            }
+        }
+    CHECK(loaded + refused == static_cast<int>(3 * good.size()));
+    CHECK(refused > static_cast<int>(good.size()));  // most changes break something the loader checks
+}

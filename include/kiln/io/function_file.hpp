@@ -444,6 +444,8 @@ public:
         return exe_->graph;
     }
     std::size_t outputs() const { return exe_ ? exe_->graph.outputs.size() : 0; }
+    // The extents its dynamic dimensions had when it was traced (its graph's shapes show them).
+    const std::vector<std::ptrdiff_t>& traced_extents() const noexcept { return traced_; }
 
     std::vector<tensor> operator()(const std::vector<tensor>& args) const {
         check();
