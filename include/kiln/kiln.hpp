@@ -14,6 +14,7 @@
 #include "graph/structural.hpp"
 #include "io/checkpoint.hpp"
 #include "io/function_file.hpp"
+#include "io/onnx.hpp"
 #include "io/safetensors.hpp"
 #include "nn/graph_layers.hpp"
 #include "nn/layers.hpp"

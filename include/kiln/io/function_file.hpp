@@ -428,6 +428,57 @@ std::string function_file_bytes(const executable& exe, const std::vector<spec>& 
     return out;
 }
 
+// A copy of `fn` traced for `signature` (example arguments: the specs' shapes, dynamic extents 2).
+template <class F>
+std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::vector<spec>& signature, const char* entry) {
+    function<F> traced(fn.callable(), signature, fn.options());
+    std::vector<tensor> ex;
+    for (const spec& s : signature) {
+        if (s.shape.size() > static_cast<std::size_t>(max_rank))
+            throw value_error(error_prefix("value_error", entry) + "a spec has more than " + std::to_string(max_rank) + " dimensions");
+        dims d;
+        d.rank = static_cast<int>(s.shape.size());
+        for (std::size_t i = 0; i < s.shape.size(); ++i) d[static_cast<int>(i)] = s.shape[i] == dyn ? 2 : s.shape[i];
+        ex.push_back(zeros(d, s.dtype));
+    }
+    std::shared_ptr<const executable> exe;
+    auto call = [&](auto&&... ts) {
+        if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) exe = traced.compiled(ts...);
+        else throw value_error(error_prefix("value_error", entry) + "the function cannot be called with " +
+                               std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
+    };
+    switch (ex.size()) {
+        case 0: call(); break;
+        case 1: call(ex[0]); break;
+        case 2: call(ex[0], ex[1]); break;
+        case 3: call(ex[0], ex[1], ex[2]); break;
+        case 4: call(ex[0], ex[1], ex[2], ex[3]); break;
+        case 5: call(ex[0], ex[1], ex[2], ex[3], ex[4]); break;
+        case 6: call(ex[0], ex[1], ex[2], ex[3], ex[4], ex[5]); break;
+        default: throw value_error(error_prefix("value_error", entry) + "functions of at most 6 tensor arguments can be written");
+    }
+    return exe;
+}
+
+inline void write_file_atomically(const std::string& path, const std::string& bytes, const char* entry) {
+    const std::string tmp = path + ".tmp-kiln";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot open '" + path + "' for writing");
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        out.flush();
+        if (!out) {
+            out.close();
+            std::remove(tmp.c_str());
+            throw file_error("kiln: file_error in '" + std::string(entry) + "': writing '" + path + "' failed");
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot replace '" + path + "'");
+    }
+}
+
 }  // namespace detail
 
 // A traced function read from a file: call it with tensors of its signature; it returns its results in order.
@@ -772,50 +823,8 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
 template <class F>
 void save(const function<F>& fn, const std::vector<spec>& signature, const std::string& path) {
     const char* entry = "save";
-    function<F> traced(fn.callable(), signature, fn.options());
-    // Example arguments: the spec's shapes with dynamic extents of 2 (the trace checks them at 5 too).
-    std::vector<tensor> ex;
-    for (const spec& s : signature) {
-        dims d;
-        if (s.shape.size() > static_cast<std::size_t>(max_rank))
-            throw value_error(detail::error_prefix("value_error", entry) + "a spec has more than " + std::to_string(max_rank) + " dimensions");
-        d.rank = static_cast<int>(s.shape.size());
-        for (std::size_t i = 0; i < s.shape.size(); ++i) d[static_cast<int>(i)] = s.shape[i] == dyn ? 2 : s.shape[i];
-        ex.push_back(zeros(d, s.dtype));
-    }
-    std::shared_ptr<const detail::executable> exe;
-    auto call = [&](auto&&... ts) {
-        if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) exe = traced.compiled(ts...);
-        else throw value_error(detail::error_prefix("value_error", entry) + "the function cannot be called with " +
-                               std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
-    };
-    switch (ex.size()) {
-        case 0: call(); break;
-        case 1: call(ex[0]); break;
-        case 2: call(ex[0], ex[1]); break;
-        case 3: call(ex[0], ex[1], ex[2]); break;
-        case 4: call(ex[0], ex[1], ex[2], ex[3]); break;
-        case 5: call(ex[0], ex[1], ex[2], ex[3], ex[4]); break;
-        case 6: call(ex[0], ex[1], ex[2], ex[3], ex[4], ex[5]); break;
-        default: throw value_error(detail::error_prefix("value_error", entry) + "functions of at most 6 tensor arguments can be saved");
-    }
-    const std::string bytes = detail::function_file_bytes(*exe, signature, fn.options().name, entry);
-    const std::string tmp = path + ".tmp-kiln";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw file_error("kiln: file_error in 'save': cannot open '" + path + "' for writing");
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.flush();
-        if (!out) {
-            out.close();
-            std::remove(tmp.c_str());
-            throw file_error("kiln: file_error in 'save': writing '" + path + "' failed");
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw file_error("kiln: file_error in 'save': cannot replace '" + path + "'");
-    }
+    const auto exe = detail::compile_for(fn, signature, entry);
+    detail::write_file_atomically(path, detail::function_file_bytes(*exe, signature, fn.options().name, entry), entry);
 }
 
 // Reads a function written by kiln::save (validated as the header comment says before anything runs).

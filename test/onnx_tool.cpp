@@ -1,0 +1,97 @@
+// The C++ side of the ONNX test (test/onnx_check.py, against the onnx package's checker and ONNX Runtime):
+//   onnx_tool export DIR   writes DIR/<model>.onnx for each model below, and DIR/<model>.safetensors with the
+//                          inputs it was run on ("input_<k>/<case>") and kiln's results ("output_<k>/<case>")
+// The models: the reference model (Dense(64, relu), Dense(1)), the chain relu(x*y + 0.5*x - y)*2 + y, a classifier
+// with softmax, and one that uses every kind of op the exporter maps (views with a dynamic batch, reductions,
+// argmax, concat, casts, where, comparisons, activations without ONNX operators).
+#include <kiln/kiln.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../examples/mlp_eager.hpp"
+
+namespace {
+
+template <int Arity, class F>
+void write(const std::string& dir, const std::string& name, F& fn, const std::vector<kiln::spec>& sig,
+           const std::vector<std::vector<kiln::tensor>>& cases) {
+    F& callable = fn;
+    kiln::export_onnx(fn, sig, dir + "/" + name + ".onnx");
+    std::map<std::string, kiln::tensor> ref;
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+        std::vector<kiln::tensor> out;
+        const auto& in = cases[c];
+        if constexpr (Arity == 1) {
+            auto r = callable(in[0]);
+            if constexpr (std::is_same_v<decltype(r), kiln::tensor>) out = {r};
+            else out = std::apply([](auto&... t) { return std::vector<kiln::tensor>{t...}; }, r);
+        } else {
+            auto r = callable(in[0], in[1]);
+            if constexpr (std::is_same_v<decltype(r), kiln::tensor>) out = {r};
+            else out = std::apply([](auto&... t) { return std::vector<kiln::tensor>{t...}; }, r);
+        }
+        for (std::size_t k = 0; k < in.size(); ++k) ref.emplace("input_" + std::to_string(k) + "/" + std::to_string(c), in[k]);
+        for (std::size_t k = 0; k < out.size(); ++k) ref.emplace("output_" + std::to_string(k) + "/" + std::to_string(c), out[k]);
+    }
+    kiln::save_safetensors(dir + "/" + name + ".safetensors", ref);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 3 || std::string(argv[1]) != "export") {
+        std::fprintf(stderr, "usage: onnx_tool export DIR\n");
+        return 2;
+    }
+    const std::string dir = argv[2];
+    std::filesystem::create_directories(dir);
+    try {
+        kiln::generator g(3);
+        // The reference model.
+        mlp::eager_model m(g);
+        auto reference = kiln::function([&](const kiln::tensor& x) { return m(x); }, {.name = "reference"});
+        write<1>(dir, "reference", reference, {kiln::spec(kiln::float32, {kiln::dyn, 10})},
+              {{kiln::randn({32, 10}, kiln::float32, g)}, {kiln::randn({1, 10}, kiln::float32, g)}});
+        // The chain.
+        auto chain = kiln::function([](const kiln::tensor& x, const kiln::tensor& y) { return kiln::relu(x * y + 0.5 * x - y) * 2 + y; },
+                                    {.name = "chain"});
+        write<2>(dir, "chain", chain, {kiln::spec(kiln::float32, {kiln::dyn}), kiln::spec(kiln::float32, {kiln::dyn})},
+              {{kiln::randn({1000}, kiln::float32, g), kiln::randn({1000}, kiln::float32, g)}});
+        // A classifier.
+        kiln::nn::dense c1(8, 16, kiln::nn::tanh, g), c2(16, 4, kiln::nn::identity, g);
+        auto classifier = kiln::function([&](const kiln::tensor& x) {
+            const kiln::tensor p = kiln::nn::softmax(c2(c1(x)), -1);
+            return std::make_tuple(p, kiln::argmax(p, 1), kiln::nn::log_softmax(c2(c1(x)), 1));
+        }, {.name = "classifier"});
+        write<1>(dir, "classifier", classifier, {kiln::spec(kiln::float32, {kiln::dyn, 8})},
+              {{kiln::randn({6, 8}, kiln::float32, g)}, {kiln::randn({3, 8}, kiln::float32, g)}});
+        // Every kind of op.
+        const kiln::tensor scale = kiln::from_values<float>({0.5f, 2.0f, -1.0f}, {3});
+        auto many = kiln::function([&](const kiln::tensor& x, const kiln::tensor& i) {
+            const kiln::tensor h = kiln::matmul(x, kiln::ones({4, 3}) * scale) + 0.25;          // (?, 3)
+            const kiln::tensor a = kiln::where(h > 0.0f, kiln::silu(h), kiln::gelu(h) - 1);
+            const kiln::tensor b = kiln::leaky_relu(a, 0.1) + kiln::clamp(h, -0.5, 0.5) * kiln::elu(h);
+            const kiln::tensor t = b.transpose(0, 1).reshape({-1});                              // (3 * ?)
+            const kiln::tensor views = kiln::concat({t.slice(0, 1, 5), kiln::full({2}, 3.0, kiln::float32),
+                                                     kiln::sum(b, {0}, true).broadcast_to({2, 3}).select(0, 1)}, 0);
+            const kiln::tensor ints = (i * 3 - 1) / 2 + kiln::max(i, {1}).unsqueeze(1).to(kiln::float32);  // int32 -> float32
+            const kiln::tensor stats = kiln::concat({kiln::mean(b, {0}), kiln::prod(kiln::abs(b) + 1, {0}),
+                                                     kiln::min(b, {0}) - kiln::sum(kiln::sqrt(kiln::exp(-kiln::square(b))), {0})}, 0);
+            return std::make_tuple(views, ints, stats.to(kiln::float64) / 3, kiln::argmin(b, 0),
+                                   kiln::logical_and(h > 0.1f, h < 0.9f) | kiln::isnan(h));
+        }, {.name = "many_ops"});
+        write<2>(dir, "many_ops", many, {kiln::spec(kiln::float32, {kiln::dyn, 4}), kiln::spec(kiln::int32, {kiln::dyn, 5})},
+              {{kiln::randn({2, 4}, kiln::float32, g), kiln::uniform({2, 5}, -5, 5, kiln::float32, g).to(kiln::int32)},
+               {kiln::randn({7, 4}, kiln::float32, g), kiln::uniform({7, 5}, -5, 5, kiln::float32, g).to(kiln::int32)}});
+        std::printf("onnx_tool: wrote 4 models and their kiln results in %s\n", dir.c_str());
+    } catch (const kiln::error& e) {
+        std::fprintf(stderr, "onnx_tool: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
