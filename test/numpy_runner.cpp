@@ -7,6 +7,8 @@
 //   load <name> <file.npy>
 //   op <name> <op> <input tensors and attributes...>   (any op of kiln's registry, or a call form below)
 //   out <name>
+// With --onnx, each case that runs is also traced as a kiln::function of its inputs and exported as ONNX
+// (<out>/<case>.onnx, or the reason it cannot be in <out>/<case>.onnx.err), for test/onnx_differential.py.
 #include <kiln/kiln.hpp>
 
 #include <fstream>
@@ -99,11 +101,93 @@ kiln::tensor apply(const std::string& op, const std::vector<std::string>& a, std
     return schema->apply(inputs, attrs);
 }
 
+// Runs one case's statements on `env`; the name of the tensor its `out` statement writes, or empty.
+std::string run_statements(const std::vector<std::string>& lines, std::map<std::string, kiln::tensor>& env, bool load) {
+    std::string out;
+    for (const std::string& line : lines) {
+        std::stringstream ss(line);
+        std::string word;
+        ss >> word;
+        if (word == "load") {
+            std::string name, path;
+            ss >> name >> path;
+            if (load) env[name] = kiln::load_npy(path);
+        } else if (word == "op") {
+            std::string dst, op;
+            ss >> dst >> op;
+            std::vector<std::string> args;
+            for (std::string x; ss >> x;) args.push_back(x);
+            env[dst] = apply(op, args, env);
+        } else if (word == "out") {
+            ss >> out;
+        }
+    }
+    return out;
+}
+
+// --onnx: the case's program traced as a kiln::function of its loaded inputs and exported to <out>/<case>.onnx;
+// <out>/<case>.onnx.err holds the reason when it cannot be exported.
+void export_case(const std::string& id, const std::vector<std::string>& lines, const std::string& out_dir) {
+    std::vector<std::string> names;
+    std::vector<kiln::tensor> inputs;
+    for (const std::string& line : lines) {
+        std::stringstream ss(line);
+        std::string word, name, path;
+        ss >> word >> name >> path;
+        if (word == "load") {
+            names.push_back(name);
+            inputs.push_back(kiln::load_npy(path));
+        }
+    }
+    std::vector<kiln::spec> specs;
+    for (const kiln::tensor& t : inputs) specs.emplace_back(t.dtype(), std::vector<std::ptrdiff_t>(t.shape().d.begin(), t.shape().d.begin() + t.dim()));
+    auto body = [&](const std::vector<kiln::tensor>& args) {
+        std::map<std::string, kiln::tensor> env;
+        for (std::size_t i = 0; i < args.size(); ++i) env[names[i]] = args[i];
+        return env.at(run_statements(lines, env, false));
+    };
+    const std::string path = out_dir + "/" + id + ".onnx";
+    try {
+        switch (inputs.size()) {
+            case 1: kiln::export_onnx(kiln::function([&](const kiln::tensor& a) { return body({a}); }), specs, path); break;
+            case 2:
+                kiln::export_onnx(kiln::function([&](const kiln::tensor& a, const kiln::tensor& b) { return body({a, b}); }), specs, path);
+                break;
+            case 3:
+                kiln::export_onnx(kiln::function([&](const kiln::tensor& a, const kiln::tensor& b, const kiln::tensor& c) {
+                    return body({a, b, c});
+                }), specs, path);
+                break;
+            case 4:
+                kiln::export_onnx(kiln::function([&](const kiln::tensor& a, const kiln::tensor& b, const kiln::tensor& c,
+                                                     const kiln::tensor& d) { return body({a, b, c, d}); }), specs, path);
+                break;
+            case 5:
+                kiln::export_onnx(kiln::function([&](const kiln::tensor& a, const kiln::tensor& b, const kiln::tensor& c,
+                                                     const kiln::tensor& d, const kiln::tensor& e) { return body({a, b, c, d, e}); }),
+                                  specs, path);
+                break;
+            case 6:
+                kiln::export_onnx(kiln::function([&](const kiln::tensor& a, const kiln::tensor& b, const kiln::tensor& c,
+                                                     const kiln::tensor& d, const kiln::tensor& e, const kiln::tensor& f) {
+                    return body({a, b, c, d, e, f});
+                }), specs, path);
+                break;
+            default: std::ofstream(path + ".err") << "inputs: " << inputs.size() << " (export takes at most 6)\n"; return;
+        }
+    } catch (const kiln::error& e) {
+        std::ofstream(path + ".err") << e.what() << "\n";
+    } catch (const std::exception& e) {
+        std::ofstream(path + ".err") << "exception: " << e.what() << "\n";
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        std::cerr << "usage: numpy_runner <cases.txt> <output directory>\n";
+    const bool onnx = argc == 4 && std::string(argv[3]) == "--onnx";
+    if (argc != 3 && !onnx) {
+        std::cerr << "usage: numpy_runner <cases.txt> <output directory> [--onnx]\n";
         return 2;
     }
     std::ifstream in(argv[1]);
@@ -112,38 +196,27 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::string out_dir = argv[2];
-    std::map<std::string, kiln::tensor> env;
-    std::string id, error;
-    int cases = 0;
+    // Each case's statements, then the case run eagerly (its result as .npy or its error as .err).
+    std::vector<std::pair<std::string, std::vector<std::string>>> cases;
     for (std::string line; std::getline(in, line);) {
         std::stringstream ss(line);
         std::string word;
         ss >> word;
         if (word.empty()) continue;
         if (word == "case") {
+            std::string id;
             ss >> id;
-            env.clear();
-            error.clear();
-            ++cases;
-            continue;
+            cases.emplace_back(id, std::vector<std::string>{});
+        } else if (!cases.empty()) {
+            cases.back().second.push_back(line);
         }
-        if (!error.empty()) continue;  // the case already failed; skip to its end
+    }
+    for (const auto& [id, lines] : cases) {
+        std::map<std::string, kiln::tensor> env;
+        std::string error;
         try {
-            if (word == "load") {
-                std::string name, path;
-                ss >> name >> path;
-                env[name] = kiln::load_npy(path);
-            } else if (word == "op") {
-                std::string dst, op;
-                ss >> dst >> op;
-                std::vector<std::string> args;
-                for (std::string x; ss >> x;) args.push_back(x);
-                env[dst] = apply(op, args, env);
-            } else if (word == "out") {
-                std::string name;
-                ss >> name;
-                kiln::save_npy(out_dir + "/" + id + ".npy", env.at(name));
-            }
+            const std::string out = run_statements(lines, env, true);
+            if (!out.empty()) kiln::save_npy(out_dir + "/" + id + ".npy", env.at(out));
         } catch (const kiln::shape_error&) {
             error = "shape_error";
         } catch (const kiln::dtype_error&) {
@@ -156,7 +229,8 @@ int main(int argc, char** argv) {
             error = std::string("error: ") + e.what();
         }
         if (!error.empty()) std::ofstream(out_dir + "/" + id + ".err") << error << "\n";
+        else if (onnx) export_case(id, lines, out_dir);
     }
-    std::cout << "numpy_runner: ran " << cases << " cases\n";
+    std::cout << "numpy_runner: ran " << cases.size() << " cases\n";
     return 0;
 }

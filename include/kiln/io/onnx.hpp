@@ -278,15 +278,26 @@ inline std::string onnx_model_bytes(const executable& exe, const std::vector<spe
             if (axes.empty())
                 for (int k = 0; k < in_rank(0); ++k) axes.push_back(k);
             const std::int64_t keep = attr_bool(a, "keepdims") ? 1 : 0;
-            const std::string x = b.cast(in[0], in_dtype[0], n.dtype);
+            const bool boolean = n.dtype == dtype::boolean;  // (max and min of bools: ONNX reduces numbers only)
+            const std::string x = boolean ? b.cast(in[0], in_dtype[0], dtype::int32) : b.cast(in[0], in_dtype[0], n.dtype);
             if (axes.empty()) out = b.op1("Identity", {x});  // (a rank-0 operand)
             else if (op == "sum") out = b.op1("ReduceSum", {x, b.int64s(axes)}, {onnx_builder::int_attr("keepdims", keep)});
             else
                 out = b.op1(op == "prod" ? "ReduceProd" : op == "max" ? "ReduceMax" : "ReduceMin", {x},
                             {onnx_builder::ints_attr("axes", axes), onnx_builder::int_attr("keepdims", keep)});
+            if (boolean) out = b.cast(out, dtype::int32, dtype::boolean);
         } else if (op == "argmax" || op == "argmin") {
-            out = b.op1(op == "argmax" ? "ArgMax" : "ArgMin", {in[0]},
-                        {onnx_builder::int_attr("axis", attr_axis(a, "axis")), onnx_builder::int_attr("keepdims", attr_bool(a, "keepdims"))});
+            const std::vector<onnx_builder::attr> at = {onnx_builder::int_attr("axis", attr_axis(a, "axis")),
+                                                        onnx_builder::int_attr("keepdims", attr_bool(a, "keepdims"))};
+            const std::string x = in_dtype[0] == dtype::boolean ? b.cast(in[0], dtype::boolean, dtype::int32) : in[0];
+            out = b.op1(op == "argmax" ? "ArgMax" : "ArgMin", {x}, at);
+            if (is_floating(in_dtype[0])) {
+                // As NumPy and kiln: the first NaN wins (ONNX leaves NaN to the runtime).
+                const std::string nan = b.cast(b.op1("IsNaN", {x}), dtype::boolean, dtype::int32);
+                const std::string any = b.op1("ReduceMax", {nan}, {onnx_builder::ints_attr("axes", {attr_axis(a, "axis")}),
+                                                                   onnx_builder::int_attr("keepdims", attr_bool(a, "keepdims"))});
+                out = b.op1("Where", {b.cast(any, dtype::int32, dtype::boolean), b.op1("ArgMax", {nan}, at), out});
+            }
         } else if (op == "reshape") {
             out = b.op1("Reshape", {in[0], params_tensor(i, 0, n.params.values.size())}, {onnx_builder::int_attr("allowzero", 1)});
         } else if (op == "broadcast_to") {
@@ -369,19 +380,28 @@ inline std::string onnx_model_bytes(const executable& exe, const std::vector<spe
                 {"greater_equal", "GreaterOrEqual"}, {"equal", "Equal"}, {"logical_and", "And"}, {"logical_or", "Or"},
                 {"logical_xor", "Xor"}};
             const bool predicate = op == "less" || op == "less_equal" || op == "greater" || op == "greater_equal" ||
-                                   op == "equal" || op == "not_equal" || op == "isnan" || op == "isinf";
+                                   op == "equal" || op == "not_equal" || op == "isnan" || op == "isinf" || op == "isfinite";
             const bool logical = op == "logical_and" || op == "logical_or" || op == "logical_xor" || op == "logical_not";
             dtype cd = n.dtype;
             if (predicate) {
                 cd = xd[0];
                 for (dtype d : xd) cd = promote(cd, d);
+                // ONNX orders numbers only: bools compare as 0 and 1.
+                if (cd == dtype::boolean && op != "equal" && op != "not_equal") cd = dtype::int32;
             }
             if (logical || (n.dtype == dtype::boolean && op.rfind("bitwise_", 0) == 0)) cd = dtype::boolean;
             std::vector<std::string> c;
             for (std::size_t k = 0; k < x.size(); ++k)
                 c.push_back(op == "where" && k == 0 ? b.cast(x[k], xd[k], dtype::boolean) : b.cast(x[k], xd[k], cd));
-            if ((op == "floor" || op == "ceil" || op == "round" || op == "trunc") && !is_floating(n.dtype)) {
+            if ((op == "floor" || op == "ceil" || op == "round" || op == "trunc" || op == "abs") && n.dtype == dtype::boolean) {
+                out = b.op1("Identity", c);  // bools pass through unchanged
+            } else if ((op == "floor" || op == "ceil" || op == "round" || op == "trunc") && !is_floating(n.dtype)) {
                 out = b.op1("Identity", c);  // integers and bools pass through unchanged
+            } else if ((op == "isnan" || op == "isinf" || op == "isfinite") && !is_floating(cd)) {
+                const std::string same = b.op1("Equal", c.size() ? std::vector<std::string>{c[0], c[0]} : c);  // all true
+                out = op == "isfinite" ? same : b.op1("Not", {same});
+            } else if (op == "isfinite") {
+                out = b.op1("Not", {b.op1("Or", {b.op1("IsNaN", c), b.op1("IsInf", c)})});
             } else if (n.dtype == dtype::boolean && (op == "bitwise_and" || op == "bitwise_or" || op == "bitwise_xor" || op == "bitwise_not")) {
                 // On bools the bitwise ops are the logical ones (ONNX's bitwise operators come with opset 18).
                 out = b.op1(op == "bitwise_and" ? "And" : op == "bitwise_or" ? "Or" : op == "bitwise_xor" ? "Xor" : "Not", c);
@@ -399,6 +419,9 @@ inline std::string onnx_model_bytes(const executable& exe, const std::vector<spe
                 out = b.op1("Mul", {c[0], c[0]});
             } else if (op == "rsqrt") {
                 out = b.op1("Reciprocal", {b.op1("Sqrt", c)});
+            } else if (op == "where" && cd == dtype::boolean) {
+                // (c and x) or (not c and y): exact, and ONNX Runtime has no Where kernel for bools.
+                out = b.op1("Or", {b.op1("And", {c[0], c[1]}), b.op1("And", {b.op1("Not", {c[0]}), c[2]})});
             } else if (op == "where") {
                 out = b.op1("Where", c);
             } else if (op == "clamp") {
