@@ -10,6 +10,7 @@ cannot be imported, saying so.
 """
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ except ImportError as e:  # the test command installs them where PyPI can be rea
     sys.exit(77)
 
 tool, work = sys.argv[1], sys.argv[2]
+shutil.rmtree(work, ignore_errors=True)
 subprocess.run([tool, "export", work], check=True)
 failures = []
 
@@ -72,6 +74,64 @@ for path in models:
                 err = 0.0
             check(ok, "%s case %s output %d: %s %s, ONNX Runtime agrees (largest relative difference %.2e)" %
                   (name, c, j, want.dtype, want.shape, err))
+
+# ---- import: a model written with the onnx package's helpers (ONNX Runtime's outputs expected), and kiln's own ----
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+rng = np.random.default_rng(7)
+w1 = rng.standard_normal((16, 10)).astype(np.float32)  # Gemm with transB, as PyTorch exports Linear
+b1 = rng.standard_normal(16).astype(np.float32)
+w2 = rng.standard_normal((16, 4)).astype(np.float32)
+init = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(b1, "b1"), numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(np.array([0, 2], dtype=np.int64), "starts"),
+        numpy_helper.from_array(np.array([2, 4], dtype=np.int64), "ends"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1"),
+        numpy_helper.from_array(np.array([-1, 2], dtype=np.int64), "shape")]
+nodes = [
+    helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+    helper.make_node("Relu", ["h"], ["r"]),
+    helper.make_node("MatMul", ["r", "w2"], ["logits"]),
+    helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    helper.make_node("ArgMax", ["probs"], ["cls"], axis=1, keepdims=0),
+    helper.make_node("ReduceMean", ["logits"], ["m"], axes=[1], keepdims=1),
+    helper.make_node("Sub", ["logits", "m"], ["centred"]),
+    helper.make_node("Slice", ["centred", "starts", "ends"], ["corner"]),
+    helper.make_node("Reshape", ["corner", "shape"], ["flat"]),
+    helper.make_node("Transpose", ["flat"], ["ft"], perm=[1, 0]),
+    helper.make_node("Unsqueeze", ["ft", "axis1"], ["u"]),
+    helper.make_node("Squeeze", ["u", "axis1"], ["sq"]),
+    helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, dtype=np.float32))),
+    helper.make_node("Greater", ["sq", "half"], ["big"]),
+    helper.make_node("Where", ["big", "sq", "half"], ["clipped"]),
+    helper.make_node("Cast", ["cls"], ["cls32"], to=TensorProto.INT32),
+    helper.make_node("Shape", ["x"], ["xs"]),
+    helper.make_node("Gather", ["xs", "zero"], ["batch"], axis=0),
+    helper.make_node("Concat", ["probs", "logits"], ["both"], axis=1),
+    helper.make_node("ReduceSum", ["both", "axis1"], ["rs"], keepdims=0),
+]
+init.append(numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"))
+graph = helper.make_graph(nodes, "helper_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 10])],
+                          [helper.make_tensor_value_info(n, t, sh) for n, t, sh in
+                           [("probs", TensorProto.FLOAT, ["batch", 4]), ("cls32", TensorProto.INT32, ["batch"]),
+                            ("clipped", TensorProto.FLOAT, [2, 2]), ("batch", TensorProto.INT64, []),
+                            ("rs", TensorProto.FLOAT, ["batch"])]], init)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+onnx.checker.check_model(model, full_check=True)
+path = os.path.join(work, "helper_mlp.onnx")
+onnx.save(model, path)
+session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+cases = {}
+for c, n in enumerate([5, 2]):
+    x = rng.standard_normal((n, 10)).astype(np.float32)
+    cases["input_0/%d" % c] = x
+    for j, o in enumerate(session.run(None, {"x": x})):
+        cases["output_%d/%d" % (j, c)] = np.array(o, copy=True, order="C")  # (ascontiguousarray makes 0-d 1-d)
+from safetensors.numpy import save_file  # noqa: E402
+save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
+run = subprocess.run([tool, "import", work], capture_output=True, text=True)
+print(run.stdout.strip())
+check(run.returncode == 0, "kiln::load_onnx runs kiln's exports and the helper-built model as ONNX Runtime does")
 
 if failures:
     print("onnx_check: %d failures" % len(failures))

@@ -1,11 +1,16 @@
 // The C++ side of the ONNX test (test/onnx_check.py, against the onnx package's checker and ONNX Runtime):
 //   onnx_tool export DIR   writes DIR/<model>.onnx for each model below, and DIR/<model>.safetensors with the
 //                          inputs it was run on ("input_<k>/<case>") and kiln's results ("output_<k>/<case>")
+//   onnx_tool import DIR   loads every DIR/<model>.onnx with kiln::load_onnx (kiln's own exports, and models the test
+//                          writes with the onnx package's helpers), runs it on the inputs of DIR/<model>.safetensors
+//                          and compares with the outputs there (kiln's, or ONNX Runtime's): 1e-5 relative on floats,
+//                          exact otherwise
 // The models: the reference model (Dense(64, relu), Dense(1)), the chain relu(x*y + 0.5*x - y)*2 + y, a classifier
 // with softmax, and one that uses every kind of op the exporter maps (views with a dynamic batch, reductions,
 // argmax, concat, casts, where, comparisons, activations without ONNX operators).
 #include <kiln/kiln.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -43,9 +48,54 @@ void write(const std::string& dir, const std::string& name, F& fn, const std::ve
 
 }  // namespace
 
+int import_models(const std::string& dir) {
+    int failures = 0, compared = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() != ".onnx") continue;
+        const std::string base = e.path().string().substr(0, e.path().string().size() - 5);
+        const std::string name = e.path().stem().string();
+        try {
+            const kiln::loaded_function f = kiln::load_onnx(e.path().string());
+            const kiln::tensor_file ref = kiln::load_safetensors(base + ".safetensors");
+            for (int c = 0; ref.contains("input_0/" + std::to_string(c)); ++c) {
+                std::vector<kiln::tensor> in;
+                for (int k = 0; ref.contains("input_" + std::to_string(k) + "/" + std::to_string(c)); ++k)
+                    in.push_back(ref.at("input_" + std::to_string(k) + "/" + std::to_string(c)));
+                const std::vector<kiln::tensor> out = f(in);
+                for (std::size_t k = 0; k < out.size(); ++k) {
+                    const kiln::tensor& want = ref.at("output_" + std::to_string(k) + "/" + std::to_string(c));
+                    bool ok = out[k].dtype() == want.dtype() && out[k].shape() == want.shape();
+                    double worst = 0;
+                    if (ok) {
+                        const kiln::tensor a = out[k].contiguous().to(kiln::float64), b = want.contiguous().to(kiln::float64);
+                        for (std::ptrdiff_t i = 0; i < a.numel(); ++i) {
+                            const double x = a.data<double>()[i], y = b.data<double>()[i];
+                            if (std::isnan(x) && std::isnan(y)) continue;
+                            const double d = std::abs(x - y), tol = kiln::detail::is_floating(want.dtype()) ? 1e-5 * std::max(1.0, std::abs(y)) : 0.0;
+                            worst = std::max(worst, d / std::max(1.0, std::abs(y)));
+                            ok = ok && d <= tol;
+                        }
+                    }
+                    ++compared;
+                    std::printf("%s: %s case %d output %zu: kiln::load_onnx gives %s %s (largest relative difference %.2e)\n",
+                                ok ? "ok" : "FAILED", name.c_str(), c, k, kiln::to_string(out[k].shape()).c_str(),
+                                std::string(kiln::name(out[k].dtype())).c_str(), worst);
+                    failures += !ok;
+                }
+            }
+        } catch (const kiln::error& err) {
+            std::printf("FAILED: %s: %s\n", name.c_str(), err.what());
+            ++failures;
+        }
+    }
+    std::printf("onnx_tool: %d outputs compared, %d failures\n", compared, failures);
+    return failures || compared == 0 ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc == 3 && std::string(argv[1]) == "import") return import_models(argv[2]);
     if (argc != 3 || std::string(argv[1]) != "export") {
-        std::fprintf(stderr, "usage: onnx_tool export DIR\n");
+        std::fprintf(stderr, "usage: onnx_tool export|import DIR\n");
         return 2;
     }
     const std::string dir = argv[2];

@@ -481,6 +481,10 @@ inline void write_file_atomically(const std::string& path, const std::string& by
 
 }  // namespace detail
 
+namespace detail {
+struct onnx_importer;
+}  // namespace detail
+
 // A traced function read from a file: call it with tensors of its signature; it returns its results in order.
 class loaded_function {
 public:
@@ -534,20 +538,27 @@ public:
 private:
     template <class Source>
     friend loaded_function read_function(Source&, const std::string&, const load_options&, const char*);
+    friend struct detail::onnx_importer;
 
     void check() const {
         if (!exe_) throw value_error("kiln: value_error in 'loaded_function': it is empty (assign it from kiln::load)");
     }
     bool equal_extents_ok(const std::vector<std::ptrdiff_t>& e) const {
         for (std::size_t a = 0; a < e.size(); ++a)
-            for (std::size_t b = a + 1; b < e.size(); ++b)
-                if ((traced_[a] == traced_[b]) != (e[a] == e[b])) return false;
+            for (std::size_t b = a + 1; b < e.size(); ++b) {
+                if (!group_.empty()) {  // (ONNX: dimensions of one name must be equal; others may be anything)
+                    if (group_[a] == group_[b] && e[a] != e[b]) return false;
+                } else if ((traced_[a] == traced_[b]) != (e[a] == e[b])) {
+                    return false;
+                }
+            }
         return true;
     }
 
     std::shared_ptr<const detail::executable> exe_;
     std::vector<spec> specs_;
     std::vector<std::ptrdiff_t> traced_;
+    std::vector<int> group_;  // ONNX: each dynamic dimension's name, as a number
     std::string name_ = "loaded function";
 };
 
