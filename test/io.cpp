@@ -455,3 +455,69 @@ TEST_CASE("load: every single-byte change of a file is loaded or refused with a 
     CHECK(loaded + refused == static_cast<int>(3 * good.size()));
     CHECK(refused > static_cast<int>(good.size()));  // most changes break something the loader checks
 }
+
+// ---- ONNX (kiln::export_onnx, kiln::load_onnx): what onnx.checker and ONNX Runtime check is in onnx_check.py ----
+
+namespace {
+
+std::string small_model_onnx() {
+    small_model m;
+    auto f = kiln::function([m](const kiln::tensor& x) { return m(x); }, {.name = "small"});
+    return kiln::onnx_bytes(f, {kiln::spec(kiln::float32, {kiln::dyn, 3})});
+}
+
+std::string onnx_refusal(const std::string& bytes) {
+    try {
+        (void)kiln::load_onnx_bytes(bytes.data(), bytes.size(), "bad.onnx");
+    } catch (const kiln::file_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("ONNX: kiln's export reads back with kiln::load_onnx and computes what the function computes") {
+    const std::string bytes = small_model_onnx();
+    const kiln::loaded_function f = kiln::load_onnx_bytes(bytes.data(), bytes.size());
+    REQUIRE(f.signature().size() == 1);
+    CHECK(kiln::to_string(f.signature()[0]) == "(?, 3) float32");
+    small_model m;
+    for (std::ptrdiff_t n : {1, 4, 9}) {
+        const kiln::tensor x = kiln::randn({n, 3});
+        const std::vector<double> got = values(f(x)[0]), want = values(m(x));
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+    }
+    // The graph holds ONNX's ops by name.
+    CHECK(kiln::to_string(f.graph()).find("MatMul(") != std::string::npos);
+}
+
+TEST_CASE("ONNX: a damaged or unsupported model is refused with a kiln::file_error naming what is wrong") {
+    const std::string good = small_model_onnx();
+    REQUIRE(onnx_refusal(good).empty());
+    CHECK(onnx_refusal("").find("the model has no graph") != std::string::npos);
+    CHECK(onnx_refusal(good.substr(0, good.size() / 2)).find("'bad.onnx', byte") != std::string::npos);
+    std::string opset = good;
+    REQUIRE(opset.substr(opset.size() - 2) == "\x10\x11");  // opset_import's version 17, the last field
+    opset[opset.size() - 1] = 0x12;
+    CHECK(onnx_refusal(opset).find("opset 18; kiln reads opsets 13 to 17") != std::string::npos);
+    std::string op = good;
+    const std::size_t at = op.find("Relu");
+    REQUIRE(at != std::string::npos);
+    op.replace(at, 4, "Relv");
+    CHECK(onnx_refusal(op).find("ONNX op 'Relv' has no reading in kiln") != std::string::npos);
+    // Every single-byte change is loaded or refused with a kiln::error.
+    int handled = 0;
+    for (std::size_t i = 0; i < good.size(); ++i) {
+        std::string b = good;
+        b[i] = static_cast<char>(static_cast<unsigned char>(b[i]) ^ 0x5a);
+        try {
+            const kiln::loaded_function f = kiln::load_onnx_bytes(b.data(), b.size(), "mutant.onnx", {.max_node_bytes = 1 << 20});
+            (void)f(kiln::zeros({2, 3}));
+        } catch (const kiln::error&) {
+        }
+        ++handled;
+    }
+    CHECK(handled == static_cast<int>(good.size()));
+}
