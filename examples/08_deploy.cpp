@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <kiln/io.hpp>
+
 #include "mlp_eager.hpp"
 
 namespace {

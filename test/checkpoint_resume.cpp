@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/io/checkpoint.hpp>
+#include <kiln/io.hpp>
 
 #include "../examples/mlp_eager.hpp"
 #include "../examples/mlp_graph.hpp"

@@ -2,7 +2,7 @@
 // kiln::save; its results computed eagerly on inputs of two batch sizes are saved beside it for the reader
 // (test/deploy_reader.cpp), which has none of this code.
 //   deploy_writer DIR   writes DIR/model.kfn and DIR/reference.safetensors
-#include <kiln/kiln.hpp>
+#include <kiln/io.hpp>
 
 #include <cstdio>
 #include <filesystem>

@@ -1,8 +1,7 @@
 // Files (issue #16): safetensors written and read back for every dtype, the exact bytes of a small file worked out
 // from the format's description, every malformed header refused with a message naming what is wrong, and
 // checkpoints that resume training bit for bit.
-#include <kiln/kiln.hpp>
-#include <kiln/io/checkpoint.hpp>
+#include <kiln/io.hpp>
 
 #include <cstdint>
 #include <cstdio>

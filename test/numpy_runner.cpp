@@ -9,7 +9,7 @@
 //   out <name>
 // With --onnx, each case that runs is also traced as a kiln::function of its inputs and exported as ONNX
 // (<out>/<case>.onnx, or the reason it cannot be in <out>/<case>.onnx.err), for test/onnx_differential.py.
-#include <kiln/kiln.hpp>
+#include <kiln/io.hpp>
 
 #include <fstream>
 #include <functional>

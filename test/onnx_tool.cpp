@@ -8,7 +8,7 @@
 // The models: the reference model (Dense(64, relu), Dense(1)), the chain relu(x*y + 0.5*x - y)*2 + y, a classifier
 // with softmax, and one that uses every kind of op the exporter maps (views with a dynamic batch, reductions,
 // argmax, concat, casts, where, comparisons, activations without ONNX operators).
-#include <kiln/kiln.hpp>
+#include <kiln/io.hpp>
 
 #include <cmath>
 #include <cstdio>

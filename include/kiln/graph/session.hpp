@@ -232,6 +232,7 @@ public:
 
     // Checkpoints (kiln/io/checkpoint.hpp). The state of the training step that has run: "optimizer/<parameter>/<k>"
     // for its k-th slot of each parameter, "optimizer/step" (int64), and its rule's kind ("adam", ...).
+    template <int N = 0>
     void save_training_state(std::map<std::string, tensor>& out, std::string& optimizer, const char* entry) const {
         const cache_base* found = nullptr;
         for (const auto& [key, st] : cache_)
@@ -247,6 +248,7 @@ public:
     }
     // Restores that state: now, into the training step that has run, or when a step of this kind first runs (its
     // slots must then match its parameters). `in` holds the "optimizer/..." tensors of a checkpoint.
+    template <int N = 0>
     void load_training_state(const std::map<std::string, tensor>& in, const std::string& optimizer, const std::string& file,
                              const char* entry) {
         pending_.clear();

@@ -164,25 +164,25 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
     if (op == "matmul") {
         need(2, 2, 0);
         attrs_only(a, {});
-        return [](std::span<const tensor> in, auto) { return matmul(in[0], in[1]); };
+        return [](auto in, auto) { return matmul(in[0], in[1]); };
     }
     if (op == "concat") {
         need(1, SIZE_MAX, 0);
         attrs_only(a, {"axis"});
         const int ax = attr_axis(a, "axis");
-        return [ax](std::span<const tensor> in, auto) { return concat(std::vector<tensor>(in.begin(), in.end()), ax); };
+        return [ax](auto in, auto) { return concat(std::vector<tensor>(in.begin(), in.end()), ax); };
     }
     if (op == "copy") {
         need(1, 1, 0);
         attrs_only(a, {});
-        return [](std::span<const tensor> in, auto) { return in[0].clone(); };
+        return [](auto in, auto) { return in[0].clone(); };
     }
     if (op == "cast") {
         need(1, 1, 0);
         attrs_only(a, {"dtype"});
         const auto d = dtype_named(a.count("dtype") ? a.at("dtype") : "");
         if (!d) throw value_error("attribute 'dtype' is not a dtype");
-        return [d = *d](std::span<const tensor> in, auto) { return in[0].to(d); };
+        return [d = *d](auto in, auto) { return in[0].to(d); };
     }
     if (op == "sum" || op == "prod" || op == "max" || op == "min") {
         need(1, 1, 0);
@@ -190,7 +190,7 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         const std::vector<int> axes = attr_axes(a, "axes");
         const bool keep = attr_bool(a, "keepdims");
         const int which = op == "sum" ? 0 : op == "prod" ? 1 : op == "max" ? 2 : 3;
-        return [axes, keep, which](std::span<const tensor> in, auto) -> tensor {
+        return [axes, keep, which](auto in, auto) -> tensor {
             switch (which) {
                 case 0: return sum(in[0], axes, keep);
                 case 1: return prod(in[0], axes, keep);
@@ -204,8 +204,8 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         attrs_only(a, {"axis", "keepdims"});
         const int ax = attr_axis(a, "axis");
         const bool keep = attr_bool(a, "keepdims");
-        if (op == "argmax") return [ax, keep](std::span<const tensor> in, auto) { return argmax(in[0], ax, keep); };
-        return [ax, keep](std::span<const tensor> in, auto) { return argmin(in[0], ax, keep); };
+        if (op == "argmax") return [ax, keep](auto in, auto) { return argmax(in[0], ax, keep); };
+        return [ax, keep](auto in, auto) { return argmin(in[0], ax, keep); };
     }
     if (op == "reshape" || op == "broadcast_to") {
         if (np > static_cast<std::size_t>(max_rank)) throw value_error("has more parameters than a shape has dimensions");
@@ -213,14 +213,14 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         attrs_only(a, {"shape"});
         const int r = static_cast<int>(np);
         if (op == "reshape")
-            return [r](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].reshape(param_dims(p, 0, r)); };
-        return [r](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].broadcast_to(param_dims(p, 0, r)); };
+            return [r](auto in, auto p) { return in[0].reshape(param_dims(p, 0, r)); };
+        return [r](auto in, auto p) { return in[0].broadcast_to(param_dims(p, 0, r)); };
     }
     if (op == "permute") {
         need(1, 1, 0);
         attrs_only(a, {"dims"});
         const std::vector<int> order = attr_axes(a, "dims");
-        return [order](std::span<const tensor> in, auto) {
+        return [order](auto in, auto) {
             const int r = in[0].dim();
             std::array<int, max_rank> fwd{};
             bool seen[max_rank] = {};
@@ -239,25 +239,25 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         need(1, 1, 0);
         attrs_only(a, {"dim0", "dim1"});
         const int x = attr_axis(a, "dim0"), y = attr_axis(a, "dim1");
-        return [x, y](std::span<const tensor> in, auto) { return in[0].transpose(x, y); };
+        return [x, y](auto in, auto) { return in[0].transpose(x, y); };
     }
     if (op == "slice") {
         need(1, 1, 3);
         attrs_only(a, {"axis", "start", "stop", "step"});
         const int ax = attr_axis(a, "axis");
-        return [ax](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].slice(ax, p[0], p[1], p[2]); };
+        return [ax](auto in, auto p) { return in[0].slice(ax, p[0], p[1], p[2]); };
     }
     if (op == "select") {
         need(1, 1, 1);
         attrs_only(a, {"axis", "index"});
         const int ax = attr_axis(a, "axis");
-        return [ax](std::span<const tensor> in, std::span<const std::int64_t> p) { return in[0].select(ax, p[0]); };
+        return [ax](auto in, auto p) { return in[0].select(ax, p[0]); };
     }
     if (op == "unsqueeze") {
         need(1, 1, 0);
         attrs_only(a, {"axis"});
         const int ax = attr_axis(a, "axis");
-        return [ax](std::span<const tensor> in, auto) { return in[0].unsqueeze(ax); };
+        return [ax](auto in, auto) { return in[0].unsqueeze(ax); };
     }
     if (op == "full") {
         if (np == 0 || np - 1 > static_cast<std::size_t>(max_rank)) throw value_error("has a wrong number of parameters");
@@ -267,7 +267,7 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         const auto d = dtype_named(a.count("dtype") ? a.at("dtype") : "");
         if (!d) throw value_error("attribute 'dtype' is not a dtype");
         const int r = static_cast<int>(np - 1);
-        return [r, d = *d](std::span<const tensor>, std::span<const std::int64_t> p) {
+        return [r, d = *d](auto, auto p) {
             return full(param_dims(p, 0, r), param_number(p[static_cast<std::size_t>(r)]), d);
         };
     }
@@ -291,7 +291,7 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
     const bool is_where = op == "where";
     const std::uint64_t floats = params.float_params;
     const op_kernel kernel = s->kernel;
-    return [numbers, arity, floats, kernel, is_where](std::span<const tensor> in, std::span<const std::int64_t> p) {
+    return [numbers, arity, floats, kernel, is_where](auto in, auto p) {
         if (numbers == 0) return kernel(in, {});
         // A number becomes a rank-0 tensor of the dtype the op would convert it to (PyTorch's rule: a number
         // joins its tensors' dtype, an integer tensor with a floating number becomes float32), so the op computes
@@ -536,7 +536,7 @@ public:
     }
 
 private:
-    template <class Source>
+    template <int N, class Source>
     friend loaded_function read_function(Source&, const std::string&, const load_options&, const char*);
     friend struct detail::onnx_importer;
 
@@ -562,7 +562,7 @@ private:
     std::string name_ = "loaded function";
 };
 
-template <class Source>
+template <int N, class Source>
 loaded_function read_function(Source& src, const std::string& file, const load_options& opt, const char* entry) {
     struct failer {
         const char* entry;
@@ -784,7 +784,7 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
                 }
             }
             try {
-                n.fn = detail::rebuild_op(n.op, n.attrs, n.inputs.size(), n.params);
+                n.fn = detail::rebuild_op<N>(n.op, n.attrs, n.inputs.size(), n.params);
             } catch (const value_error& e) {
                 fail(where + " ('" + json::reader::printable(n.op) + "' " + json::reader::printable(n.attrs) + ") " + e.what());
             }
@@ -839,21 +839,24 @@ void save(const function<F>& fn, const std::vector<spec>& signature, const std::
 }
 
 // Reads a function written by kiln::save (validated as the header comment says before anything runs).
-inline loaded_function load(const std::string& path, const load_options& opt = {}) {
+// (Templates on an unused int, as the registry's functions are: a program that never loads compiles no kernels.)
+template <int N = 0>
+loaded_function load(const std::string& path, const load_options& opt = {}) {
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in) throw file_error("kiln: file_error in 'load': cannot open '" + path + "'");
     const std::streamoff end = in.tellg();
     if (end < 0) throw file_error("kiln: file_error in 'load': cannot read the size of '" + path + "'");
     detail::st_file_source src{in, static_cast<std::uint64_t>(end), path, "load"};
-    return read_function(src, path, opt, "load");
+    return read_function<N>(src, path, opt, "load");
 }
 
 // The same from bytes in memory (`name` stands for the file in messages).
-inline loaded_function load_bytes(const void* data, std::size_t size, const std::string& name = "<memory>",
-                                  const load_options& opt = {}) {
+template <int N = 0>
+loaded_function load_bytes(const void* data, std::size_t size, const std::string& name = "<memory>",
+                           const load_options& opt = {}) {
     if (data == nullptr && size > 0) throw value_error("kiln: value_error in 'load_bytes': null data");
     detail::st_memory_source src{static_cast<const unsigned char*>(data), size};
-    return read_function(src, name, opt, "load_bytes");
+    return read_function<N>(src, name, opt, "load_bytes");
 }
 
 }  // namespace kiln

@@ -173,8 +173,9 @@ inline std::string onnx_value_info(const std::string& name, dtype d, const std::
     return vi;
 }
 
-inline std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& model_name,
-                                    const char* entry) {
+template <int N = 0>
+std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& model_name,
+                             const char* entry) {
     const function_graph& g = exe.graph;
     onnx_builder b;
     std::vector<std::string> value(g.nodes.size());
@@ -325,7 +326,7 @@ inline std::string onnx_model_bytes(const executable& exe, const std::vector<spe
             out = b.op1("ConstantOfShape", {params_tensor(i, 0, r)}, {onnx_builder::tensor_attr("value", v)});
         } else {
             // Elementwise: tensors and numbers in operand order, each as the dtype the op computes in.
-            const op_schema* s = find_op_or_null(op);
+            const op_schema* s = find_op_or_null<N>(op);
             if (!s || (s->family != op_family::elementwise && s->family != op_family::activation) || s->min_inputs != s->max_inputs)
                 unsupported(i, "ONNX has no mapping for it in kiln");
             const std::size_t arity = static_cast<std::size_t>(s->min_inputs);
@@ -1011,7 +1012,7 @@ struct onnx_importer {
             }
             n.inputs = present;
             if (std::find(is_present.begin(), is_present.end(), 0) != is_present.end())
-                n.fn = [inner = std::move(fn), is_present](std::span<const tensor> in, std::span<const std::int64_t> p) {
+                n.fn = [inner = std::move(fn), is_present](auto in, auto p) {
                     std::vector<tensor> all;
                     std::size_t j = 0;
                     for (char pr : is_present) all.push_back(pr ? in[j++] : tensor());
@@ -1079,17 +1080,17 @@ struct onnx_importer {
         lo = hi = 1;
         if (auto it = unary.find(op); it != unary.end()) {
             const op_schema* s = find_op_or_null<N>(it->second);
-            return [k = s->kernel](std::span<const tensor> in, auto) { return k(in, {}); };
+            return [k = s->kernel](auto in, auto) { return k(in, {}); };
         }
         if (auto it = binary.find(op); it != binary.end()) {
             lo = hi = 2;
             const op_schema* s = find_op_or_null<N>(it->second);
             const bool integer_div = op == "Div";
-            return [k = s->kernel, integer_div](std::span<const tensor> in, auto) {
+            return [k = s->kernel, integer_div](auto in, auto) {
                 // ONNX divides integers with truncation; kiln's div is true division.
                 if (integer_div && !is_floating(in[0].dtype())) {
-                    const tensor q = k(in, {});
-                    const tensor t = where(q < 0.0, ceil(q), floor(q));
+                    const auto q = k(in, {});
+                    const auto t = where(q < 0.0, ceil(q), floor(q));
                     return t.to(in[0].dtype());
                 }
                 return k(in, {});
@@ -1098,8 +1099,8 @@ struct onnx_importer {
         if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
             lo = 1, hi = 64;
             const bool mx = op == "Max", mn = op == "Min", mean_op = op == "Mean";
-            return [mx, mn, mean_op](std::span<const tensor> in, auto) {
-                tensor acc = in[0];
+            return [mx, mn, mean_op](auto in, auto) {
+                auto acc = in[0];
                 for (std::size_t i = 1; i < in.size(); ++i) acc = mx ? maximum(acc, in[i]) : mn ? minimum(acc, in[i]) : acc + in[i];
                 if (mean_op) acc = acc / static_cast<double>(in.size());
                 return acc;
@@ -1107,41 +1108,41 @@ struct onnx_importer {
         }
         if (op == "Identity" || op == "Dropout") {
             hi = op == "Dropout" ? 3 : 1;
-            return [](std::span<const tensor> in, auto) { return in[0]; };
+            return [](auto in, auto) { return in[0]; };
         }
         if (op == "IsInf") {
             const std::int64_t pos = ai("detect_positive", 1), neg = ai("detect_negative", 1);
-            return [pos, neg](std::span<const tensor> in, auto) {
-                const tensor x = in[0];
+            return [pos, neg](auto in, auto) {
+                const auto x = in[0];
                 if (pos && neg) return isinf(x);
                 if (pos) return logical_and(isinf(x), x > 0.0);
                 if (neg) return logical_and(isinf(x), x < 0.0);
                 return isinf(x) & false;
             };
         }
-        if (op == "Reciprocal") return [](std::span<const tensor> in, auto) { return 1.0 / in[0]; };
+        if (op == "Reciprocal") return [](auto in, auto) { return 1.0 / in[0]; };
         if (op == "Elu") {
             const onnx_attr* a = A("alpha");
             const double alpha = a ? a->f : 1.0;
-            return [alpha](std::span<const tensor> in, auto) { return where(in[0] > 0.0, in[0], alpha * expm1(in[0])); };
+            return [alpha](auto in, auto) { return where(in[0] > 0.0, in[0], alpha * expm1(in[0])); };
         }
         if (op == "LeakyRelu") {
             const onnx_attr* a = A("alpha");
             const double alpha = a ? a->f : 0.01;
-            return [alpha](std::span<const tensor> in, auto) { return where(in[0] < 0.0, in[0] * alpha, in[0]); };
+            return [alpha](auto in, auto) { return where(in[0] < 0.0, in[0] * alpha, in[0]); };
         }
         if (op == "Where") {
             lo = hi = 3;
-            return [](std::span<const tensor> in, auto) { return where(in[0], in[1], in[2]); };
+            return [](auto in, auto) { return where(in[0], in[1], in[2]); };
         }
         if (op == "Cast") {
             const auto d = from_onnx_dtype(ai("to", 0));
             if (!d) throw value_error("casts to " + onnx_dtype_name(ai("to", 0)) + ", a dtype kiln does not have");
-            return [d = *d](std::span<const tensor> in, auto) { return in[0].to(d); };
+            return [d = *d](auto in, auto) { return in[0].to(d); };
         }
         if (op == "MatMul") {
             lo = hi = 2;
-            return [](std::span<const tensor> in, auto) { return matmul(in[0], in[1]); };
+            return [](auto in, auto) { return matmul(in[0], in[1]); };
         }
         if (op == "Gemm") {
             lo = 2, hi = 3;
@@ -1149,9 +1150,9 @@ struct onnx_importer {
             const onnx_attr* be = A("beta");
             const double alpha = al ? al->f : 1.0, beta = be ? be->f : 1.0;
             const bool ta = ai("transA", 0) != 0, tb = ai("transB", 0) != 0;
-            return [alpha, beta, ta, tb](std::span<const tensor> in, auto) {
+            return [alpha, beta, ta, tb](auto in, auto) {
                 if (in[0].dim() != 2 || in[1].dim() != 2) throw shape_error("kiln: shape_error in 'Gemm': A and B must be matrices");
-                tensor y = matmul(ta ? in[0].transpose(0, 1) : in[0], tb ? in[1].transpose(0, 1) : in[1]);
+                auto y = matmul(ta ? in[0].transpose(0, 1) : in[0], tb ? in[1].transpose(0, 1) : in[1]);
                 if (alpha != 1.0) y = y * alpha;
                 if (in.size() > 2 && in[2].valid()) y = beta == 1.0 ? y + in[2] : y + in[2] * beta;
                 return y;
@@ -1164,7 +1165,7 @@ struct onnx_importer {
             if (const onnx_attr* a = A("axes")) attr_axes = a->ints;
             const bool keep = ai("keepdims", 1) != 0, noop = ai("noop_with_empty_axes", 0) != 0;
             const int which = op == "ReduceSum" ? 0 : op == "ReduceMean" ? 1 : op == "ReduceMax" ? 2 : op == "ReduceMin" ? 3 : 4;
-            return [attr_axes, keep, noop, which](std::span<const tensor> in, auto) {
+            return [attr_axes, keep, noop, which](auto in, auto) {
                 std::vector<std::int64_t> ax = attr_axes;
                 if (in.size() > 1 && in[1].valid()) ax = int_values(in[1], "the axes");
                 if (ax.empty() && noop) return in[0];
@@ -1186,21 +1187,21 @@ struct onnx_importer {
             if (ai("select_last_index", 0)) throw value_error("select_last_index is not read");
             const int axis = static_cast<int>(ai("axis", 0));
             const bool keep = ai("keepdims", 1) != 0, is_max = op == "ArgMax";
-            return [axis, keep, is_max](std::span<const tensor> in, auto) {
+            return [axis, keep, is_max](auto in, auto) {
                 return is_max ? argmax(in[0], axis, keep) : argmin(in[0], axis, keep);
             };
         }
         if (op == "Softmax" || op == "LogSoftmax") {
             const int axis = static_cast<int>(ai("axis", -1));
             const bool log_op = op == "LogSoftmax";
-            return [axis, log_op](std::span<const tensor> in, auto) {
+            return [axis, log_op](auto in, auto) {
                 return log_op ? nn::log_softmax(in[0], axis) : nn::softmax(in[0], axis);
             };
         }
         if (op == "Reshape") {
             lo = hi = 2;
             const bool allowzero = ai("allowzero", 0) != 0;
-            return [allowzero](std::span<const tensor> in, auto) {
+            return [allowzero](auto in, auto) {
                 std::vector<std::int64_t> s = int_values(in[1], "Reshape's shape");
                 for (std::size_t i = 0; i < s.size(); ++i)
                     if (s[i] == 0 && !allowzero) {
@@ -1212,7 +1213,7 @@ struct onnx_importer {
         }
         if (op == "Flatten") {
             const std::int64_t axis = ai("axis", 1);
-            return [axis](std::span<const tensor> in, auto) {
+            return [axis](auto in, auto) {
                 const int r = in[0].dim();
                 const int a = static_cast<int>(axis < 0 ? axis + r : axis);
                 if (a < 0 || a > r) throw value_error("kiln: value_error in 'Flatten': the axis is out of range");
@@ -1223,7 +1224,7 @@ struct onnx_importer {
         }
         if (op == "Expand") {
             lo = hi = 2;
-            return [](std::span<const tensor> in, auto) {
+            return [](auto in, auto) {
                 const dims want = dims_of(int_values(in[1], "Expand's shape"), "Expand's shape");
                 dims out;
                 if (!broadcast_into(in[0].shape(), want, out)) throw shape_error("kiln: shape_error in 'Expand': cannot broadcast");
@@ -1233,7 +1234,7 @@ struct onnx_importer {
         if (op == "Transpose") {
             std::vector<std::int64_t> perm;
             if (const onnx_attr* a = A("perm")) perm = a->ints;
-            return [perm](std::span<const tensor> in, auto) {
+            return [perm](auto in, auto) {
                 const int r = in[0].dim();
                 std::array<int, max_rank> fwd{};
                 bool seen[max_rank] = {};
@@ -1249,7 +1250,7 @@ struct onnx_importer {
         }
         if (op == "Slice") {
             lo = 3, hi = 5;
-            return [](std::span<const tensor> in, auto) {
+            return [](auto in, auto) {
                 const auto starts = int_values(in[1], "Slice's starts"), ends = int_values(in[2], "Slice's ends");
                 std::vector<std::int64_t> axes, steps;
                 if (in.size() > 3 && in[3].valid()) axes = int_values(in[3], "Slice's axes");
@@ -1257,7 +1258,7 @@ struct onnx_importer {
                 if (ends.size() != starts.size() || (!axes.empty() && axes.size() != starts.size()) ||
                     (!steps.empty() && steps.size() != starts.size()))
                     throw value_error("kiln: value_error in 'Slice': starts, ends, axes and steps differ in length");
-                tensor x = in[0];
+                auto x = in[0];
                 for (std::size_t i = 0; i < starts.size(); ++i) {
                     const std::int64_t ax = axes.empty() ? static_cast<std::int64_t>(i) : axes[i];
                     if (ax < -x.dim() || ax >= x.dim()) throw value_error("kiln: value_error in 'Slice': an axis is out of range");
@@ -1273,15 +1274,15 @@ struct onnx_importer {
         if (op == "Gather") {
             lo = hi = 2;
             const int axis = static_cast<int>(ai("axis", 0));
-            return [axis](std::span<const tensor> in, auto) {
-                const tensor& x = in[0];
+            return [axis](auto in, auto) {
+                const auto& x = in[0];
                 if (in[1].dtype() != dtype::int64 && in[1].dtype() != dtype::int32)
                     throw dtype_error("kiln: dtype_error in 'Gather': indices must be int32 or int64");
                 const int ax = axis < 0 ? axis + x.dim() : axis;
                 if (ax < 0 || ax >= x.dim()) throw value_error("kiln: value_error in 'Gather': the axis is out of range");
-                if (in[1].dim() == 0) return x.select(ax, in[1].to(dtype::int64).contiguous().data<std::int64_t>()[0]);
-                const tensor flat = in[1].to(dtype::int64).reshape({-1});
-                const tensor picked = index_select(x, ax, flat);
+                if (in[1].dim() == 0) return x.select(ax, in[1].to(dtype::int64).contiguous().template data<std::int64_t>()[0]);
+                const auto flat = in[1].to(dtype::int64).reshape({-1});
+                const auto picked = index_select(x, ax, flat);
                 dims s;
                 s.rank = 0;
                 for (int i = 0; i < ax; ++i) s[s.rank++] = x.shape()[i];
@@ -1299,8 +1300,8 @@ struct onnx_importer {
         if (op == "Squeeze" || op == "Unsqueeze") {
             lo = op == "Squeeze" ? 1 : 2, hi = 2;
             const bool squeeze = op == "Squeeze";
-            return [squeeze](std::span<const tensor> in, auto) {
-                tensor x = in[0];
+            return [squeeze](auto in, auto) {
+                auto x = in[0];
                 if (squeeze && (in.size() < 2 || !in[1].valid())) return x.squeeze();
                 std::vector<std::int64_t> axes = int_values(in[1], "the axes");
                 const int r = x.dim() + (squeeze ? 0 : static_cast<int>(axes.size()));
@@ -1320,10 +1321,10 @@ struct onnx_importer {
         if (op == "Concat") {
             lo = 1, hi = 4096;
             const int axis = static_cast<int>(ai("axis", 0));
-            return [axis](std::span<const tensor> in, auto) { return concat(std::vector<tensor>(in.begin(), in.end()), axis); };
+            return [axis](auto in, auto) { return concat(std::vector<tensor>(in.begin(), in.end()), axis); };
         }
         if (op == "Shape") {
-            return [](std::span<const tensor> in, auto) {
+            return [](auto in, auto) {
                 tensor s(dtype::int64, dims{in[0].dim()});
                 for (int i = 0; i < in[0].dim(); ++i) s.data<std::int64_t>()[i] = in[0].shape()[i];
                 return s;
@@ -1333,13 +1334,13 @@ struct onnx_importer {
             lo = hi = 0;
             const onnx_attr* v = A("value");
             if (!v || !v->has_t) throw value_error("Constant without a 'value' tensor is not read");
-            return [t = v->t](std::span<const tensor>, auto) { return t; };
+            return [t = v->t](auto, auto) { return t; };
         }
         if (op == "ConstantOfShape") {
             const onnx_attr* v = A("value");
             if (v && (!v->has_t || v->t.numel() != 1)) throw value_error("its value must be a one-element tensor");
             const tensor value = v ? v->t.reshape(dims{}) : zeros(dims{}, dtype::float32);
-            return [value](std::span<const tensor> in, auto) {
+            return [value](auto in, auto) {
                 const dims s = dims_of(int_values(in[0], "ConstantOfShape's shape"), "ConstantOfShape's shape");
                 checked_numel(s, "ConstantOfShape");
                 return value.broadcast_to(s).contiguous();
@@ -1356,14 +1357,16 @@ struct onnx_importer {
 // another domain, an unsupported dtype, subgraphs or external data are kiln::file_errors naming them; the model is
 // run once on zeros of its inputs' shapes (dynamic dimensions at small extents) before it is returned, so an op
 // that fails on them is named then.
-inline loaded_function load_onnx_bytes(const void* data, std::size_t size, const std::string& name = "<memory>",
-                                       const load_options& opt = {}) {
+template <int N = 0>
+loaded_function load_onnx_bytes(const void* data, std::size_t size, const std::string& name = "<memory>",
+                                const load_options& opt = {}) {
     if (data == nullptr && size > 0) throw value_error("kiln: value_error in 'load_onnx_bytes': null data");
     detail::onnx_importer r{name, opt};
-    return r.read(static_cast<const unsigned char*>(data), size);
+    return r.template read<N>(static_cast<const unsigned char*>(data), size);
 }
 
-inline loaded_function load_onnx(const std::string& path, const load_options& opt = {}) {
+template <int N = 0>
+loaded_function load_onnx(const std::string& path, const load_options& opt = {}) {
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in) throw file_error("kiln: file_error in 'load_onnx': cannot open '" + path + "'");
     const std::streamoff end = in.tellg();
@@ -1373,7 +1376,7 @@ inline loaded_function load_onnx(const std::string& path, const load_options& op
     std::string bytes(static_cast<std::size_t>(end), '\0');
     in.seekg(0);
     if (!in.read(bytes.data(), end)) throw file_error("kiln: file_error in 'load_onnx': reading '" + path + "' failed");
-    return load_onnx_bytes(bytes.data(), bytes.size(), path, opt);
+    return load_onnx_bytes<N>(bytes.data(), bytes.size(), path, opt);
 }
 
 }  // namespace kiln

@@ -130,6 +130,7 @@ public:
     // Checkpoints (kiln/io/checkpoint.hpp): the optimizer's kind, its state by name ("velocity/0", ...: tensors that
     // traced steps read where they live, so restore() writes into them), and restore() of that state.
     static constexpr std::string_view kind() { return "sgd"; }
+    template <int N = 0>
     std::string hyperparameters() const {
         return "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_);
     }
@@ -137,6 +138,7 @@ public:
     void bind(const std::vector<variable*>& params) {
         if (detail::adopt_parameters(params_, params, "sgd")) make_slots();
     }
+    template <int N = 0>
     std::map<std::string, tensor> state() const {
         std::map<std::string, tensor> s;
         if (momentum_ != 0.0)
@@ -199,6 +201,7 @@ public:
 
     // Checkpoints (kiln/io/checkpoint.hpp): as sgd's. The step count is the int64 "step".
     static constexpr std::string_view kind() { return "adam"; }
+    template <int N = 0>
     std::string hyperparameters() const {
         return "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
                " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps);
@@ -207,6 +210,7 @@ public:
         if (detail::adopt_parameters(params_, params, "adam")) make_slots();
     }
     int steps() const noexcept { return t_; }
+    template <int N = 0>
     std::map<std::string, tensor> state() const {
         std::map<std::string, tensor> s;
         for (std::size_t i = 0; i < m_.size(); ++i) {
