@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes one of kiln's file loaders with libFuzzer for a given time.
-# usage: scripts/fuzz.sh TARGET SECONDS    (TARGET: npy, safetensors or function; the target is test/fuzz/TARGET_fuzz.cpp)
+# usage: scripts/fuzz.sh TARGET SECONDS    (TARGET: npy, safetensors, function or onnx; the target is test/fuzz/TARGET_fuzz.cpp)
 # Builds the target with clang++ and -fsanitize=fuzzer,address,undefined in build-fuzz/, runs it over a working copy
 # of test/fuzz/corpus/TARGET (new inputs that widen coverage are kept in build-fuzz/corpus-TARGET), and copies every
 # crashing input into test/fuzz/crashes/TARGET/, which the test suite replays (test/fuzz/replay.cpp).
