@@ -1,7 +1,7 @@
 // The writer of the deployment test (issue #16): a model in eager style, wrapped in kiln::function and saved with
 // kiln::save; its results computed eagerly on inputs of two batch sizes are saved beside it for the reader
 // (test/deploy_reader.cpp), which has none of this code.
-//   deploy_writer DIR   writes DIR/model.kfn and DIR/reference.safetensors
+//   io_tool deploy-write DIR   (test/io_tool.cpp) writes DIR/model.kfn and DIR/reference.safetensors
 #include <kiln/io.hpp>
 
 #include <cstdio>

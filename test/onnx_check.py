@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """kiln's ONNX export against the onnx package and ONNX Runtime (issue #16).
 
-usage: onnx_check.py ONNX_TOOL WORKDIR
+usage: onnx_check.py IO_TOOL WORKDIR
 
-ONNX_TOOL export WORKDIR writes models and kiln's results on their inputs; each model must pass
+IO_TOOL onnx export WORKDIR (test/onnx_tool.cpp) writes models and kiln's results on their inputs; each model must pass
 onnx.checker.check_model(full_check=True), and ONNX Runtime's outputs on the same inputs must match kiln's to 1e-5
 relative (exactly for integers and bools). Exit 77 (a skip, which CTest reports as such) when onnx or onnxruntime
 cannot be imported, saying so.
@@ -25,7 +25,7 @@ except ImportError as e:  # the test command installs them where PyPI can be rea
 
 tool, work = sys.argv[1], sys.argv[2]
 shutil.rmtree(work, ignore_errors=True)
-subprocess.run([tool, "export", work], check=True)
+subprocess.run([tool, "onnx", "export", work], check=True)
 failures = []
 
 
@@ -129,7 +129,7 @@ for c, n in enumerate([5, 2]):
         cases["output_%d/%d" % (j, c)] = np.array(o, copy=True, order="C")  # (ascontiguousarray makes 0-d 1-d)
 from safetensors.numpy import save_file  # noqa: E402
 save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
-run = subprocess.run([tool, "import", work], capture_output=True, text=True)
+run = subprocess.run([tool, "onnx", "import", work], capture_output=True, text=True)
 print(run.stdout.strip())
 check(run.returncode == 0, "kiln::load_onnx runs kiln's exports and the helper-built model as ONNX Runtime does")
 

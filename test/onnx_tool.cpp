@@ -1,7 +1,7 @@
 // The C++ side of the ONNX test (test/onnx_check.py, against the onnx package's checker and ONNX Runtime):
-//   onnx_tool export DIR   writes DIR/<model>.onnx for each model below, and DIR/<model>.safetensors with the
+//   io_tool onnx export DIR   (test/io_tool.cpp) writes DIR/<model>.onnx for each model below, and DIR/<model>.safetensors with the
 //                          inputs it was run on ("input_<k>/<case>") and kiln's results ("output_<k>/<case>")
-//   onnx_tool import DIR   loads every DIR/<model>.onnx with kiln::load_onnx (kiln's own exports, and models the test
+//   io_tool onnx import DIR   loads every DIR/<model>.onnx with kiln::load_onnx (kiln's own exports, and models the test
 //                          writes with the onnx package's helpers), runs it on the inputs of DIR/<model>.safetensors
 //                          and compares with the outputs there (kiln's, or ONNX Runtime's): 1e-5 relative on floats,
 //                          exact otherwise
