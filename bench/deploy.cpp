@@ -68,9 +68,9 @@ int main(int argc, char** argv) {
     }
 
     // Save and load against fwrite/fread of the same bytes.
-    kiln::variable big1(kiln::randn({2560, 5120}, kiln::float32, g)), big2(kiln::randn({5120, 2}, kiln::float32, g));
+    kiln::variable big1(kiln::randn({5120, 5120}, kiln::float32, g)), big2(kiln::randn({5120, 2}, kiln::float32, g));
     auto big = kiln::function([&](const kiln::tensor& x) { return kiln::matmul(kiln::relu(kiln::matmul(x, big1)), big2); }, {.name = "big"});
-    const std::vector<kiln::spec> big_sig{kiln::spec(kiln::float32, {kiln::dyn, 2560})};
+    const std::vector<kiln::spec> big_sig{kiln::spec(kiln::float32, {kiln::dyn, 5120})};
     std::printf("save and load (ms, median of 5 interleaved rounds)\n");
     for (const bool large : {false, true}) {
         const std::string path = dir + (large ? "/big.kfn" : "/reference.kfn");

@@ -344,10 +344,11 @@ inline std::string json_dims(const dims& d) {
     return s + "]";
 }
 
-// The file's bytes for an executable traced for `specs`.
-template <int N = 0>
-std::string function_file_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& fname,
-                                 const char* entry) {
+// Writes the file for an executable traced for `specs` to `sink(const unsigned char*, std::size_t)`, piece by piece
+// (the weights go from the tensors to the sink without another copy).
+template <int N = 0, class Sink>
+void write_function_file(Sink&& sink, const executable& exe, const std::vector<spec>& specs, const std::string& fname,
+                         const char* entry) {
     const function_graph& g = exe.graph;
     std::set<std::string> used;
     std::map<std::string, tensor> payload;
@@ -418,13 +419,22 @@ std::string function_file_bytes(const executable& exe, const std::vector<spec>& 
     for (std::size_t k = 0; k < g.outputs.size(); ++k) text += (k ? "," : "") + std::to_string(g.outputs[k]);
     text += "]\n}\n";
 
-    std::string out(function_magic, 8);
-    append_u32(out, function_format_version);
-    append_u32(out, 0);
-    append_u64(out, text.size());
-    out += text;
-    write_safetensors([&](const unsigned char* p, std::size_t n) { out.append(reinterpret_cast<const char*>(p), n); }, payload,
-                      {{"kiln.function", "1"}}, entry);
+    std::string head(function_magic, 8);
+    append_u32(head, function_format_version);
+    append_u32(head, 0);
+    append_u64(head, text.size());
+    head += text;
+    sink(reinterpret_cast<const unsigned char*>(head.data()), head.size());
+    write_safetensors(sink, payload, {{"kiln.function", "1"}}, entry);
+}
+
+// The same file's bytes in memory.
+template <int N = 0>
+std::string function_file_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& fname,
+                                 const char* entry) {
+    std::string out;
+    write_function_file<N>([&](const unsigned char* p, std::size_t n) { out.append(reinterpret_cast<const char*>(p), n); }, exe,
+                           specs, fname, entry);
     return out;
 }
 
@@ -460,12 +470,21 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
     return exe;
 }
 
-inline void write_file_atomically(const std::string& path, const std::string& bytes, const char* entry) {
+// Writes a file through `write(std::ofstream&)` under a temporary name and renames it, so that a failed write never
+// leaves a half file under `path`.
+template <class Write>
+void write_file_atomically_with(const std::string& path, Write&& write, const char* entry) {
     const std::string tmp = path + ".tmp-kiln";
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot open '" + path + "' for writing");
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        try {
+            write(out);
+        } catch (...) {
+            out.close();
+            std::remove(tmp.c_str());
+            throw;
+        }
         out.flush();
         if (!out) {
             out.close();
@@ -477,6 +496,11 @@ inline void write_file_atomically(const std::string& path, const std::string& by
         std::remove(tmp.c_str());
         throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot replace '" + path + "'");
     }
+}
+
+inline void write_file_atomically(const std::string& path, const std::string& bytes, const char* entry) {
+    write_file_atomically_with(path, [&](std::ofstream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+                               entry);
 }
 
 }  // namespace detail
@@ -835,7 +859,11 @@ template <class F>
 void save(const function<F>& fn, const std::vector<spec>& signature, const std::string& path) {
     const char* entry = "save";
     const auto exe = detail::compile_for(fn, signature, entry);
-    detail::write_file_atomically(path, detail::function_file_bytes(*exe, signature, fn.options().name, entry), entry);
+    detail::write_file_atomically_with(path, [&](std::ofstream& out) {
+        detail::write_function_file([&](const unsigned char* p, std::size_t n) {
+            out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+        }, *exe, signature, fn.options().name, entry);
+    }, entry);
 }
 
 // Reads a function written by kiln::save (validated as the header comment says before anything runs).
