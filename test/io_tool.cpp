@@ -3,7 +3,7 @@
 //   io_tool deploy-write DIR         test/deploy_writer.cpp
 //   io_tool deploy-read DIR          test/deploy_reader.cpp
 //   io_tool onnx export|import DIR   test/onnx_tool.cpp
-//   io_tool replay function|onnx PATH...   the fuzz targets of test/fuzz/ over files (as test/fuzz/replay.cpp)
+//   io_tool replay function|onnx PATH...   the fuzz targets of test/fuzz/ over files (test/fuzz/replay.hpp)
 #include <kiln/io.hpp>
 
 #include <algorithm>
@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "../examples/mlp_eager.hpp"
+#include "fuzz/replay.hpp"
+#include "fuzz/run_loaded.hpp"
 
 namespace writer {
 #define main deploy_writer_main
@@ -45,41 +47,14 @@ namespace onnx_tool {
 #include "fuzz/onnx_fuzz.cpp"
 #undef LLVMFuzzerTestOneInput
 
-namespace {
-
-int replay(int (*target)(const std::uint8_t*, std::size_t), int argc, char** argv) {
-    std::vector<std::filesystem::path> files;
-    for (int i = 0; i < argc; ++i) {
-        const std::filesystem::path p(argv[i]);
-        if (std::filesystem::is_directory(p)) {
-            for (const auto& e : std::filesystem::directory_iterator(p))
-                if (e.is_regular_file()) files.push_back(e.path());
-        } else if (std::filesystem::is_regular_file(p)) {
-            files.push_back(p);
-        }
-    }
-    if (files.empty()) {
-        std::cerr << "replay: no inputs found\n";
-        return 2;
-    }
-    for (const auto& f : files) {
-        std::ifstream in(f, std::ios::binary);
-        const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        target(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-    }
-    std::cout << "replay: " << files.size() << " inputs handled\n";
-    return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "deploy-write") return writer::deploy_writer_main(argc - 1, argv + 1);
     if (cmd == "deploy-read") return reader::deploy_reader_main(argc - 1, argv + 1);
     if (cmd == "onnx") return onnx_tool::onnx_tool_main(argc - 1, argv + 1);
-    if (cmd == "replay" && argc > 2 && std::string(argv[2]) == "function") return replay(&kiln_fuzz_function, argc - 3, argv + 3);
-    if (cmd == "replay" && argc > 2 && std::string(argv[2]) == "onnx") return replay(&kiln_fuzz_onnx, argc - 3, argv + 3);
+    if (cmd == "replay" && argc > 2 && std::string(argv[2]) == "function") return kiln_fuzz::replay_paths(&kiln_fuzz_function, argc - 3, argv + 3);
+    if (cmd == "replay" && argc > 2 && std::string(argv[2]) == "onnx") return kiln_fuzz::replay_paths(&kiln_fuzz_onnx, argc - 3, argv + 3);
     std::fprintf(stderr, "usage: io_tool deploy-write|deploy-read DIR | onnx export|import DIR | replay function|onnx PATH...\n");
     return 2;
 }

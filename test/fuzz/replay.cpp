@@ -3,35 +3,9 @@
 // Exit status 0 when every input was handled (loaded or refused with a kiln::error), 2 when no input was found.
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <iterator>
-#include <string>
-#include <vector>
+
+#include "replay.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
-int main(int argc, char** argv) {
-    std::vector<std::filesystem::path> files;
-    for (int i = 1; i < argc; ++i) {
-        const std::filesystem::path p(argv[i]);
-        if (std::filesystem::is_directory(p)) {
-            for (const auto& e : std::filesystem::directory_iterator(p))
-                if (e.is_regular_file()) files.push_back(e.path());
-        } else if (std::filesystem::is_regular_file(p)) {
-            files.push_back(p);
-        }
-    }
-    if (files.empty()) {
-        std::cerr << "replay: no inputs found\n";
-        return 2;
-    }
-    for (const auto& f : files) {
-        std::ifstream in(f, std::ios::binary);
-        const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-    }
-    std::cout << "replay: " << files.size() << " inputs handled\n";
-    return 0;
-}
+int main(int argc, char** argv) { return kiln_fuzz::replay_paths(&LLVMFuzzerTestOneInput, argc - 1, argv + 1); }

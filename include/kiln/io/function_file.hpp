@@ -470,38 +470,6 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
     return exe;
 }
 
-// Writes a file through `write(std::ofstream&)` under a temporary name and renames it, so that a failed write never
-// leaves a half file under `path`.
-template <class Write>
-void write_file_atomically_with(const std::string& path, Write&& write, const char* entry) {
-    const std::string tmp = path + ".tmp-kiln";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot open '" + path + "' for writing");
-        try {
-            write(out);
-        } catch (...) {
-            out.close();
-            std::remove(tmp.c_str());
-            throw;
-        }
-        out.flush();
-        if (!out) {
-            out.close();
-            std::remove(tmp.c_str());
-            throw file_error("kiln: file_error in '" + std::string(entry) + "': writing '" + path + "' failed");
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot replace '" + path + "'");
-    }
-}
-
-inline void write_file_atomically(const std::string& path, const std::string& bytes, const char* entry) {
-    write_file_atomically_with(path, [&](std::ofstream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
-                               entry);
-}
 
 }  // namespace detail
 

@@ -332,17 +332,16 @@ void write_safetensors(Sink&& sink, const std::map<std::string, tensor>& tensors
     }
 }
 
-inline void save_safetensors_as(const std::string& path, const std::map<std::string, tensor>& tensors,
-                                const std::map<std::string, std::string>& metadata, const char* entry) {
-    // Written to a temporary file and renamed, so that a failed write never leaves a half file under `path`.
+// Writes a file through `write(std::ofstream&)` under a temporary name and renames it, so that a failed write never
+// leaves a half file under `path`.
+template <class Write>
+void write_file_atomically_with(const std::string& path, Write&& write, const char* entry) {
     const std::string tmp = path + ".tmp-kiln";
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot open '" + path + "' for writing");
         try {
-            write_safetensors([&](const unsigned char* p, std::size_t n) {
-                out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
-            }, tensors, metadata, entry);
+            write(out);
         } catch (...) {
             out.close();
             std::remove(tmp.c_str());
@@ -359,6 +358,20 @@ inline void save_safetensors_as(const std::string& path, const std::map<std::str
         std::remove(tmp.c_str());
         throw file_error("kiln: file_error in '" + std::string(entry) + "': cannot replace '" + path + "'");
     }
+}
+
+inline void write_file_atomically(const std::string& path, const std::string& bytes, const char* entry) {
+    write_file_atomically_with(path, [&](std::ofstream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+                               entry);
+}
+
+inline void save_safetensors_as(const std::string& path, const std::map<std::string, tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata, const char* entry) {
+    write_file_atomically_with(path, [&](std::ofstream& out) {
+        write_safetensors([&](const unsigned char* p, std::size_t n) {
+            out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+        }, tensors, metadata, entry);
+    }, entry);
 }
 
 inline tensor_file load_safetensors_as(const std::string& path, const char* entry) {

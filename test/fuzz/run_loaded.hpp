@@ -1,0 +1,31 @@
+#pragma once
+// What the function and ONNX fuzz targets do with a model that loaded: call it on zeros of its signature (dynamic
+// extents as traced) and read every byte of its results, so that a result larger than its storage shows under
+// AddressSanitizer. A kiln::error from the call is a right answer too; the caller catches it.
+#include <kiln/io.hpp>
+
+#include <vector>
+
+namespace kiln_fuzz {
+
+inline void run_loaded(const kiln::loaded_function& f) {
+    std::vector<kiln::tensor> args;
+    std::size_t d = 0;
+    for (const kiln::spec& s : f.signature()) {
+        kiln::dims shape;
+        shape.rank = static_cast<int>(s.shape.size());
+        for (std::size_t i = 0; i < s.shape.size(); ++i)
+            shape[static_cast<int>(i)] = s.shape[i] == kiln::dyn ? f.traced_extents()[d++] : s.shape[i];
+        args.push_back(kiln::zeros(shape, s.dtype));
+    }
+    unsigned sum = 0;
+    for (const kiln::tensor& t : f(args)) {
+        const kiln::tensor c = t.contiguous();
+        const auto* p = static_cast<const unsigned char*>(c.raw_data());
+        for (std::size_t i = 0, n = static_cast<std::size_t>(c.numel()) * c.itemsize(); i < n; ++i) sum += p[i];
+    }
+    [[maybe_unused]] static volatile unsigned sink;
+    sink = sum;
+}
+
+}  // namespace kiln_fuzz
