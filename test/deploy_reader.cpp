@@ -1,7 +1,7 @@
 // The reader of the deployment test (issue #16): it loads DIR/model.kfn, written by test/deploy_writer.cpp, with
 // none of the model's code, runs it on the reference inputs of two batch sizes (one trace, dynamic batch) and
 // requires the results the writer computed eagerly, bit for bit.
-//   io_tool deploy-read DIR   (test/io_tool.cpp)
+//   deploy_reader DIR
 #include <kiln/io/function_file.hpp>
 
 #include <cstdio>

@@ -1,7 +1,7 @@
 // The file tests' programs in one translation unit (each would otherwise compile every op's kernels again for the
 // loaders, about a minute of CPU apiece in the test command):
-//   io_tool deploy-write DIR         test/deploy_writer.cpp
-//   io_tool deploy-read DIR          test/deploy_reader.cpp
+//   io_tool deploy-write DIR         test/deploy_writer.cpp (its reader, test/deploy_reader.cpp, is a program of its
+//                                    own: it must run without the model's code)
 //   io_tool onnx export|import DIR   test/onnx_tool.cpp
 //   io_tool replay function|onnx PATH...   the fuzz targets of test/fuzz/ over files (test/fuzz/replay.hpp)
 #include <kiln/io.hpp>
@@ -30,11 +30,6 @@ namespace writer {
 #include "deploy_writer.cpp"
 #undef main
 }  // namespace writer
-namespace reader {
-#define main deploy_reader_main
-#include "deploy_reader.cpp"
-#undef main
-}  // namespace reader
 namespace onnx_tool {
 #define main onnx_tool_main
 #include "onnx_tool.cpp"
@@ -51,10 +46,9 @@ namespace onnx_tool {
 int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "deploy-write") return writer::deploy_writer_main(argc - 1, argv + 1);
-    if (cmd == "deploy-read") return reader::deploy_reader_main(argc - 1, argv + 1);
     if (cmd == "onnx") return onnx_tool::onnx_tool_main(argc - 1, argv + 1);
     if (cmd == "replay" && argc > 2 && std::string(argv[2]) == "function") return kiln_fuzz::replay_paths(&kiln_fuzz_function, argc - 3, argv + 3);
     if (cmd == "replay" && argc > 2 && std::string(argv[2]) == "onnx") return kiln_fuzz::replay_paths(&kiln_fuzz_onnx, argc - 3, argv + 3);
-    std::fprintf(stderr, "usage: io_tool deploy-write|deploy-read DIR | onnx export|import DIR | replay function|onnx PATH...\n");
+    std::fprintf(stderr, "usage: io_tool deploy-write DIR | onnx export|import DIR | replay function|onnx PATH...\n");
     return 2;
 }
