@@ -24,18 +24,9 @@ int main() {
     mlp::eager_model m(init);
     kiln::optim::adam opt(m.parameters(), mlp::learning_rate);
 
-    // Train: the step in eager style, traced once (the batch dimension is dynamic).
-    auto train_step = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) {
-        kiln::gradient_tape tape;
-        kiln::tensor loss = kiln::nn::mse(m(x), y);
-        opt.apply_gradients(tape.gradient(loss, m.parameters()), m.parameters());
-        return loss;
-    }, {kiln::spec(kiln::float32, {kiln::dyn, mlp::features}), kiln::spec(kiln::float32, {kiln::dyn, 1})},
-       {.name = "train_step"});
-    const auto r = mlp::train_loop(data, 7, "function", /*verbose=*/false, [&](float* xb, float* yb, std::ptrdiff_t n) {
-        const kiln::tensor x = kiln::wrap(xb, {n, mlp::features}), y = kiln::wrap(yb, {n, 1});
-        return static_cast<double>(train_step(x, y).item<float>());
-    });
+    // Train: the step in eager style, traced once (the batch dimension is dynamic): mlp::function_step, as in
+    // examples/06_train_function.cpp.
+    const auto r = mlp::train_loop(data, 7, "function", /*verbose=*/false, mlp::function_step(m, opt));
     std::printf("trained: 5 epochs, loss %.5f -> %.5f\n", r.epoch_loss.front(), r.epoch_loss.back());
 
     // A checkpoint: parameters, Adam's slots and step count (kiln::load_checkpoint resumes training from it).

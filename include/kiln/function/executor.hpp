@@ -46,7 +46,6 @@ struct executable {
         std::int32_t node;
     };
     std::vector<captured_variable> variables;
-    bool has_variables() const noexcept { return !variables.empty(); }
     void collect_variables() {
         variables.clear();
         for (std::size_t i = 0; i < traced.nodes.size(); ++i) {
@@ -54,6 +53,12 @@ struct executable {
             if (n.kind == node_kind::variable && n.value.storage_handle())
                 variables.push_back({n.value.storage_handle(), n.dtype, n.shape, static_cast<std::int32_t>(i)});
         }
+    }
+    // Whether a variable the trace reads has left its storage (a few loads per call).
+    bool is_stale() const noexcept {
+        for (const captured_variable& v : variables)
+            if (v.where->rebound.load(std::memory_order_acquire)) return true;
+        return false;
     }
     // Empty while every variable the trace reads still holds its storage; otherwise why the trace is stale:
     // "variable %3: shape (3,) float32 -> (4,) float32 (the variable was assigned a new tensor)".

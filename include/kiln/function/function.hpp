@@ -389,9 +389,8 @@ private:
         }
         std::string stale;
         if (found != cache_.end()) {
-            if (!found->second->has_variables()) return found->second;
+            if (!found->second->is_stale()) return found->second;
             stale = found->second->stale();
-            if (stale.empty()) return found->second;
             drop_stale();  // a variable was rebound: every trace that read its old storage goes
         }
         record_call(true);
@@ -426,7 +425,7 @@ private:
                 use = &relaxed_info;
                 key = &relaxed_info.key;
                 auto again = cache_.find(relaxed_info.key);
-                if (again != cache_.end() && again->second && !again->second->stale().empty()) {
+                if (again != cache_.end() && again->second && again->second->is_stale()) {
                     drop_stale();
                     again = cache_.end();
                 }
@@ -484,7 +483,7 @@ private:
     // dynamic dimensions cannot share a trace).
     void drop_stale() {
         for (auto it = cache_.begin(); it != cache_.end();) {
-            if (it->second && !it->second->stale().empty()) it = cache_.erase(it);
+            if (it->second && it->second->is_stale()) it = cache_.erase(it);
             else ++it;
         }
     }

@@ -1,0 +1,502 @@
+#pragma once
+// ONNX export (ONNX import is io/onnx_import.hpp): kiln::export_onnx(fn, signature, path) writes a traced function's inference graph as an ONNX model
+// (IR version 8, opset 17), with dynamic dimensions as named dimensions ("dim0", ...). kiln stays header-only: the
+// protobuf wire format is written directly (field numbers from onnx.proto), with no libprotobuf.
+//
+//   auto predict = kiln::function([&](const kiln::tensor& x) { return kiln::nn::softmax(model(x), -1); });
+//   kiln::export_onnx(predict, {kiln::spec(kiln::float32, {kiln::dyn, 10})}, "model.onnx");
+//
+// Each node of the optimized graph becomes ONNX nodes: elementwise ops their ONNX operator (Add, Mul, Relu, Where,
+// Greater, ...), with Casts where kiln promotes dtypes and ONNX does not, and composites where ONNX has no operator
+// (silu, gelu, leaky_relu, clamp, relu_backward); matmul MatMul; reductions ReduceSum/Max/Min/Prod and ArgMax/ArgMin;
+// the views Reshape, Expand, Transpose, Slice, Gather (select) and Unsqueeze; concat Concat; casts Cast; full
+// ConstantOfShape. A parameter that follows a dynamic dimension (a reshape's target) is computed in the model from
+// the input's Shape. Captured tensors are initializers. An op with no mapping is a kiln::value_error naming it.
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "function_file.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+// ---- the protobuf wire format (what ONNX's messages need of it) ----
+namespace proto {
+
+inline void varint(std::string& s, std::uint64_t v) {
+    while (v >= 0x80) {
+        s += static_cast<char>((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    s += static_cast<char>(v);
+}
+inline void key(std::string& s, int field, int wire) { varint(s, (static_cast<std::uint64_t>(field) << 3) | static_cast<unsigned>(wire)); }
+inline void int_field(std::string& s, int field, std::int64_t v) {
+    key(s, field, 0);
+    varint(s, static_cast<std::uint64_t>(v));  // (negative int64: ten bytes, two's complement, as protobuf does)
+}
+inline void bytes_field(std::string& s, int field, std::string_view b) {
+    key(s, field, 2);
+    varint(s, b.size());
+    s.append(b.data(), b.size());
+}
+inline void float_field(std::string& s, int field, float f) {
+    key(s, field, 5);
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    for (int i = 0; i < 4; ++i, u >>= 8) s += static_cast<char>(u & 0xff);
+}
+
+}  // namespace proto
+
+inline int onnx_dtype(dtype d) {
+    switch (d) {
+        case dtype::boolean: return 9;
+        case dtype::int32: return 6;
+        case dtype::int64: return 7;
+        case dtype::float32: return 1;
+        case dtype::float64: return 11;
+    }
+    return 0;
+}
+
+// A TensorProto: dims, data_type, name, raw_data.
+inline std::string onnx_tensor(const std::string& name, const tensor& t) {
+    std::string s;
+    const tensor c = t.contiguous();
+    for (int i = 0; i < c.dim(); ++i) proto::int_field(s, 1, c.shape()[i]);
+    proto::int_field(s, 2, onnx_dtype(c.dtype()));
+    proto::bytes_field(s, 8, name);
+    proto::bytes_field(s, 9, std::string_view(static_cast<const char*>(c.raw_data()), static_cast<std::size_t>(c.numel()) * c.itemsize()));
+    return s;
+}
+
+// Builds the GraphProto's parts.
+class onnx_builder {
+public:
+    std::string nodes, initializers;
+    int counter = 0;
+
+    std::string fresh(const std::string& hint) { return hint + "_" + std::to_string(counter++); }
+
+    struct attr {
+        std::string name;
+        enum { integer, integers, real, tensor_value } kind;
+        std::int64_t i = 0;
+        std::vector<std::int64_t> ints;
+        float f = 0;
+        std::string t;  // a TensorProto
+    };
+    static attr int_attr(std::string n, std::int64_t v) { return {std::move(n), attr::integer, v, {}, 0, {}}; }
+    static attr ints_attr(std::string n, std::vector<std::int64_t> v) { return {std::move(n), attr::integers, 0, std::move(v), 0, {}}; }
+    static attr float_attr(std::string n, float v) { return {std::move(n), attr::real, 0, {}, v, {}}; }
+    static attr tensor_attr(std::string n, std::string t) { return {std::move(n), attr::tensor_value, 0, {}, 0, std::move(t)}; }
+
+    // A NodeProto: inputs, outputs, name, op_type, attributes.
+    void node(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
+              const std::vector<attr>& attrs = {}) {
+        std::string n;
+        for (const std::string& i : in) proto::bytes_field(n, 1, i);
+        for (const std::string& o : out) proto::bytes_field(n, 2, o);
+        proto::bytes_field(n, 3, fresh(op));
+        proto::bytes_field(n, 4, op);
+        for (const attr& a : attrs) {
+            std::string p;
+            proto::bytes_field(p, 1, a.name);
+            switch (a.kind) {
+                case attr::integer:
+                    proto::int_field(p, 3, a.i);
+                    proto::int_field(p, 20, 2);
+                    break;
+                case attr::integers:
+                    for (std::int64_t v : a.ints) proto::int_field(p, 8, v);
+                    proto::int_field(p, 20, 7);
+                    break;
+                case attr::real:
+                    proto::float_field(p, 2, a.f);
+                    proto::int_field(p, 20, 1);
+                    break;
+                case attr::tensor_value:
+                    proto::bytes_field(p, 5, a.t);
+                    proto::int_field(p, 20, 4);
+                    break;
+            }
+            proto::bytes_field(n, 5, p);
+        }
+        proto::bytes_field(nodes, 1, n);
+    }
+    // One output: its name.
+    std::string op1(const std::string& op, const std::vector<std::string>& in, const std::vector<attr>& attrs = {}) {
+        const std::string out = fresh("t");
+        node(op, in, {out}, attrs);
+        return out;
+    }
+    std::string initializer(const tensor& t, const std::string& hint = "c") {
+        const std::string name = fresh(hint);
+        proto::bytes_field(initializers, 5, onnx_tensor(name, t));
+        return name;
+    }
+    std::string int64s(const std::vector<std::int64_t>& v) {
+        tensor t(dtype::int64, dims{static_cast<std::ptrdiff_t>(v.size())});
+        for (std::size_t i = 0; i < v.size(); ++i) t.data<std::int64_t>()[i] = v[i];
+        return initializer(t, "i64");
+    }
+    std::string cast(const std::string& v, dtype from, dtype to) {
+        if (from == to) return v;
+        return op1("Cast", {v}, {int_attr("to", onnx_dtype(to))});
+    }
+};
+
+inline std::string onnx_value_info(const std::string& name, dtype d, const std::vector<std::string>& dim_names,
+                                   const std::vector<std::ptrdiff_t>* dims_or_null) {
+    std::string shape;
+    if (dims_or_null) {
+        for (std::size_t i = 0; i < dims_or_null->size(); ++i) {
+            std::string dim;
+            if ((*dims_or_null)[i] == dyn) proto::bytes_field(dim, 2, dim_names[i]);
+            else proto::int_field(dim, 1, (*dims_or_null)[i]);
+            proto::bytes_field(shape, 1, dim);
+        }
+    }
+    std::string tensor_type;
+    proto::int_field(tensor_type, 1, onnx_dtype(d));
+    if (dims_or_null) proto::bytes_field(tensor_type, 2, shape);
+    std::string type;
+    proto::bytes_field(type, 1, tensor_type);
+    std::string vi;
+    proto::bytes_field(vi, 1, name);
+    proto::bytes_field(vi, 2, type);
+    return vi;
+}
+
+template <int N = 0>
+std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& model_name,
+                             const char* entry) {
+    const function_graph& g = exe.graph;
+    onnx_builder b;
+    std::vector<std::string> value(g.nodes.size());
+    // Dynamic dimensions: their names (extents that were equal when traced share one) and, when a parameter needs
+    // one, its value computed from the input's shape.
+    std::vector<std::string> dim_name;
+    std::vector<std::pair<std::size_t, int>> dim_at;  // (argument, axis)
+    for (std::size_t k = 0; k < specs.size(); ++k)
+        for (std::size_t i = 0; i < specs[k].shape.size(); ++i)
+            if (specs[k].shape[i] == dyn) {
+                const std::size_t d = dim_at.size();
+                std::string nm = "dim" + std::to_string(d);
+                for (std::size_t e = 0; e < d && d < exe.traced_extents.size(); ++e)
+                    if (exe.traced_extents[e] == exe.traced_extents[d]) {
+                        nm = dim_name[e];  // equal when traced: the trace assumed them equal
+                        break;
+                    }
+                dim_name.push_back(nm);
+                dim_at.emplace_back(k, static_cast<int>(i));
+            }
+    std::vector<std::string> input_name(specs.size());
+    for (std::size_t k = 0; k < specs.size(); ++k) input_name[k] = "input_" + std::to_string(k);
+    std::map<int, std::string> extent_value;  // dynamic dim -> a 1-element int64 tensor
+    auto extent = [&](int d) -> std::string {
+        auto it = extent_value.find(d);
+        if (it != extent_value.end()) return it->second;
+        const auto [arg, axis] = dim_at[static_cast<std::size_t>(d)];
+        const std::string shape = b.op1("Shape", {input_name[arg]});
+        const std::string e = b.op1("Gather", {shape, b.int64s({axis})}, {onnx_builder::int_attr("axis", 0)});
+        return extent_value[d] = e;
+    };
+    auto unsupported = [&](std::size_t i, const std::string& why) {
+        const graph_node& n = g.nodes[i];
+        throw value_error(error_prefix("value_error", entry) + "node %" + std::to_string(i) + " ('" + n.op + "'" +
+                          (n.attrs.empty() ? "" : " " + n.attrs) + ") cannot be exported to ONNX: " + why);
+    };
+    // Parameters [first, first + count) of node i as a 1-D int64 tensor (computed where they follow an extent).
+    auto params_tensor = [&](std::size_t i, std::size_t first, std::size_t count) -> std::string {
+        const graph_node& n = g.nodes[i];
+        bool any_dynamic = false;
+        for (const dynamic_param& d : n.dynamic) any_dynamic = any_dynamic || (d.index >= first && d.index < first + count);
+        std::vector<std::int64_t> fixed(n.params.values.begin() + static_cast<std::ptrdiff_t>(first),
+                                        n.params.values.begin() + static_cast<std::ptrdiff_t>(first + count));
+        if (!any_dynamic) return b.int64s(fixed);
+        std::vector<std::string> parts;
+        for (std::size_t j = first; j < first + count; ++j) {
+            const dynamic_param* dp = nullptr;
+            for (const dynamic_param& d : n.dynamic)
+                if (d.index == j) dp = &d;
+            if (!dp) {
+                parts.push_back(b.int64s({n.params.values[j]}));
+                continue;
+            }
+            std::string v = extent(dp->dim);
+            if (dp->scale != 1) v = b.op1("Mul", {v, b.int64s({dp->scale})});
+            if (dp->offset != 0) v = b.op1("Add", {v, b.int64s({dp->offset})});
+            parts.push_back(v);
+        }
+        return parts.size() == 1 ? parts[0] : b.op1("Concat", parts, {onnx_builder::int_attr("axis", 0)});
+    };
+    auto scalar_param = [&](std::size_t i, std::size_t j) -> std::string {
+        // (Slice and Gather take 1-D starts and a rank-0 index: a 1-D one here, reshaped where needed.)
+        return params_tensor(i, j, 1);
+    };
+
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& n = g.nodes[i];
+        switch (n.kind) {
+            case node_kind::argument: value[i] = input_name[static_cast<std::size_t>(n.argument)]; continue;
+            case node_kind::constant:
+            case node_kind::variable: value[i] = b.initializer(n.value, "w"); continue;
+            case node_kind::effect:
+                throw value_error(error_prefix("value_error", entry) + "the function writes into tensors (node %" +
+                                  std::to_string(i) + ", '" + n.op + "'): only inference functions can be exported");
+            case node_kind::op: break;
+        }
+        std::vector<std::string> in;
+        std::vector<dtype> in_dtype;
+        for (std::int32_t v : n.inputs) {
+            in.push_back(value[static_cast<std::size_t>(v)]);
+            in_dtype.push_back(g.nodes[static_cast<std::size_t>(v)].dtype);
+        }
+        const std::map<std::string, std::string> a = split_attrs(n.attrs);
+        const std::string& op = n.op;
+        auto in_rank = [&](std::size_t k) { return g.nodes[static_cast<std::size_t>(n.inputs[k])].shape.rank; };
+        std::string out;
+        if (op == "matmul") {
+            out = b.op1("MatMul", {b.cast(in[0], in_dtype[0], n.dtype), b.cast(in[1], in_dtype[1], n.dtype)});
+        } else if (op == "concat") {
+            std::vector<std::string> parts;
+            for (std::size_t k = 0; k < in.size(); ++k) parts.push_back(b.cast(in[k], in_dtype[k], n.dtype));
+            out = b.op1("Concat", parts, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
+        } else if (op == "copy") {
+            out = b.op1("Identity", {in[0]});
+        } else if (op == "cast") {
+            out = b.cast(in[0], in_dtype[0], n.dtype);
+            if (out == in[0]) out = b.op1("Identity", {in[0]});
+        } else if (op == "sum" || op == "prod" || op == "max" || op == "min") {
+            std::vector<std::int64_t> axes;
+            for (int ax : attr_axes(a, "axes")) axes.push_back(ax);
+            if (axes.empty())
+                for (int k = 0; k < in_rank(0); ++k) axes.push_back(k);
+            const std::int64_t keep = attr_bool(a, "keepdims") ? 1 : 0;
+            const bool boolean = n.dtype == dtype::boolean;  // (max and min of bools: ONNX reduces numbers only)
+            const std::string x = boolean ? b.cast(in[0], in_dtype[0], dtype::int32) : b.cast(in[0], in_dtype[0], n.dtype);
+            if (axes.empty()) out = b.op1("Identity", {x});  // (a rank-0 operand)
+            else if (op == "sum") out = b.op1("ReduceSum", {x, b.int64s(axes)}, {onnx_builder::int_attr("keepdims", keep)});
+            else
+                out = b.op1(op == "prod" ? "ReduceProd" : op == "max" ? "ReduceMax" : "ReduceMin", {x},
+                            {onnx_builder::ints_attr("axes", axes), onnx_builder::int_attr("keepdims", keep)});
+            if (boolean) out = b.cast(out, dtype::int32, dtype::boolean);
+        } else if (op == "argmax" || op == "argmin") {
+            const std::vector<onnx_builder::attr> at = {onnx_builder::int_attr("axis", attr_axis(a, "axis")),
+                                                        onnx_builder::int_attr("keepdims", attr_bool(a, "keepdims"))};
+            const std::string x = in_dtype[0] == dtype::boolean ? b.cast(in[0], dtype::boolean, dtype::int32) : in[0];
+            out = b.op1(op == "argmax" ? "ArgMax" : "ArgMin", {x}, at);
+            if (is_floating(in_dtype[0])) {
+                // As NumPy and kiln: the first NaN wins (ONNX leaves NaN to the runtime).
+                const std::string nan = b.cast(b.op1("IsNaN", {x}), dtype::boolean, dtype::int32);
+                const std::string any = b.op1("ReduceMax", {nan}, {onnx_builder::ints_attr("axes", {attr_axis(a, "axis")}),
+                                                                   onnx_builder::int_attr("keepdims", attr_bool(a, "keepdims"))});
+                out = b.op1("Where", {b.cast(any, dtype::int32, dtype::boolean), b.op1("ArgMax", {nan}, at), out});
+            }
+        } else if (op == "reshape") {
+            out = b.op1("Reshape", {in[0], params_tensor(i, 0, n.params.values.size())}, {onnx_builder::int_attr("allowzero", 1)});
+        } else if (op == "broadcast_to") {
+            out = b.op1("Expand", {in[0], params_tensor(i, 0, n.params.values.size())});
+        } else if (op == "permute") {
+            std::vector<std::int64_t> perm;
+            for (int ax : attr_axes(a, "dims")) perm.push_back(ax);
+            out = b.op1("Transpose", {in[0]}, {onnx_builder::ints_attr("perm", perm)});
+        } else if (op == "transpose") {
+            std::vector<std::int64_t> perm;
+            for (int k = 0; k < in_rank(0); ++k) perm.push_back(k);
+            const int r = in_rank(0), x = attr_axis(a, "dim0"), y = attr_axis(a, "dim1");
+            std::swap(perm[static_cast<std::size_t>(x < 0 ? x + r : x)], perm[static_cast<std::size_t>(y < 0 ? y + r : y)]);
+            out = b.op1("Transpose", {in[0]}, {onnx_builder::ints_attr("perm", perm)});
+        } else if (op == "slice") {
+            out = b.op1("Slice", {in[0], scalar_param(i, 0), scalar_param(i, 1), b.int64s({attr_axis(a, "axis")}), scalar_param(i, 2)});
+        } else if (op == "select") {
+            const std::string index = b.op1("Reshape", {scalar_param(i, 0), b.int64s({})});  // rank 0: the axis goes
+            out = b.op1("Gather", {in[0], index}, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
+        } else if (op == "unsqueeze") {
+            out = b.op1("Unsqueeze", {in[0], b.int64s({attr_axis(a, "axis")})});
+        } else if (op == "full") {
+            const std::size_t r = n.params.values.size() - 1;
+            const std::string v = onnx_tensor("value", full(dims{1}, param_number(n.params.values[r]), n.dtype));
+            out = b.op1("ConstantOfShape", {params_tensor(i, 0, r)}, {onnx_builder::tensor_attr("value", v)});
+        } else {
+            // Elementwise: tensors and numbers in operand order, each as the dtype the op computes in.
+            const op_schema* s = find_op_or_null<N>(op);
+            if (!s || (s->family != op_family::elementwise && s->family != op_family::activation) || s->min_inputs != s->max_inputs)
+                unsupported(i, "ONNX has no mapping for it in kiln");
+            const std::size_t arity = static_cast<std::size_t>(s->min_inputs);
+            const std::uint32_t numbers = number_operands(a, arity);
+            // The tensors' dtype and each number's, as the loader makes them.
+            const std::optional<dtype> td =
+                tensor_operands_dtype(numbers, arity, op == "where", [&](std::size_t t) { return in_dtype[t]; });
+            std::vector<std::string> x;
+            std::vector<dtype> xd;
+            for (std::size_t k = 0, t = 0, q = 0; k < arity; ++k) {
+                if (!(numbers >> k & 1)) {
+                    x.push_back(in[t]);
+                    xd.push_back(in_dtype[t++]);
+                    continue;
+                }
+                const bool is_float = n.params.float_params >> q & 1;
+                bool follows_extent = false;
+                for (const dynamic_param& dp : n.dynamic) follows_extent = follows_extent || dp.index == q;
+                const std::int64_t bits = n.params.values[q++];
+                const dtype nd = number_operand_dtype(is_float, td);
+                if (follows_extent) {
+                    // A number that follows a dynamic extent (a mean's count): computed from the input's shape.
+                    const std::string v = b.op1("Reshape", {params_tensor(i, q - 1, 1), b.int64s({})});
+                    x.push_back(b.cast(v, dtype::int64, nd));
+                    xd.push_back(nd);
+                    continue;
+                }
+                x.push_back(b.initializer(is_float ? full(dims{}, param_number(bits), nd) : full(dims{}, static_cast<double>(bits), nd).to(nd), "n"));
+                if (!is_float) {
+                    // (An integer stored exactly: full() goes through double, exact below 2^53.)
+                    if (bits > (std::int64_t{1} << 53) || bits < -(std::int64_t{1} << 53)) unsupported(i, "an integer operand beyond 2^53");
+                }
+                xd.push_back(nd);
+            }
+            // The dtype the operands are computed in: the result's, except for predicates (their operands'
+            // promoted dtype) and where (its condition is bool).
+            static const std::map<std::string, std::string> unary = {
+                {"neg", "Neg"}, {"abs", "Abs"}, {"exp", "Exp"}, {"log", "Log"}, {"sqrt", "Sqrt"}, {"sin", "Sin"},
+                {"cos", "Cos"}, {"tan", "Tan"}, {"asin", "Asin"}, {"acos", "Acos"}, {"atan", "Atan"}, {"tanh", "Tanh"},
+                {"erf", "Erf"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"}, {"sign", "Sign"},
+                {"sigmoid", "Sigmoid"}, {"relu", "Relu"}, {"softplus", "Softplus"}, {"isnan", "IsNaN"}, {"logical_not", "Not"}};
+            static const std::map<std::string, std::string> binary = {
+                {"add", "Add"}, {"sub", "Sub"}, {"mul", "Mul"}, {"div", "Div"}, {"pow", "Pow"}, {"maximum", "Max"},
+                {"minimum", "Min"}, {"less", "Less"}, {"less_equal", "LessOrEqual"}, {"greater", "Greater"},
+                {"greater_equal", "GreaterOrEqual"}, {"equal", "Equal"}, {"logical_and", "And"}, {"logical_or", "Or"},
+                {"logical_xor", "Xor"}};
+            const bool predicate = op == "less" || op == "less_equal" || op == "greater" || op == "greater_equal" ||
+                                   op == "equal" || op == "not_equal" || op == "isnan" || op == "isinf" || op == "isfinite";
+            const bool logical = op == "logical_and" || op == "logical_or" || op == "logical_xor" || op == "logical_not";
+            dtype cd = n.dtype;
+            if (predicate) {
+                cd = xd[0];
+                for (dtype d : xd) cd = promote(cd, d);
+                // ONNX orders numbers only: bools compare as 0 and 1.
+                if (cd == dtype::boolean && op != "equal" && op != "not_equal") cd = dtype::int32;
+            }
+            if (logical || (n.dtype == dtype::boolean && op.rfind("bitwise_", 0) == 0)) cd = dtype::boolean;
+            std::vector<std::string> c;
+            for (std::size_t k = 0; k < x.size(); ++k)
+                c.push_back(op == "where" && k == 0 ? b.cast(x[k], xd[k], dtype::boolean) : b.cast(x[k], xd[k], cd));
+            if ((op == "floor" || op == "ceil" || op == "round" || op == "trunc" || op == "abs") && n.dtype == dtype::boolean) {
+                out = b.op1("Identity", c);  // bools pass through unchanged
+            } else if ((op == "floor" || op == "ceil" || op == "round" || op == "trunc") && !is_floating(n.dtype)) {
+                out = b.op1("Identity", c);  // integers and bools pass through unchanged
+            } else if ((op == "isnan" || op == "isinf" || op == "isfinite") && !is_floating(cd)) {
+                const std::string same = b.op1("Equal", c.size() ? std::vector<std::string>{c[0], c[0]} : c);  // all true
+                out = op == "isfinite" ? same : b.op1("Not", {same});
+            } else if (op == "isfinite") {
+                out = b.op1("Not", {b.op1("Or", {b.op1("IsNaN", c), b.op1("IsInf", c)})});
+            } else if (n.dtype == dtype::boolean && (op == "bitwise_and" || op == "bitwise_or" || op == "bitwise_xor" || op == "bitwise_not")) {
+                // On bools the bitwise ops are the logical ones (ONNX's bitwise operators come with opset 18).
+                out = b.op1(op == "bitwise_and" ? "And" : op == "bitwise_or" ? "Or" : op == "bitwise_xor" ? "Xor" : "Not", c);
+            } else if (n.dtype == dtype::boolean && (op == "add" || op == "mul" || op == "maximum" || op == "minimum")) {
+                out = b.op1(op == "add" || op == "maximum" ? "Or" : "And", c);  // bools: or and and, as kiln computes them
+            } else if (unary.count(op) && arity == 1) {
+                out = b.op1(unary.at(op), c);
+            } else if (binary.count(op) && arity == 2) {
+                out = b.op1(binary.at(op), c);
+            } else if (op == "not_equal") {
+                out = b.op1("Not", {b.op1("Equal", c)});
+            } else if (op == "isinf") {
+                out = b.op1("IsInf", c);
+            } else if (op == "square") {
+                out = b.op1("Mul", {c[0], c[0]});
+            } else if (op == "rsqrt") {
+                out = b.op1("Reciprocal", {b.op1("Sqrt", c)});
+            } else if (op == "where" && cd == dtype::boolean) {
+                // (c and x) or (not c and y): exact, and ONNX Runtime has no Where kernel for bools.
+                out = b.op1("Or", {b.op1("And", {c[0], c[1]}), b.op1("And", {b.op1("Not", {c[0]}), c[2]})});
+            } else if (op == "where") {
+                out = b.op1("Where", c);
+            } else if (op == "clamp") {
+                out = b.op1("Min", {b.op1("Max", {c[0], c[1]}), c[2]});
+            } else if (op == "silu") {
+                out = b.op1("Mul", {c[0], b.op1("Sigmoid", {c[0]})});
+            } else if (op == "gelu") {
+                const std::string half = b.initializer(full(dims{}, 0.5, cd), "n"), one = b.initializer(full(dims{}, 1.0, cd), "n");
+                const std::string r2 = b.initializer(full(dims{}, 0.70710678118654752440, cd), "n");
+                out = b.op1("Mul", {b.op1("Mul", {half, c[0]}), b.op1("Add", {one, b.op1("Erf", {b.op1("Mul", {c[0], r2})})})});
+            } else if (op == "elu") {
+                out = b.op1("Elu", c, {onnx_builder::float_attr("alpha", 1.0f)});
+            } else if (op == "leaky_relu") {
+                const std::string zero = b.initializer(full(dims{}, 0.0, cd), "n");
+                out = b.op1("Where", {b.op1("Less", {c[0], zero}), b.op1("Mul", {c[0], c[1]}), c[0]});
+            } else if (op == "relu_backward") {
+                const std::string zero = b.initializer(full(dims{}, 0.0, cd), "n");
+                out = b.op1("Where", {b.op1("Greater", {c[1], zero}), c[0], b.op1("Mul", {c[0], zero})});
+            } else {
+                unsupported(i, "ONNX opset 17 has no operator for it that computes what kiln computes");
+            }
+        }
+        value[i] = out;
+    }
+
+    std::string graph = b.nodes;
+    // Outputs: an Identity each, so an output is a value of its own (an argument or a constant returned, or the
+    // same value twice, included).
+    std::string outputs;
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+        const std::string name = "output_" + std::to_string(k);
+        std::string node;
+        proto::bytes_field(node, 1, value[static_cast<std::size_t>(g.outputs[k])]);
+        proto::bytes_field(node, 2, name);
+        proto::bytes_field(node, 3, "return_" + std::to_string(k));
+        proto::bytes_field(node, 4, "Identity");
+        proto::bytes_field(graph, 1, node);
+        // (Its rank; each extent a named dimension of its own, since which of them follow a dynamic input is not
+        // recorded: shape inference fills in the fixed ones.)
+        const graph_node& o = g.nodes[static_cast<std::size_t>(g.outputs[k])];
+        std::vector<std::ptrdiff_t> unknown(static_cast<std::size_t>(o.shape.rank), dyn);
+        std::vector<std::string> names;
+        for (int i = 0; i < o.shape.rank; ++i) names.push_back(name + "_dim" + std::to_string(i));
+        proto::bytes_field(outputs, 12, onnx_value_info(name, o.dtype, names, &unknown));
+    }
+    proto::bytes_field(graph, 2, model_name);
+    graph += b.initializers;
+    std::size_t d = 0;
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+        std::vector<std::string> names(specs[k].shape.size());
+        for (std::size_t i = 0; i < specs[k].shape.size(); ++i)
+            if (specs[k].shape[i] == dyn) names[i] = dim_name[d++];
+        proto::bytes_field(graph, 11, onnx_value_info(input_name[k], specs[k].dtype, names, &specs[k].shape));
+    }
+    graph += outputs;
+
+    std::string model;
+    proto::int_field(model, 1, 8);  // ir_version
+    proto::bytes_field(model, 2, "kiln");
+    proto::bytes_field(model, 3, "1");
+    proto::bytes_field(model, 7, graph);
+    std::string opset;
+    proto::bytes_field(opset, 1, "");
+    proto::int_field(opset, 2, 17);
+    proto::bytes_field(model, 8, opset);
+    return model;
+}
+
+}  // namespace detail
+
+// The ONNX model's bytes for `fn` traced for `signature`.
+template <class F>
+std::string onnx_bytes(const function<F>& fn, const std::vector<spec>& signature) {
+    const auto exe = detail::compile_for(fn, signature, "export_onnx");
+    return detail::onnx_model_bytes(*exe, signature, fn.options().name, "export_onnx");
+}
+
+// Writes `fn` traced for `signature` as an ONNX model (IR 8, opset 17); kiln::dyn extents are named dimensions.
+template <class F>
+void export_onnx(const function<F>& fn, const std::vector<spec>& signature, const std::string& path) {
+    detail::write_file_atomically(path, onnx_bytes(fn, signature), "export_onnx");
+}
+
+}  // namespace kiln
