@@ -8,7 +8,8 @@ case "$what" in
   demo) ;;
   # The tests: doctest, python3 with venv for the NumPy differential test (NumPy 2 comes from PyPI into a virtual
   # environment), clang with its sanitizer and fuzzer runtimes.
-  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev) ;;
+  # OpenMPI for the data-parallel tests (kiln/distributed.hpp), run under mpirun.
+  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev libopenmpi-dev openmpi-bin) ;;
   bench) packages+=(libbenchmark-dev libeigen3-dev python3) ;;
   *) echo "install-deps.sh: unknown set '$what' (demo, test or bench)" >&2; exit 2 ;;
 esac

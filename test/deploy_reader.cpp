@@ -1,9 +1,11 @@
 // The reader of the deployment test (issue #16): it loads DIR/model.kfn, written by test/deploy_writer.cpp, with
 // none of the model's code, runs it on the reference inputs of two batch sizes (one trace, dynamic batch) and
-// requires the results the writer computed eagerly, bit for bit.
+// requires the results the writer computed eagerly, bit for bit; and DIR/graph_model.kfn, a graph-mode model saved
+// with its session's parameters, whose results must be the session's (kiln::session::run) to 1e-5 relative.
 //   deploy_reader DIR
 #include <kiln/io/function_file.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -58,6 +60,21 @@ int main(int argc, char** argv) {
         } catch (const kiln::dtype_error& e) {
             expect(std::string(e.what()).find("argument 0 is float64, but its spec is (?, 10) float32") != std::string::npos,
                    "a wrong dtype names the argument and its spec");
+        }
+        // The graph-mode model: its one argument is the input; its weights are in the file.
+        const kiln::loaded_function gm = kiln::load(dir + "/graph_model.kfn");
+        expect(gm.signature().size() == 1 && gm.signature()[0].shape == std::vector<std::ptrdiff_t>{kiln::dyn, 10},
+               "the graph-mode model takes its input (?, 10) and nothing else");
+        for (const char* b : {"1", "9"}) {
+            const std::vector<kiln::tensor> out = gm(ref.at(std::string("graph/x/") + b));
+            const kiln::tensor want = ref.at(std::string("graph/prediction/") + b).contiguous();
+            bool ok = out.size() == 1 && out[0].shape() == want.shape() && out[0].dtype() == want.dtype();
+            const kiln::tensor got = ok ? out[0].contiguous() : want;
+            for (std::ptrdiff_t i = 0; ok && i < want.numel(); ++i) {
+                const double x = got.data<float>()[i], y = want.data<float>()[i];
+                ok = std::fabs(x - y) <= 1e-5 * std::fmax(1.0, std::fabs(y));
+            }
+            expect(ok, std::string("graph-mode model, batch ") + b + ": the session's predictions to 1e-5");
         }
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "deploy_reader: %s\n", e.what());

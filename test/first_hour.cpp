@@ -377,6 +377,56 @@ TEST_CASE("the lazy loader reshuffles every epoch from its seed and reuses its b
     CHECK_THROWS_AS(kiln::data::loader(x, y, 0), kiln::value_error);
 }
 
+TEST_CASE("sharded batches: disjoint slices of the same global batches, the last one split or dropped alike") {
+    // 11 rows in batches of 4 over 3 processes: batches of 4, 4 and 3 rows, sliced 1+1+2, 1+1+2 and 1+1+1.
+    const kiln::tensor x = kiln::arange(0, 22).reshape({11, 2}).to(kiln::float32);
+    const kiln::tensor y = kiln::arange(0, 11);
+    std::vector<std::vector<double>> global;  // each batch's rows (y) from the unsharded loader
+    kiln::data::loader whole(x, y, 4, {.seed = 3});
+    for (const auto& b : whole) {
+        global.push_back(values(b.y));
+        CHECK(b.global_rows == b.y.shape()[0]);
+    }
+    REQUIRE(global.size() == 3);
+    std::vector<std::vector<std::vector<double>>> parts(3);
+    for (int k = 0; k < 3; ++k) {
+        kiln::data::loader part(x, y, 4, {.seed = 3, .shard = {k, 3}});
+        CHECK(part.size() == 3);
+        for (const auto& b : part) {
+            parts[static_cast<std::size_t>(k)].push_back(values(b.y));
+            const auto xv = values(b.x), yv = values(b.y);
+            for (std::size_t i = 0; i < yv.size(); ++i) CHECK(xv[2 * i] == 2 * yv[i]);  // x and y stay paired
+        }
+    }
+    CHECK((global[0].size() == 4 && global[1].size() == 4 && global[2].size() == 3));
+    for (std::size_t b = 0; b < 3; ++b) {
+        std::vector<double> joined;  // the shards in process order are the global batch in order
+        for (int k = 0; k < 3; ++k) {
+            const auto& p = parts[static_cast<std::size_t>(k)][b];
+            joined.insert(joined.end(), p.begin(), p.end());
+        }
+        CHECK(joined == global[b]);
+    }
+    CHECK(parts[2][0].size() == 2);
+    CHECK(parts[0][2].size() == 1);
+    // A last batch of fewer rows than processes is dropped on every process (11 rows in batches of 5 over 2: 1 left).
+    kiln::data::loader tail(x, y, 5, {.seed = 3, .shard = {1, 2}});
+    CHECK(tail.size() == 2);
+    int count = 0;
+    for (const auto& b : tail) {
+        CHECK(b.global_rows == 5);
+        CHECK(b.y.shape()[0] == 3);  // rows [2, 5) of 5
+        ++count;
+    }
+    CHECK(count == 2);
+    const auto listed = kiln::data::batches(x, y, 5, false, kiln::default_generator(), {0, 2});
+    REQUIRE(listed.size() == 2);
+    CHECK(values(listed[1].y) == std::vector<double>{5, 6});
+    CHECK_THROWS_WITH_AS(kiln::data::loader(x, y, 4, {.shard = {3, 3}}), doctest::Contains("shard 3 of 3 does not exist"), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::data::loader(x, y, 2, {.shard = {0, 3}}),
+                         doctest::Contains("a global batch of 2 rows cannot be split over 3 processes"), kiln::value_error);
+}
+
 TEST_CASE("graph-mode var and std, and the new activations as layer values") {
     const auto x = kiln::input<"x", double>();
     std::vector<double> xv{1, 2, 3, 5, 7, 9};

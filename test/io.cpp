@@ -489,7 +489,7 @@ TEST_CASE("ONNX: kiln's export reads back with kiln::load_onnx and computes what
         for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
     }
     // The graph holds ONNX's ops by name.
-    CHECK(kiln::to_string(f.graph()).find("MatMul(") != std::string::npos);
+    CHECK(kiln::to_string(f.graph()).find("Gemm(") != std::string::npos);  // (matmul + bias: one Gemm)
 }
 
 TEST_CASE("ONNX: a damaged or unsupported model is refused with a kiln::file_error naming what is wrong") {
@@ -518,4 +518,14 @@ TEST_CASE("ONNX: a damaged or unsupported model is refused with a kiln::file_err
         ++handled;
     }
     CHECK(handled == static_cast<int>(good.size()));
+}
+
+TEST_CASE("ONNX export: an op opset 17 cannot express is refused, naming the node and the op") {
+    auto f = kiln::function([](const kiln::tensor& a) { return kiln::bitwise_and(a, a * 2) + 1; }, {.name = "bits"});
+    CHECK_THROWS_WITH_AS((void)kiln::onnx_bytes(f, {kiln::spec(kiln::int32, {4})}),
+                         doctest::Contains("('bitwise_and') cannot be exported to ONNX: ONNX opset 17 has no operator"),
+                         kiln::value_error);
+    // On bools the bitwise ops are the logical ones, which ONNX has.
+    auto g = kiln::function([](const kiln::tensor& a) { return kiln::bitwise_and(a, kiln::logical_not(a)); });
+    CHECK(!kiln::onnx_bytes(g, {kiln::spec(kiln::bool_, {4})}).empty());
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../examples/mlp_eager.hpp"
+#include "../examples/mlp_graph.hpp"
 #include "fuzz/replay.hpp"
 #include "fuzz/run_loaded.hpp"
 

@@ -36,7 +36,7 @@ def check(ok, what):
 
 
 models = sorted(glob.glob(os.path.join(work, "*.onnx")))
-check(len(models) >= 4, "the tool wrote %d models" % len(models))
+check(len(models) >= 6, "the tool wrote %d models" % len(models))
 for path in models:
     name = os.path.basename(path)[:-5]
     model = onnx.load(path)
@@ -48,6 +48,22 @@ for path in models:
         continue
     check(model.ir_version == 8 and [o.version for o in model.opset_import if o.domain == ""] == [17],
           "%s: IR version 8, opset 17" % name)
+    # The patterns ONNX has one operator for are written as that operator, and nothing the outputs do not need.
+    ops = [n.op_type for n in model.graph.node]
+    want_ops = {"reference": {"Gemm", "Relu"}, "graph_mode": {"Gemm", "Relu"}, "classifier": {"Softmax", "LogSoftmax", "Gemm", "Tanh"},
+                "composites": {"Gemm", "Squeeze", "Mod", "Atan"}}.get(name, set())
+    check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
+    if name == "classifier":
+        check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,
+              "classifier: softmax's parts and the products under Gemm are not written as well")
+        dims = [[d.dim_value if d.HasField("dim_value") else d.dim_param for d in o.type.tensor_type.shape.dim]
+                for o in model.graph.output]
+        check(dims[0][1] == 4 and isinstance(dims[0][0], str) and dims[1] == [dims[1][0]] and dims[2][1] == 4,
+              "classifier: outputs have their static extents fixed and the batch named (%s)" % dims)
+    if name == "composites":
+        gemm = [n for n in model.graph.node if n.op_type == "Gemm"]
+        check(len(gemm) == 1 and any(a.name == "transB" and a.i == 1 for a in gemm[0].attribute),
+              "composites: a matmul with a transposed weight plus a bias is one Gemm with transB=1")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "../eager/eager.hpp"
@@ -27,12 +29,40 @@ inline tensor take_rows(const tensor& t, const std::vector<std::ptrdiff_t>& inde
 
 struct batch {
     tensor x, y;
+    std::ptrdiff_t global_rows = 0;  // the rows of the global batch this one is a shard of (x's rows when unsharded)
 };
 
-// Splits (x, y) into batches of `size` rows (the last may be smaller), in a shuffled order when `shuffle`.
+// Data parallelism: process `index` of `count` takes the index-th of `count` disjoint, contiguous slices of each
+// global batch (rows [n * index / count, n * (index + 1) / count) of its n rows), every process drawing the same
+// shuffled order from the same seed. A last batch of fewer rows than processes is dropped on every process alike;
+// other uneven slices differ by at most one row, so average gradients weighted by rows
+// (kiln::distributed::all_reduce_mean(grads, rows)) to get the global batch's.
+struct shard {
+    int index = 0;
+    int count = 1;
+};
+
+namespace detail {
+inline void check_shard(const shard& s, std::ptrdiff_t batch_size, const char* entry) {
+    if (s.count < 1 || s.index < 0 || s.index >= s.count)
+        throw value_error(std::string("kiln: value_error in '") + entry + "': shard " + std::to_string(s.index) + " of " +
+                          std::to_string(s.count) + " does not exist (0 <= index < count)");
+    if (batch_size < s.count)
+        throw value_error(std::string("kiln: value_error in '") + entry + "': a global batch of " + std::to_string(batch_size) +
+                          " rows cannot be split over " + std::to_string(s.count) + " processes");
+}
+// [first, last) of the shard's rows within a batch of n rows.
+inline std::pair<std::ptrdiff_t, std::ptrdiff_t> shard_rows(const shard& s, std::ptrdiff_t n) {
+    return {n * s.index / s.count, n * (s.index + 1) / s.count};
+}
+}  // namespace detail
+
+// Splits (x, y) into batches of `size` rows (the last may be smaller), in a shuffled order when `shuffle`; with a
+// shard, each batch's slice for that process (see kiln::data::shard).
 inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff_t size, bool shuffle,
-                                  generator& g = default_generator()) {
+                                  generator& g = default_generator(), shard part = {}) {
     if (size <= 0) throw value_error("kiln: value_error in 'data::batches': the batch size must be positive");
+    detail::check_shard(part, size, "data::batches");
     if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
         throw shape_error("kiln: shape_error in 'data::batches': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
                           " must have the same number of rows");
@@ -45,8 +75,11 @@ inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff
                       order[static_cast<std::size_t>(g.next() % static_cast<std::uint64_t>(i + 1))]);
     std::vector<batch> out;
     for (std::ptrdiff_t s = 0; s < n; s += size) {
-        const std::vector<std::ptrdiff_t> idx(order.begin() + s, order.begin() + std::min(n, s + size));
-        out.push_back({take_rows(x, idx), take_rows(y, idx)});
+        const std::ptrdiff_t rows = std::min(n, s + size) - s;
+        if (rows < part.count) break;  // (too few rows to give every process one: dropped everywhere)
+        const auto [lo, hi] = detail::shard_rows(part, rows);
+        const std::vector<std::ptrdiff_t> idx(order.begin() + s + lo, order.begin() + s + hi);
+        out.push_back({take_rows(x, idx), take_rows(y, idx), rows});
     }
     return out;
 }
@@ -69,6 +102,7 @@ public:
         bool shuffle = true;
         bool drop_last = false;
         std::uint64_t seed = 0;
+        kiln::data::shard shard = {};  // this process's slice of each global batch (data parallelism)
     };
 
     basic_loader(const tensor& x, const tensor& y, std::ptrdiff_t batch_size)
@@ -80,13 +114,15 @@ public:
         if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
             throw shape_error("kiln: shape_error in 'data::loader': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
                               " must have the same number of rows");
+        detail::check_shard(o.shard, batch_size, "data::loader");
         rows_ = x.shape()[0];
         order_.resize(static_cast<std::size_t>(rows_));
     }
 
-    // Batches per epoch.
+    // Batches per epoch (with a shard, a last batch of fewer rows than processes is dropped).
     std::ptrdiff_t size() const noexcept {
-        return opt_.drop_last ? rows_ / size_ : (rows_ + size_ - 1) / size_;
+        const std::ptrdiff_t full = rows_ / size_, rest = rows_ % size_;
+        return full + (!opt_.drop_last && rest > 0 && rest >= opt_.shard.count ? 1 : 0);
     }
     std::ptrdiff_t rows() const noexcept { return rows_; }
     // How many epochs have begun.
@@ -141,7 +177,10 @@ private:
     }
 
     void gather(std::ptrdiff_t b) {
-        const std::ptrdiff_t first = b * size_, n = std::min(size_, rows_ - first);
+        const std::ptrdiff_t global_first = b * size_, global_n = std::min(size_, rows_ - global_first);
+        const auto [lo, hi] = detail::shard_rows(opt_.shard, global_n);
+        const std::ptrdiff_t first = global_first + lo, n = hi - lo;
+        current_.global_rows = global_n;
         auto fill = [&](const tensor& src, tensor& buf, tensor& view) {
             if (buf.numel() == 0 && src.numel() > 0) {
                 dims s = src.shape();

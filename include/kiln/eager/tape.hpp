@@ -472,6 +472,12 @@ inline void record_concat(const std::vector<tensor>& parts, const tensor& y, int
 class variable : public tensor {
 public:
     explicit variable(const tensor& initial) : tensor(initial.clone()) { trainable_ = true; }
+    // A variable over `t`'s own storage, not a copy: writes through either are seen by both (a graph-mode
+    // session's parameter read by a traced function, kiln::trace(session, expr)).
+    static variable over(const tensor& t) {
+        t.check_valid("variable::over");
+        return variable(t, shared{});
+    }
     variable(const variable&) = default;
     variable(variable&&) noexcept = default;
     ~variable() = default;
@@ -501,6 +507,9 @@ public:
     }
 
 private:
+    struct shared {};
+    variable(const tensor& t, shared) : tensor(t) { trainable_ = true; }
+
     void mark_rebound(const variable& next) noexcept {
         detail::storage* s = storage_handle().get();
         if (!s || s->trace_owner) return;  // moved from, or symbolic

@@ -184,7 +184,10 @@ struct expression_function {
     template <class... T>
         requires(sizeof...(T) == arity && (std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...))
     auto operator()(const T&... ts) const {
-        const std::array<tensor, arity> in{static_cast<const tensor&>(ts)...};
+        return evaluate(std::array<tensor, arity>{static_cast<const tensor&>(ts)...});
+    }
+
+    auto evaluate(const std::array<tensor, arity>& in) const {
         check(in, leaves{});
         graph_evaluator<Roots...> ev(in);
         if constexpr (sizeof...(Roots) == 1) {
@@ -221,6 +224,45 @@ struct expression_function {
     }
 };
 
+// kiln::trace(session, roots...)'s callable: the expression's inputs are its arguments and its parameters are the
+// session's, read as variables over the session's own storage (so a call sees the values the session holds then,
+// and kiln::save writes them).
+template <class... Roots>
+struct session_expression_function {
+    using full = expression_function<Roots...>;
+    using leaves = typename full::leaves;
+    static constexpr std::size_t inputs = []<class... L>(types<L...>) { return (std::size_t{0} + ... + (is_param_v<L> ? 0 : 1)); }(leaves{});
+    full expr;
+    std::array<tensor, full::arity> bound;  // the parameters' variables, at their leaves' positions
+
+    template <class... T>
+        requires(sizeof...(T) == inputs && (std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...))
+    auto operator()(const T&... ts) const {
+        const std::array<tensor, inputs> given{static_cast<const tensor&>(ts)...};
+        std::array<tensor, full::arity> in = bound;
+        [&]<class... L>(types<L...>) {
+            std::size_t k = 0, a = 0;
+            ((is_param_v<L> ? void(++k) : void(in[k++] = given[a++])), ...);
+        }(leaves{});
+        return expr.evaluate(in);
+    }
+};
+
+template <class... Leaves>
+std::vector<spec> input_leaf_specs(types<Leaves...>) {
+    std::vector<spec> out;
+    bool known = true;
+    ([&] {
+        if constexpr (!is_param_v<Leaves>) {
+            if constexpr (spec_extents<typename Leaves::shape_type>::known)
+                out.push_back(spec(dtype_of<typename Leaves::value_type>(), spec_extents<typename Leaves::shape_type>::get()));
+            else known = false;
+        }
+    }(), ...);
+    if (!known) out.clear();
+    return out;
+}
+
 template <class... Leaves>
 std::vector<spec> leaf_specs(types<Leaves...>) {
     if constexpr ((spec_extents<typename Leaves::shape_type>::known && ...))
@@ -251,6 +293,41 @@ auto trace(const Roots&... roots) {
     std::vector<spec> specs = detail::leaf_specs(typename fn::leaves{});
     if (specs.empty()) return function<fn>(fn{std::tuple<Roots...>(roots...)}, std::move(o));
     return function<fn>(fn{std::tuple<Roots...>(roots...)}, std::move(specs), std::move(o));
+}
+
+// A compile-time graph whose parameters live in a kiln::session, as a traced function of its inputs only: the
+// deployable form of a graph-mode model (kiln::save and kiln::export_onnx write the session's values).
+//
+//   kiln::session s;  ... s.run(step, x = ..., y = ...);                // trained in graph mode
+//   auto predict = kiln::trace(s, prediction);                        // a kiln::function of x
+//   kiln::save(predict, {kiln::spec(kiln::float32, {kiln::dyn, 10})}, "model.kiln");
+//
+// The session creates the parameters it does not hold yet from their initializers (session::initialize), and
+// each parameter is read as a variable over the session's storage: a call sees the values the session holds
+// then, so training the session on does not need a new trace. kiln::input_names(roots...) with the parameters left
+// out is the arguments' order.
+template <class Session, class... Roots>
+    requires(sizeof...(Roots) > 0 && !is_graph_v<Session> && (is_graph_v<Roots> && ...) &&
+             requires(Session& s, std::string_view n) { s.parameter(n); s.has_parameter(n); })
+auto trace(Session& session, const Roots&... roots) {
+    using fn = detail::session_expression_function<Roots...>;
+    using leaves = typename fn::leaves;
+    static_assert(fn::inputs > 0, "kiln::trace(session, expr): the expression has no inputs (only parameters); "
+                                  "kiln::session::run computes it");
+    (session.initialize(roots), ...);
+    fn f{typename fn::full{std::tuple<Roots...>(roots...)}, {}};
+    [&]<class... L>(detail::types<L...>) {
+        std::size_t k = 0;
+        ([&] {
+            if constexpr (is_param_v<L>) f.bound[k] = variable::over(session.parameter(L::name.view()));
+            ++k;
+        }(), ...);
+    }(leaves{});
+    function_options o;
+    o.name = "trace";
+    std::vector<spec> specs = detail::input_leaf_specs(leaves{});
+    if (specs.empty()) return function<fn>(std::move(f), std::move(o));
+    return function<fn>(std::move(f), std::move(specs), std::move(o));
 }
 
 }  // namespace kiln

@@ -15,8 +15,10 @@
 #include <limits>
 #include <cctype>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <typeindex>
 #include <unordered_map>
@@ -230,6 +232,19 @@ public:
     }
     generator& rng() noexcept { return gen_; }
 
+    // A training step's gradient, as on_gradients() hands it over: the parameter's name and its gradient's
+    // contiguous, writable memory (`numel` elements of `dtype`).
+    struct gradient {
+        std::string_view name;
+        kiln::dtype dtype;
+        void* data;
+        std::ptrdiff_t numel;
+    };
+    // Calls `hook` in every training step (run(step, ...)) with every parameter's gradient, after all of them are
+    // computed and before any parameter changes; what the hook writes into them is what the update uses. A
+    // data-parallel all-reduce goes here (kiln::distributed::all_reduce_gradients). An empty function removes it.
+    void on_gradients(std::function<void(std::span<const gradient>)> hook) { gradient_hook_ = std::move(hook); }
+
     // Checkpoints (kiln/io/checkpoint.hpp). The state of the training step that has run: "optimizer/<parameter>/<k>"
     // for its k-th slot of each parameter, "optimizer/step" (int64), and its rule's kind ("adam", ...).
     template <int N = 0>
@@ -385,6 +400,13 @@ private:
             (compute_gradient<plan_t, Params, I>(std::get<I>(grads), users, st), ...);
         }(std::index_sequence_for<Params...>{});
 
+        if (gradient_hook_) {
+            constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
+            std::array<gradient, sizeof...(Params)> gs;
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)  // (the grads are contiguous buffers the step owns)
+                gs[p] = {names[p], dtype_of<T>(), const_cast<T*>(st.grads[p].data), st.params[p]->numel()};
+            gradient_hook_(std::span<const gradient>(gs));
+        }
         st.rule.next_step(++st.t);
         [&]<std::size_t... I>(std::index_sequence<I...>) {
             (update<Params, I>(st), ...);
@@ -592,6 +614,7 @@ private:
     std::unordered_map<std::type_index, std::unique_ptr<cache_base>> cache_;
     std::type_index last_key_{typeid(void)};
     cache_base* last_ = nullptr;
+    std::function<void(std::span<const gradient>)> gradient_hook_;
     // A checkpoint's training state loaded before its step first ran (load_training_state).
     std::map<std::string, tensor> pending_;
     std::string pending_kind_, pending_file_;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "function_file.hpp"
+#include "onnx_plan.hpp"
 
 namespace kiln {
 
@@ -173,6 +174,78 @@ inline std::string onnx_value_info(const std::string& name, dtype d, const std::
     return vi;
 }
 
+// Ops that ONNX has no operator for, as ONNX operators that compute what kiln computes, special values included.
+inline std::string onnx_float_composite(onnx_builder& b, const std::string& op, const std::vector<std::string>& c, dtype cd) {
+    auto k = [&](double v) { return b.initializer(full(dims{}, v, cd), "n"); };
+    auto where = [&](const std::string& p, const std::string& x, const std::string& y) { return b.op1("Where", {p, x, y}); };
+    auto eq = [&](const std::string& x, const std::string& y) { return b.op1("Equal", {x, y}); };
+    auto less = [&](const std::string& x, const std::string& y) { return b.op1("Less", {x, y}); };
+    // The sign bit: x < 0, or x is -0 (1 / -0 is -inf).
+    auto signbit = [&](const std::string& x) {
+        return b.op1("Or", {less(x, k(0)), b.op1("And", {eq(x, k(0)), less(b.op1("Div", {k(1), x}), k(0))})});
+    };
+    const std::string& x = c[0];
+    if (op == "log1p") {
+        // u = 1 + x; log(u) * x / (u - 1), exact where u rounds to 1 (x itself, -0 kept) and at +inf.
+        const std::string u = b.op1("Add", {k(1), x});
+        const std::string q = b.op1("Mul", {b.op1("Log", {u}), b.op1("Div", {x, b.op1("Sub", {u, k(1)})})});
+        const std::string pos_inf = b.op1("IsInf", {x}, {onnx_builder::int_attr("detect_negative", 0)});
+        return where(b.op1("Or", {eq(u, k(1)), pos_inf}), where(eq(u, k(1)), x, u), q);
+    }
+    if (op == "expm1") {
+        // u = exp(x); (u - 1) * x / log(u), exact where u rounds to 1 (x itself), to 0 (-1) and at +inf.
+        const std::string u = b.op1("Exp", {x}), um1 = b.op1("Sub", {u, k(1)});
+        const std::string q = b.op1("Mul", {um1, b.op1("Div", {x, b.op1("Log", {u})})});
+        return where(eq(u, k(1)), x, where(b.op1("Or", {eq(um1, k(-1)), b.op1("IsInf", {u})}), um1, q));
+    }
+    if (op == "atan2") {
+        // atan(y / x) moved by pi by the signs of x and y; two infinities as their signs, two zeros as y (the
+        // signed zero) before the move, as IEEE's atan2.
+        const std::string y0 = c[0], x0 = c[1];
+        const std::string both_inf = b.op1("And", {b.op1("IsInf", {y0}), b.op1("IsInf", {x0})});
+        const std::string y = where(both_inf, b.op1("Sign", {y0}), y0), xx = where(both_inf, b.op1("Sign", {x0}), x0);
+        const std::string both_zero = b.op1("And", {eq(y, k(0)), eq(xx, k(0))});
+        const std::string r = where(both_zero, y, b.op1("Atan", {b.op1("Div", {y, xx})}));
+        const std::string pi = k(3.14159265358979323846);
+        return where(signbit(xx), where(signbit(y), b.op1("Sub", {r, pi}), b.op1("Add", {r, pi})), r);
+    }
+    // floor_divide and remainder of floating numbers, from C's fmod (ONNX's Mod with fmod=1), as kiln computes them.
+    const std::string a = c[0], d = c[1];
+    const std::string mod = b.op1("Mod", {a, d}, {onnx_builder::int_attr("fmod", 1)});
+    const std::string mod_nonzero = b.op1("Not", {eq(mod, k(0))});
+    const std::string other_sign = b.op1("Xor", {less(mod, k(0)), less(d, k(0))});
+    if (op == "remainder") {
+        // A nonzero remainder takes the divisor's sign (r + d); a zero one is 0 with the divisor's sign.
+        const std::string signed_zero = where(signbit(d), k(-0.0), k(0));
+        return where(mod_nonzero, where(other_sign, b.op1("Add", {mod, d}), mod), signed_zero);
+    }
+    const std::string q = b.op1("Div", {a, d});
+    std::string div = b.op1("Div", {b.op1("Sub", {a, mod}), d});
+    div = where(b.op1("And", {mod_nonzero, other_sign}), b.op1("Sub", {div, k(1)}), div);
+    std::string fl = b.op1("Floor", {div});
+    fl = where(b.op1("Greater", {b.op1("Sub", {div, fl}), k(0.5)}), b.op1("Add", {fl, k(1)}), fl);
+    const std::string signed_zero = where(signbit(q), k(-0.0), k(0));
+    return where(eq(d, k(0)), q, where(eq(div, k(0)), signed_zero, fl));
+}
+
+// floor_divide and remainder of integers: ONNX's Div truncates and its Mod (fmod=0) takes the divisor's sign; a
+// divisor of 0 (and of -1, which overflows for the smallest integer) is replaced before dividing, and the result is
+// kiln's for those divisors (0, and -a or 0).
+inline std::string onnx_integer_division(onnx_builder& b, const std::string& op, const std::vector<std::string>& c, dtype cd) {
+    auto k = [&](double v) { return b.initializer(full(dims{}, v, cd), "n"); };
+    auto eq = [&](const std::string& x, const std::string& y) { return b.op1("Equal", {x, y}); };
+    const std::string a = c[0], d = c[1];
+    const std::string zero = eq(d, k(0)), minus_one = eq(d, k(-1));
+    const std::string safe = b.op1("Where", {b.op1("Or", {zero, minus_one}), k(1), d});
+    const std::string mod = b.op1("Mod", {a, safe}, {onnx_builder::int_attr("fmod", 0)});
+    if (op == "remainder") return b.op1("Where", {b.op1("Or", {zero, minus_one}), k(0), mod});
+    std::string q = b.op1("Div", {a, safe});
+    const std::string adjust = b.op1("And", {b.op1("Not", {eq(mod, k(0))}),
+                                             b.op1("Xor", {b.op1("Less", {a, k(0)}), b.op1("Less", {d, k(0)})})});
+    q = b.op1("Where", {adjust, b.op1("Sub", {q, k(1)}), q});
+    return b.op1("Where", {zero, k(0), b.op1("Where", {minus_one, b.op1("Neg", {a}), q})});
+}
+
 template <int N = 0>
 std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& model_name,
                              const char* entry) {
@@ -241,8 +314,10 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
         return params_tensor(i, j, 1);
     };
 
+    const onnx_plan plan = make_onnx_plan<N>(g, specs);
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         const graph_node& n = g.nodes[i];
+        if (!plan.live[i] && n.kind != node_kind::argument && n.kind != node_kind::effect) continue;
         switch (n.kind) {
             case node_kind::argument: value[i] = input_name[static_cast<std::size_t>(n.argument)]; continue;
             case node_kind::constant:
@@ -262,7 +337,16 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
         const std::string& op = n.op;
         auto in_rank = [&](std::size_t k) { return g.nodes[static_cast<std::size_t>(n.inputs[k])].shape.rank; };
         std::string out;
-        if (op == "matmul") {
+        const onnx_fused& f = plan.fused[i];
+        auto fused_in = [&](std::size_t k) { return value[static_cast<std::size_t>(f.inputs[k])]; };
+        if (f.kind == onnx_fused::softmax || f.kind == onnx_fused::log_softmax) {
+            out = b.op1(f.kind == onnx_fused::softmax ? "Softmax" : "LogSoftmax", {fused_in(0)}, {onnx_builder::int_attr("axis", f.axis)});
+        } else if (f.kind == onnx_fused::gemm) {
+            out = b.op1("Gemm", {fused_in(0), fused_in(1), fused_in(2)},
+                        {onnx_builder::int_attr("transA", f.trans_a), onnx_builder::int_attr("transB", f.trans_b)});
+        } else if (f.kind == onnx_fused::squeeze) {
+            out = b.op1("Squeeze", {fused_in(0), b.int64s({f.axis})});
+        } else if (op == "matmul") {
             out = b.op1("MatMul", {b.cast(in[0], in_dtype[0], n.dtype), b.cast(in[1], in_dtype[1], n.dtype)});
         } else if (op == "concat") {
             std::vector<std::string> parts;
@@ -434,6 +518,14 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             } else if (op == "relu_backward") {
                 const std::string zero = b.initializer(full(dims{}, 0.0, cd), "n");
                 out = b.op1("Where", {b.op1("Greater", {c[1], zero}), c[0], b.op1("Mul", {c[0], zero})});
+            } else if (op == "trunc") {
+                const std::string zero = b.initializer(full(dims{}, 0.0, cd), "n");
+                out = b.op1("Where", {b.op1("Less", {c[0], zero}), b.op1("Ceil", c), b.op1("Floor", c)});
+            } else if (op == "log1p" || op == "expm1" || op == "atan2" ||
+                       ((op == "floor_divide" || op == "remainder") && is_floating(cd))) {
+                out = onnx_float_composite(b, op, c, cd);
+            } else if (op == "floor_divide" || op == "remainder") {
+                out = onnx_integer_division(b, op, c, cd);
             } else {
                 unsupported(i, "ONNX opset 17 has no operator for it that computes what kiln computes");
             }
@@ -453,13 +545,16 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
         proto::bytes_field(node, 3, "return_" + std::to_string(k));
         proto::bytes_field(node, 4, "Identity");
         proto::bytes_field(graph, 1, node);
-        // (Its rank; each extent a named dimension of its own, since which of them follow a dynamic input is not
-        // recorded: shape inference fills in the fixed ones.)
+        // Its extents: fixed where they are static, otherwise a named dimension of its own (which dynamic
+        // dimension of the inputs an output's extent equals is not worked out).
         const graph_node& o = g.nodes[static_cast<std::size_t>(g.outputs[k])];
-        std::vector<std::ptrdiff_t> unknown(static_cast<std::size_t>(o.shape.rank), dyn);
-        std::vector<std::string> names;
-        for (int i = 0; i < o.shape.rank; ++i) names.push_back(name + "_dim" + std::to_string(i));
-        proto::bytes_field(outputs, 12, onnx_value_info(name, o.dtype, names, &unknown));
+        std::vector<std::ptrdiff_t> extents(static_cast<std::size_t>(o.shape.rank), dyn);
+        std::vector<std::string> names(extents.size());
+        for (int i = 0; i < o.shape.rank; ++i) {
+            if (plan.dynamic_axes[static_cast<std::size_t>(g.outputs[k])] >> i & 1u) names[static_cast<std::size_t>(i)] = name + "_dim" + std::to_string(i);
+            else extents[static_cast<std::size_t>(i)] = o.shape[i];
+        }
+        proto::bytes_field(outputs, 12, onnx_value_info(name, o.dtype, names, &extents));
     }
     proto::bytes_field(graph, 2, model_name);
     graph += b.initializers;

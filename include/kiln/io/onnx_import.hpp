@@ -594,9 +594,10 @@ struct onnx_importer {
             return [k = s->kernel, integer_div](auto in, auto) {
                 // ONNX divides integers with truncation; kiln's div is true division.
                 if (integer_div && !is_floating(in[0].dtype())) {
-                    const auto q = k(in, {});
-                    const auto t = where(q < 0.0, ceil(q), floor(q));
-                    return t.to(in[0].dtype());
+                    // (Exactly, from kiln's floor division: one more where the remainder is nonzero and the signs
+                    // differ.)
+                    const auto q = floor_divide(in[0], in[1]);
+                    return where(logical_and(not_equal(remainder(in[0], in[1]), 0), logical_xor(in[0] < 0.0, in[1] < 0.0)), q + 1, q);
                 }
                 return k(in, {});
             };
@@ -626,6 +627,18 @@ struct onnx_importer {
             };
         }
         if (op == "Reciprocal") return [](auto in, auto) { return 1.0 / in[0]; };
+        if (op == "Mod") {
+            lo = hi = 2;
+            const bool c_fmod = ai("fmod", 0) != 0;
+            return [c_fmod](auto in, auto) {
+                if (!c_fmod && (is_floating(in[0].dtype()) || is_floating(in[1].dtype())))
+                    throw value_error("kiln: value_error in 'Mod': fmod=0 is for integers (ONNX requires fmod=1 for floating numbers)");
+                if (!c_fmod) return remainder(in[0], in[1]);  // the divisor's sign, as kiln's remainder
+                // C's fmod (the dividend's sign): of magnitudes, kiln's remainder is fmod itself.
+                const auto r = remainder(abs(in[0]), abs(in[1]));
+                return where(in[0] < 0.0, -r, r);
+            };
+        }
         if (op == "Elu") {
             const onnx_attr* a = A("alpha");
             const double alpha = a ? a->f : 1.0;

@@ -1,0 +1,229 @@
+#pragma once
+// What the ONNX export (io/onnx_export.hpp) works out before it writes a node:
+// - which extents of each value are static (the same for every call) and which follow a dynamic dimension of the
+//   signature, so that outputs get fixed dimensions where they have them and a select of a static size-1 axis
+//   can be a Squeeze;
+// - the patterns ONNX has one operator for: softmax and log_softmax (kiln traces them as max, sub, exp, sum and div
+//   or log) become Softmax and LogSoftmax, and a matmul of matrices plus a bias becomes Gemm (with transA/transB
+//   where an operand is a transposed matrix);
+// - which values the outputs need once those patterns stand for their parts, so that nothing else is written.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "function_file.hpp"
+
+namespace kiln::detail {
+
+struct onnx_fused {
+    enum kind_t { none, softmax, log_softmax, gemm, squeeze } kind = none;
+    std::vector<std::int32_t> inputs;  // the values it reads instead of the node's own inputs
+    int axis = 0;
+    bool trans_a = false, trans_b = false;
+};
+
+struct onnx_plan {
+    std::vector<std::uint32_t> dynamic_axes;  // per value: bit j set where axis j may differ from call to call
+    std::vector<onnx_fused> fused;            // per value: the operator that computes it, where a pattern matched
+    std::vector<bool> live;                   // per value: the outputs need it
+};
+
+inline std::uint32_t all_axes(int rank) { return rank >= 32 ? ~0u : (1u << rank) - 1u; }
+inline int normalized_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+// Bit j of the result: bit j of `m` for a value of rank `from` aligned at the right with one of rank `to`.
+inline std::uint32_t aligned_axes(std::uint32_t m, int from, int to) {
+    std::uint32_t out = 0;
+    for (int j = 0; j < to; ++j) {
+        const int k = j - (to - from);
+        if (k >= 0 && (m >> k & 1u)) out |= 1u << j;
+    }
+    return out;
+}
+
+template <int N = 0>
+std::vector<std::uint32_t> onnx_dynamic_axes(const function_graph& g, const std::vector<spec>& specs) {
+    std::vector<std::uint32_t> m(g.nodes.size(), 0);
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& n = g.nodes[i];
+        const int r = n.shape.rank;
+        auto in = [&](std::size_t k) -> const graph_node& { return g.nodes[static_cast<std::size_t>(n.inputs[k])]; };
+        auto mask = [&](std::size_t k) { return m[static_cast<std::size_t>(n.inputs[k])]; };
+        std::uint32_t out = all_axes(r);  // what is not worked out below may change
+        if (n.kind == node_kind::argument) {
+            out = 0;
+            const spec& s = specs[static_cast<std::size_t>(n.argument)];
+            for (std::size_t a = 0; a < s.shape.size(); ++a)
+                if (s.shape[a] == dyn) out |= 1u << a;
+        } else if (n.kind != node_kind::op) {
+            out = 0;  // constants, variables: their shapes are fixed
+        } else if (n.dynamic.empty()) {  // (a parameter that follows an extent: every axis counts as dynamic)
+            const std::map<std::string, std::string> a = split_attrs(n.attrs);
+            const std::string& op = n.op;
+            const op_schema* s = find_op_or_null<N>(op);
+            if (op == "reshape" || op == "broadcast_to" || op == "full") {
+                out = 0;  // every extent is a parameter, and none follows an extent
+            } else if (op == "cast" || op == "copy" || op == "slice") {
+                out = mask(0);  // (a slice "to the end" of a dynamic axis keeps it dynamic)
+            } else if (op == "concat") {
+                out = 0;
+                for (std::size_t k = 0; k < n.inputs.size(); ++k) out |= mask(k);
+            } else if (op == "unsqueeze") {
+                const int ax = normalized_axis(attr_axis(a, "axis"), r);
+                const std::uint32_t x = mask(0), low = all_axes(ax);
+                out = (x & low) | ((x & ~low) << 1);
+            } else if (op == "select") {
+                const int ax = normalized_axis(attr_axis(a, "axis"), in(0).shape.rank);
+                const std::uint32_t x = mask(0), low = all_axes(ax);
+                out = (x & low) | ((x >> 1) & ~low);
+            } else if (op == "permute" || op == "transpose") {
+                const int ri = in(0).shape.rank;
+                std::vector<int> from(static_cast<std::size_t>(ri));
+                for (int k = 0; k < ri; ++k) from[static_cast<std::size_t>(k)] = k;
+                if (op == "permute") {
+                    const std::vector<int> d = attr_axes(a, "dims");
+                    for (std::size_t k = 0; k < d.size() && k < from.size(); ++k) from[k] = normalized_axis(d[k], ri);
+                } else {
+                    std::swap(from[static_cast<std::size_t>(normalized_axis(attr_axis(a, "dim0"), ri))],
+                              from[static_cast<std::size_t>(normalized_axis(attr_axis(a, "dim1"), ri))]);
+                }
+                out = 0;
+                for (int k = 0; k < ri; ++k)
+                    if (mask(0) >> from[static_cast<std::size_t>(k)] & 1u) out |= 1u << k;
+            } else if (op == "sum" || op == "prod" || op == "max" || op == "min" || op == "argmax" || op == "argmin") {
+                const int ri = in(0).shape.rank;
+                std::uint32_t reduced = 0;
+                if (op == "argmax" || op == "argmin") {
+                    reduced = 1u << normalized_axis(attr_axis(a, "axis"), ri);
+                } else {
+                    for (int ax : attr_axes(a, "axes")) reduced |= 1u << normalized_axis(ax, ri);
+                    if (reduced == 0) reduced = all_axes(ri);
+                }
+                const bool keep = attr_bool(a, "keepdims");
+                out = 0;
+                for (int k = 0, j = 0; k < ri; ++k) {
+                    const bool gone = reduced >> k & 1u;
+                    if (!gone && (mask(0) >> k & 1u)) out |= 1u << j;
+                    if (keep || !gone) ++j;
+                }
+            } else if (op == "matmul" && in(0).shape.rank >= 2 && in(1).shape.rank >= 2) {
+                const int ra = in(0).shape.rank, rb = in(1).shape.rank;
+                const std::uint32_t batch = all_axes(r - 2);
+                out = ((aligned_axes(mask(0), ra, r) | aligned_axes(mask(1), rb, r)) & batch);
+                if (mask(0) >> (ra - 2) & 1u) out |= 1u << (r - 2);
+                if (mask(1) >> (rb - 1) & 1u) out |= 1u << (r - 1);
+            } else if (s && (s->family == op_family::elementwise || s->family == op_family::activation) &&
+                       s->min_inputs == s->max_inputs) {
+                out = 0;
+                for (std::size_t k = 0; k < n.inputs.size(); ++k) out |= aligned_axes(mask(k), in(k).shape.rank, r);
+            }
+        }
+        m[i] = out & all_axes(r);
+    }
+    return m;
+}
+
+template <int N = 0>
+onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs) {
+    onnx_plan p;
+    const std::size_t size = g.nodes.size();
+    p.dynamic_axes = onnx_dynamic_axes<N>(g, specs);
+    p.fused.resize(size);
+    std::vector<int> uses(size, 0);
+    for (const graph_node& n : g.nodes)
+        for (std::int32_t v : n.inputs) ++uses[static_cast<std::size_t>(v)];
+    for (std::int32_t v : g.outputs) ++uses[static_cast<std::size_t>(v)];
+
+    auto node = [&](std::int32_t v) -> const graph_node& { return g.nodes[static_cast<std::size_t>(v)]; };
+    auto is_op = [&](std::int32_t v, const char* op, std::size_t inputs) {
+        const graph_node& n = node(v);
+        return n.kind == node_kind::op && n.op == op && n.inputs.size() == inputs;
+    };
+    // A reduction of `x` along the one axis `axis` (normalized) with keepdims.
+    auto reduces_one_axis = [&](std::int32_t v, const char* op, int* axis) {
+        if (!is_op(v, op, 1)) return false;
+        const graph_node& n = node(v);
+        const std::map<std::string, std::string> a = split_attrs(n.attrs);
+        const std::vector<int> axes = attr_axes(a, "axes");
+        if (axes.size() != 1 || !attr_bool(a, "keepdims")) return false;
+        *axis = normalized_axis(axes[0], n.shape.rank);
+        return true;
+    };
+    // z = x - max(x, axis, keepdims): x, or -1.
+    auto shifted = [&](std::int32_t z, int axis) -> std::int32_t {
+        if (!is_op(z, "sub", 2) || !node(z).attrs.empty()) return -1;
+        const std::int32_t x = node(z).inputs[0], mx = node(z).inputs[1];
+        int ax = -1;
+        if (!reduces_one_axis(mx, "max", &ax) || ax != axis || node(mx).inputs[0] != x) return -1;
+        return x;
+    };
+    auto floating = [&](std::int32_t v) { return is_floating(node(v).dtype); };
+
+    for (std::size_t i = 0; i < size; ++i) {
+        const graph_node& n = g.nodes[i];
+        if (n.kind != node_kind::op || n.inputs.size() != 2 || !n.attrs.empty() || !is_floating(n.dtype)) continue;
+        const std::int32_t a = n.inputs[0], b = n.inputs[1];
+        onnx_fused& f = p.fused[i];
+        int axis = -1;
+        if (n.op == "div" && is_op(a, "exp", 1) && reduces_one_axis(b, "sum", &axis) && node(b).inputs[0] == a) {
+            // softmax: exp(z) / sum(exp(z), axis, keepdims), z = x - max(x, axis, keepdims)
+            const std::int32_t x = shifted(node(a).inputs[0], axis);
+            if (x >= 0 && node(x).dtype == n.dtype) f = {onnx_fused::softmax, {x}, axis};
+        } else if (n.op == "sub" && is_op(b, "log", 1) && reduces_one_axis(node(b).inputs[0], "sum", &axis)) {
+            // log_softmax: z - log(sum(exp(z), axis, keepdims))
+            const std::int32_t s = node(b).inputs[0], e = node(s).inputs[0];
+            const std::int32_t x = shifted(a, axis);
+            if (x >= 0 && is_op(e, "exp", 1) && node(e).inputs[0] == a && node(x).dtype == n.dtype)
+                f = {onnx_fused::log_softmax, {x}, axis};
+        } else if (n.op == "add") {
+            // Gemm: matmul(A, B) + C for matrices A and B, C broadcasting to the product (not the other way)
+            for (int side = 0; side < 2 && f.kind == onnx_fused::none; ++side) {
+                const std::int32_t mm = side ? b : a, c = side ? a : b;
+                if (!is_op(mm, "matmul", 2) || uses[static_cast<std::size_t>(mm)] != 1) continue;
+                const graph_node& m = node(mm);
+                std::int32_t x = m.inputs[0], y = m.inputs[1];
+                if (node(x).shape.rank != 2 || node(y).shape.rank != 2 || node(c).shape.rank < 1 || node(c).shape.rank > 2 ||
+                    !(m.shape == n.shape) || m.dtype != n.dtype || node(x).dtype != n.dtype || node(y).dtype != n.dtype ||
+                    node(c).dtype != n.dtype || !floating(c))
+                    continue;
+                // A transposed matrix operand: Gemm's transA/transB read the matrix itself.
+                auto untransposed = [&](std::int32_t& v) {
+                    const graph_node& t = node(v);
+                    if (t.kind != node_kind::op || t.inputs.size() != 1 || t.shape.rank != 2 || !t.dynamic.empty()) return false;
+                    if (t.op != "transpose" && t.op != "permute") return false;
+                    const std::map<std::string, std::string> at = split_attrs(t.attrs);
+                    if (t.op == "permute" && normalized_axis(attr_axes(at, "dims").at(0), 2) != 1) return false;
+                    if (t.op == "transpose" && normalized_axis(attr_axis(at, "dim0"), 2) == normalized_axis(attr_axis(at, "dim1"), 2))
+                        return false;
+                    v = t.inputs[0];
+                    return true;
+                };
+                const bool ta = untransposed(x), tb = untransposed(y);
+                f = {onnx_fused::gemm, {x, y, c}, 0, ta, tb};
+            }
+        }
+    }
+    // A select of index 0 on a static axis of extent 1: Squeeze.
+    for (std::size_t i = 0; i < size; ++i) {
+        const graph_node& n = g.nodes[i];
+        if (n.kind != node_kind::op || n.op != "select" || n.inputs.size() != 1 || !n.dynamic.empty() ||
+            n.params.values.size() != 1 || n.params.values[0] != 0)
+            continue;
+        const graph_node& x = node(n.inputs[0]);
+        const int ax = normalized_axis(attr_axis(split_attrs(n.attrs), "axis"), x.shape.rank);
+        if (ax >= 0 && ax < x.shape.rank && x.shape[ax] == 1 && !(p.dynamic_axes[static_cast<std::size_t>(n.inputs[0])] >> ax & 1u))
+            p.fused[i] = {onnx_fused::squeeze, {n.inputs[0]}, ax};
+    }
+    // The values the outputs need, from the last node back.
+    p.live.assign(size, false);
+    for (std::int32_t v : g.outputs) p.live[static_cast<std::size_t>(v)] = true;
+    for (std::size_t i = size; i-- > 0;) {
+        if (!p.live[i]) continue;
+        const onnx_fused& f = p.fused[i];
+        for (std::int32_t v : f.kind == onnx_fused::none ? g.nodes[i].inputs : f.inputs) p.live[static_cast<std::size_t>(v)] = true;
+    }
+    return p;
+}
+
+}  // namespace kiln::detail
