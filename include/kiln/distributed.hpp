@@ -34,6 +34,7 @@
 #endif
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -45,6 +46,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln.hpp"
@@ -84,22 +86,21 @@ inline process_state& state() {
     return s;
 }
 
-inline int world_rank_or(int fallback) {
+// MPI is initialized and not finalized.
+inline bool mpi_active() {
     int init = 0, done = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&done);
-    if (!init || done) return fallback;
+    return init && !done;
+}
+inline int world_rank_or(int fallback) {
     int r = fallback;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    if (mpi_active()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
     return r;
 }
 inline int world_size_or(int fallback) {
-    int init = 0, done = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&done);
-    if (!init || done) return fallback;
     int n = fallback;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (mpi_active()) MPI_Comm_size(MPI_COMM_WORLD, &n);
     return n;
 }
 
@@ -108,10 +109,7 @@ inline int world_size_or(int fallback) {
     const int r = world_rank_or(0), n = world_size_or(1);
     std::fprintf(stderr, "kiln: rank %d of %d failed: %s\nkiln: aborting all %d ranks of the job\n", r, n, why.c_str(), n);
     std::fflush(stderr);
-    int init = 0, done = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&done);
-    if (init && !done) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();
 }
 
@@ -131,10 +129,7 @@ inline void on_terminate() {
 }
 
 inline void finalize_at_exit() {
-    int init = 0, done = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&done);
-    if (init && !done && state().initialized_here) MPI_Finalize();
+    if (mpi_active() && state().initialized_here) MPI_Finalize();
 }
 
 inline void check(int rc, const char* entry) {
@@ -158,6 +153,15 @@ inline void ensure_initialized(int* argc = nullptr, char*** argv = nullptr) {
     check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "distributed");
     state().initialized_here = true;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    // The ranks on this machine share its cores: kiln's thread pool takes its share (as torchrun sets one
+    // OpenMP thread per process), so that ranks do not oversubscribe the cores with their workers.
+    MPI_Comm local;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+        int here = 1;
+        MPI_Comm_size(local, &here);
+        MPI_Comm_free(&local);
+        if (here > 1) set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / here));
+    }
     std::set_terminate(&on_terminate);
     std::atexit(&finalize_at_exit);
 }

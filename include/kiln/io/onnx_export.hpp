@@ -344,6 +344,8 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
         } else if (f.kind == onnx_fused::gemm) {
             out = b.op1("Gemm", {fused_in(0), fused_in(1), fused_in(2)},
                         {onnx_builder::int_attr("transA", f.trans_a), onnx_builder::int_attr("transB", f.trans_b)});
+        } else if (f.kind == onnx_fused::reduce_mean) {
+            out = b.op1("ReduceMean", {fused_in(0)}, {onnx_builder::ints_attr("axes", f.axes), onnx_builder::int_attr("keepdims", f.keepdims)});
         } else if (f.kind == onnx_fused::squeeze) {
             out = b.op1("Squeeze", {fused_in(0), b.int64s({f.axis})});
         } else if (op == "matmul") {

@@ -4,8 +4,8 @@
 //   signature, so that outputs get fixed dimensions where they have them and a select of a static size-1 axis
 //   can be a Squeeze;
 // - the patterns ONNX has one operator for: softmax and log_softmax (kiln traces them as max, sub, exp, sum and div
-//   or log) become Softmax and LogSoftmax, and a matmul of matrices plus a bias becomes Gemm (with transA/transB
-//   where an operand is a transposed matrix);
+//   or log) become Softmax and LogSoftmax, a matmul of matrices plus a bias becomes Gemm (with transA/transB where
+//   an operand is a transposed matrix), and a sum divided by its count (kiln's mean) becomes ReduceMean;
 // - which values the outputs need once those patterns stand for their parts, so that nothing else is written.
 #include <cstdint>
 #include <map>
@@ -17,10 +17,12 @@
 namespace kiln::detail {
 
 struct onnx_fused {
-    enum kind_t { none, softmax, log_softmax, gemm, squeeze } kind = none;
+    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean } kind = none;
     std::vector<std::int32_t> inputs;  // the values it reads instead of the node's own inputs
     int axis = 0;
     bool trans_a = false, trans_b = false;
+    std::vector<std::int64_t> axes;  // reduce_mean: the axes (normalized) and keepdims
+    bool keepdims = false;
 };
 
 struct onnx_plan {
@@ -203,6 +205,32 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
                 f = {onnx_fused::gemm, {x, y, c}, 0, ta, tb};
             }
         }
+    }
+    // mean: sum(x, axes, keepdims) / count, the count the product of the reduced extents (a parameter, so it
+    // follows a dynamic extent).
+    for (std::size_t i = 0; i < size; ++i) {
+        const graph_node& n = g.nodes[i];
+        if (n.kind != node_kind::op || n.op != "div" || n.inputs.size() != 1 || !is_floating(n.dtype) ||
+            n.params.values.size() != 1 || n.params.float_params != 1 || n.attrs.rfind("operand1=", 0) != 0)
+            continue;
+        const std::int32_t sv = n.inputs[0];
+        if (!is_op(sv, "sum", 1) || uses[static_cast<std::size_t>(sv)] != 1 || node(sv).dtype != n.dtype) continue;
+        const graph_node& x = node(node(sv).inputs[0]);
+        if (x.shape.rank == 0 || x.dtype != n.dtype) continue;
+        const std::map<std::string, std::string> a = split_attrs(node(sv).attrs);
+        std::vector<std::int64_t> axes;
+        for (int ax : attr_axes(a, "axes")) axes.push_back(normalized_axis(ax, x.shape.rank));
+        if (axes.empty())
+            for (int k = 0; k < x.shape.rank; ++k) axes.push_back(k);
+        double count = 1;
+        for (std::int64_t ax : axes) count *= static_cast<double>(x.shape[static_cast<int>(ax)]);
+        if (param_number(n.params.values[0]) != count || count == 0) continue;
+        onnx_fused f;
+        f.kind = onnx_fused::reduce_mean;
+        f.inputs = {node(sv).inputs[0]};
+        f.axes = std::move(axes);
+        f.keepdims = attr_bool(a, "keepdims");
+        p.fused[i] = std::move(f);
     }
     // A select of index 0 on a static axis of extent 1: Squeeze.
     for (std::size_t i = 0; i < size; ++i) {
