@@ -408,8 +408,12 @@ inline tensor all_gather(const tensor& t) {
 // `bucket_bytes`: the tensors are packed into one contiguous buffer, summed in place, and unpacked as views of it.
 // With `weight` (a rank's rows in its shard of the global batch) the mean is weighted, sum_r(w_r g_r) / sum_r(w_r):
 // the global batch's gradient when each rank's loss is a mean over its own rows and the shards are uneven.
-inline std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::optional<double> weight = std::nullopt,
-                                           std::size_t bucket_bytes = std::size_t{256} << 20) {
+// (A template on an unused int, as kiln's eager functions are: its elementwise kernels are compiled only in the
+// translation units that call it.)
+template <int N = 0>
+std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::optional<double> weight = std::nullopt,
+                                    std::size_t bucket_bytes = std::size_t{256} << 20) {
+    using dtensor = kiln::detail::dependent_tensor<N>;
     constexpr const char* entry = "distributed::all_reduce_mean";
     std::vector<tensor> out(ts.size());
     std::vector<bool> done(ts.size(), false);
@@ -433,7 +437,10 @@ inline std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::o
             done[i] = true;
         }
         std::vector<tensor> parts;
-        for (std::size_t i : members) parts.push_back(weight ? ts[i].reshape({-1}) * *weight : ts[i].reshape({-1}));
+        for (std::size_t i : members) {
+            const dtensor flat = ts[i].reshape({-1});
+            parts.push_back(weight ? flat * *weight : flat);
+        }
         if (weight) parts.push_back(full({1}, *weight, d));
         tensor bucket = parts.size() == 1 ? parts[0].clone() : concat(parts, 0);
         all_reduce_in_place(bucket, reduce_op::sum);
@@ -443,7 +450,7 @@ inline std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::o
         const double ranks = static_cast<double>(size());
         at = 0;
         for (std::size_t i : members) {
-            const tensor part = bucket.slice(0, at, at + ts[i].numel()).reshape(ts[i].shape());
+            const dtensor part = bucket.slice(0, at, at + ts[i].numel()).reshape(ts[i].shape());
             out[i] = weight ? part / total : part / ranks;
             at += ts[i].numel();
         }
@@ -452,8 +459,9 @@ inline std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::o
 }
 
 // A loss (or any tensor) averaged over the ranks, weighted as all_reduce_mean's gradients are.
-inline tensor all_reduce_mean(const tensor& t, std::optional<double> weight = std::nullopt) {
-    return all_reduce_mean(std::vector<tensor>{t}, weight)[0];
+template <int N = 0>
+tensor all_reduce_mean(const tensor& t, std::optional<double> weight = std::nullopt) {
+    return all_reduce_mean<N>(std::vector<tensor>{t}, weight)[0];
 }
 
 // Rank root's parameter values on every rank (so that every rank starts from the same model whatever its seed).
