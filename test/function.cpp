@@ -787,3 +787,51 @@ TEST_CASE("relu's gradient is one relu_backward node in a traced step, with wher
     // dL/dw = x^T (xw > 0): by hand, xw = [[-3.5, -1.5], [6.25, 0.25], [3.5, 1.5]], so only rows 1 and 2 count.
     CHECK(values(f(x, w)) == std::vector<double>{0.5 - 1, 0.5 - 1, 3 + 2, 3 + 2});
 }
+
+TEST_CASE("kiln::trace(session, step): a graph-mode training step as one traced call, sharing the session's state") {
+    using namespace mlp::graph_model;
+    const mlp::dataset d = mlp::make_data();
+    const kiln::tensor xs = kiln::from_vector(d.x).reshape({mlp::samples, mlp::features});
+    const kiln::tensor ys = kiln::from_vector(d.y).reshape({mlp::samples, 1});
+    kiln::session a(3), b(3);  // the same seed: the same initial parameters
+    a.initialize(loss);
+    b.initialize(loss);
+    auto train_step = kiln::trace(b, step);
+    CHECK(train_step.options().name == "train_step");
+    kiln::data::loader data(xs, ys, mlp::batch_size, {.seed = 7});
+    int steps = 0;
+    double worst = 0;
+    for (int e = 0; e < 2; ++e)
+        for (const kiln::data::batch& batch : data) {
+            const double want = a.run(step, x = batch.x, y = batch.y);
+            const double got = train_step(batch.x, batch.y).item<float>();
+            worst = std::max(worst, std::abs(got - want) / std::abs(want));
+            ++steps;
+        }
+    // kiln::run fuses elementwise chains and the traced step runs eager kernels: equal to rounding, step after step.
+    CHECK(worst < 1e-5);
+    CHECK(train_step.trace_count() == 1);  // the last partial batch replays the same trace
+    for (const std::string& n : a.parameter_names()) {
+        const std::vector<double> pa = values(a.parameter(n)), pb = values(b.parameter(n));
+        REQUIRE(pa.size() == pb.size());
+        double diff = 0;
+        for (std::size_t i = 0; i < pa.size(); ++i) diff = std::max(diff, std::abs(pa[i] - pb[i]));
+        CHECK_MESSAGE(diff < 1e-4, n);
+    }
+    // One state: session::run of the same step goes on from the traced steps' Adam moments and step count, so
+    // alternating the two equals either alone.
+    const kiln::data::batch first = *data.begin();
+    const kiln::tensor bx = first.x.clone(), by = first.y.clone();
+    const double l1 = a.run(step, x = bx, y = by), l2 = b.run(step, x = bx, y = by);
+    CHECK(std::abs(l1 - l2) < 1e-4 * std::abs(l1));
+    std::map<std::string, kiln::tensor> state;
+    std::string optimizer;
+    b.save_training_state(state, optimizer, "test");
+    CHECK(optimizer == "adam");
+    CHECK(state.at("optimizer/step").item<std::int64_t>() == steps + 1);
+    // The graph: the loss's ops, then one effect that writes the four parameters.
+    const kiln::function_graph& g = train_step.graph(bx, by);
+    CHECK(g.count("session_step") == 1);
+    CHECK(g.count(kiln::node_kind::effect) == 1);
+    CHECK(g.count(kiln::node_kind::variable) == 4);
+}

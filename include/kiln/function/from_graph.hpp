@@ -330,4 +330,71 @@ auto trace(Session& session, const Roots&... roots) {
     return function<fn>(std::move(f), std::move(specs), std::move(o));
 }
 
+namespace detail {
+
+template <class Step>
+struct step_parameters;
+template <template <class, class, class> class TS, class Loss, class Rule, class... Params>
+struct step_parameters<TS<Loss, Rule, types<Params...>>> {
+    static std::vector<std::string> names() { return {std::string(Params::name.view())...}; }
+};
+
+// kiln::trace(session, step)'s callable: the loss and every gradient from the compile-time graph (the session's
+// parameters read as variables), then the step's update as one effect that writes every parameter.
+template <class Session, class Step, class Fn>
+struct session_step_function {
+    Fn fn;  // (loss, gradients...) of the inputs
+    Session* session;
+    Step step;
+    std::vector<tensor> params;  // variables over the session's parameters, in the step's order
+
+    template <class... T>
+        requires(sizeof...(T) == Fn::inputs && (std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...))
+    tensor operator()(const T&... ts) const {
+        const auto all = fn(ts...);
+        const tensor loss = std::get<0>(all);
+        std::vector<tensor> grads;
+        std::apply([&](const auto&, const auto&... g) { (grads.push_back(g), ...); }, all);
+        if (active_tracer) {
+            std::vector<tensor> ins = params;
+            ins.insert(ins.end(), grads.begin(), grads.end());
+            const std::size_t n = params.size();
+            active_tracer->record_effect("session_step", "", ins, [s = session, st = step, n](std::span<const tensor> in, auto) {
+                s->apply_gradients(st, in.subspan(n));
+            }, n);
+        } else {
+            session->apply_gradients(step, std::span<const tensor>(grads));
+        }
+        return loss;
+    }
+};
+
+}  // namespace detail
+
+// A graph-mode training step (kiln::optim::minimize(loss, rule)) as a traced function of the loss's inputs that
+// returns the loss and applies the update, as session::run(step, ...) does: the loss and the gradients are the
+// compile-time graph's, evaluated by eager ops and recorded; the update is the session's own (its rule, slots and
+// step count, shared with session::run of the same step, and its on_gradients hook), recorded as one effect.
+//
+//   auto train_step = kiln::trace(s, step);            // a kiln::function of (x, y)
+//   kiln::tensor loss = train_step(x_batch, y_batch);
+template <class Session, class Step>
+    requires(!is_graph_v<Step> && requires(const Step& st) { st.loss; st.rule; Step::gradients(); } &&
+             requires(Session& s, std::string_view n) { s.parameter(n); s.has_parameter(n); })
+auto trace(Session& session, const Step& step) {
+    session.initialize(step.loss);
+    auto fn = std::apply([&](const auto&... g) { return trace(session, step.loss, g...); }, Step::gradients());
+    using fn_t = std::remove_cvref_t<decltype(fn.callable())>;
+    static_assert(fn_t::inputs > 0, "kiln::trace(session, step): the loss has no inputs");
+    std::vector<tensor> params;
+    for (const std::string& name : detail::step_parameters<Step>::names()) params.push_back(variable::over(session.parameter(name)));
+    using callable = detail::session_step_function<Session, Step, fn_t>;
+    function_options o;
+    o.name = "train_step";
+    std::vector<spec> specs = detail::input_leaf_specs(typename fn_t::leaves{});
+    callable c{fn.callable(), &session, step, std::move(params)};
+    if (specs.empty()) return function<callable>(std::move(c), std::move(o));
+    return function<callable>(std::move(c), std::move(specs), std::move(o));
+}
+
 }  // namespace kiln

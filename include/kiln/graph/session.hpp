@@ -245,6 +245,36 @@ public:
     // data-parallel all-reduce goes here (kiln::distributed::all_reduce_gradients). An empty function removes it.
     void on_gradients(std::function<void(std::span<const gradient>)> hook) { gradient_hook_ = std::move(hook); }
 
+    // The update of a training step with gradients computed elsewhere, one per parameter in the step's order
+    // (kiln::trace(session, step) computes them in a traced function): the step's rule, slots and step count, as
+    // run(step, ...) uses them, and the on_gradients hook. The gradients are copied first.
+    template <class Loss, class Rule, class... Params>
+    void apply_gradients(const training_step<Loss, Rule, detail::types<Params...>>& step, std::span<const tensor> grads) {
+        using state = step_state<Loss, Rule, Params...>;
+        using T = typename state::T;
+        if (grads.size() != sizeof...(Params))
+            throw value_error("kiln: value_error in 'session::apply_gradients': " + std::to_string(grads.size()) +
+                              " gradients for a training step of " + std::to_string(sizeof...(Params)) + " parameters");
+        state& st = state_of(step);
+        constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
+        for (std::size_t p = 0; p < sizeof...(Params); ++p) {
+            const tensor& g = grads[p];
+            g.check_valid("session::apply_gradients");
+            const dims& ps = st.params[p]->shape();
+            if (!(g.shape() == ps))
+                throw shape_error("kiln: shape_error in 'session::apply_gradients': the gradient of parameter '" +
+                                  std::string(names[p]) + "' has shape " + to_string(g.shape()) + ", the parameter " + to_string(ps));
+            auto& buf = st.grad_buffers[p];
+            if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
+            const tensor src = g.to(dtype_of<T>());  // into the step's own buffer, which the hook may write
+            detail::strided<const T> v;
+            detail::fill_strided(v, src);
+            detail::copy_row_major(buf.data(), v);
+            st.grads[p] = detail::strided<const T>(buf.data(), ps, detail::contiguous_strides(ps));
+        }
+        finish_step<T, Params...>(st);
+    }
+
     // Checkpoints (kiln/io/checkpoint.hpp). The state of the training step that has run: "optimizer/<parameter>/<k>"
     // for its k-th slot of each parameter, "optimizer/step" (int64), and its rule's kind ("adam", ...).
     template <int N = 0>
@@ -310,62 +340,11 @@ private:
         throw value_error(msg);
     }
 
-    // The body of run(step, feeds...), once the feeds have passed their checks.
-    template <class Loss, class Rule, class... Params, class... Feeds>
-    auto run_step(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
+    // The state of `step` in this session, created (parameters, zero slots, a pending checkpoint's state) on first use.
+    template <class Loss, class Rule, class... Params>
+    auto& state_of(const training_step<Loss, Rule, detail::types<Params...>>& step) {
+        using state = step_state<Loss, Rule, Params...>;
         using step_t = training_step<Loss, Rule, detail::types<Params...>>;
-        using T = detail::root_type_t<Loss>;
-        constexpr auto grads = step_t::gradients();
-        using plan_t = decltype(std::apply([](const auto&... g) { return detail::plan<Loss, std::remove_cvref_t<decltype(g)>...>{}; }, grads));
-        struct state : cache_base {
-            typename plan_t::workspace ws;
-            std::array<tensor*, sizeof...(Params)> params{};
-            std::array<detail::aligned_buffer<T>, sizeof...(Params)> grad_buffers;
-            std::array<detail::strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
-            std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
-            Rule rule;
-            int t = 0;
-
-            std::string_view optimizer() const override { return t > 0 ? Rule::kind : std::string_view{}; }
-            static std::string slot_name(std::size_t p, std::size_t k) {
-                constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
-                return "optimizer/" + std::string(names[p]) + "/" + std::to_string(k);
-            }
-            void save(std::map<std::string, tensor>& out) const override {
-                for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                    for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) out.emplace(slot_name(p, k), slots[p][k]);
-                out.emplace("optimizer/step", tensor(static_cast<std::int64_t>(t)));
-            }
-            void restore(const std::map<std::string, tensor>& in, const std::string& file, const char* entry) override {
-                auto fail = [&](const std::string& what) {
-                    throw file_error("kiln: file_error in '" + std::string(entry) + "': '" + file + "': " + what);
-                };
-                const std::size_t expected = sizeof...(Params) * static_cast<std::size_t>(Rule::slots) + 1;
-                const auto step_it = in.find("optimizer/step");
-                if (step_it == in.end() || step_it->second.dtype() != int64 || step_it->second.dim() != 0)
-                    fail("'optimizer/step' is missing or is not an int64 scalar");
-                const std::int64_t steps = step_it->second.template data<std::int64_t>()[0];
-                if (steps < 1 || steps > std::numeric_limits<int>::max())
-                    fail("'optimizer/step' holds " + std::to_string(steps) + ", not a step count");
-                for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                    for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) {
-                        const auto it = in.find(slot_name(p, k));
-                        if (it == in.end()) fail("no tensor '" + slot_name(p, k) + "' for the training step's parameters");
-                        if (it->second.dtype() != slots[p][k].dtype() || !(it->second.shape() == slots[p][k].shape()))
-                            fail("tensor '" + slot_name(p, k) + "' is " + to_string(it->second.shape()) + " " +
-                                 std::string(kiln::name(it->second.dtype())) + ", but the slot is " +
-                                 to_string(slots[p][k].shape()) + " " + std::string(kiln::name(slots[p][k].dtype())));
-                    }
-                if (in.size() != expected)
-                    fail("holds " + std::to_string(in.size()) + " optimizer tensors; the training step has " +
-                         std::to_string(expected));
-                for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                    for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k)
-                        run_eager_copy(slots[p][k], in.at(slot_name(p, k)));
-                t = static_cast<int>(steps);
-                rule.resume(t);
-            }
-        };
         state& st = cached<state, step_t>();
         if (st.t == 0) {
             declare_leaves<detail::leaves_t<detail::unique_nodes_t<Loss>>>();
@@ -384,6 +363,17 @@ private:
                 st.restore(in, pending_file_, "load_checkpoint");
             }
         }
+        return st;
+    }
+
+    // The body of run(step, feeds...), once the feeds have passed their checks.
+    template <class Loss, class Rule, class... Params, class... Feeds>
+    auto run_step(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
+        using state = step_state<Loss, Rule, Params...>;
+        using T = typename state::T;
+        using plan_t = typename state::plan_t;
+        constexpr auto grads = state::grads_of();
+        state& st = state_of(step);
         const auto users = bind<typename plan_t::user_leaves>(feeds...);
         plan_t::prepare(users, st.ws);
 
@@ -400,10 +390,18 @@ private:
             (compute_gradient<plan_t, Params, I>(std::get<I>(grads), users, st), ...);
         }(std::index_sequence_for<Params...>{});
 
+        finish_step<T, Params...>(st);
+        return loss_value;
+    }
+
+    // The gradients' hook, then the update of every parameter and its slots (st.grads holds the gradients: contiguous
+    // buffers the step owns).
+    template <class T, class... Params, class State>
+    void finish_step(State& st) {
         if (gradient_hook_) {
             constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
             std::array<gradient, sizeof...(Params)> gs;
-            for (std::size_t p = 0; p < sizeof...(Params); ++p)  // (the grads are contiguous buffers the step owns)
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)
                 gs[p] = {names[p], dtype_of<T>(), const_cast<T*>(st.grads[p].data), st.params[p]->numel()};
             gradient_hook_(std::span<const gradient>(gs));
         }
@@ -411,7 +409,6 @@ private:
         [&]<std::size_t... I>(std::index_sequence<I...>) {
             (update<Params, I>(st), ...);
         }(std::index_sequence_for<Params...>{});
-        return loss_value;
     }
 
     // The compile-time checks of feeds against a plan's leaves: as kiln::run's, except that a parameter may go unfed
@@ -430,6 +427,63 @@ private:
         virtual std::string_view optimizer() const { return {}; }
         virtual void save(std::map<std::string, tensor>&) const {}
         virtual void restore(const std::map<std::string, tensor>&, const std::string&, const char*) {}
+    };
+
+    // A training step's state: its plan's workspace, its parameters, gradients and slots, its rule and step count.
+    template <class Loss, class Rule, class... Params>
+    struct step_state : cache_base {
+        using step_t = training_step<Loss, Rule, detail::types<Params...>>;
+        using T = detail::root_type_t<Loss>;
+        static constexpr auto grads_of() { return step_t::gradients(); }
+        using plan_t = decltype(std::apply([](const auto&... g) { return detail::plan<Loss, std::remove_cvref_t<decltype(g)>...>{}; },
+                                           grads_of()));
+        typename plan_t::workspace ws;
+        std::array<tensor*, sizeof...(Params)> params{};
+        std::array<detail::aligned_buffer<T>, sizeof...(Params)> grad_buffers;
+        std::array<detail::strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
+        std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
+        Rule rule;
+        int t = 0;
+
+        std::string_view optimizer() const override { return t > 0 ? Rule::kind : std::string_view{}; }
+        static std::string slot_name(std::size_t p, std::size_t k) {
+            constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
+            return "optimizer/" + std::string(names[p]) + "/" + std::to_string(k);
+        }
+        void save(std::map<std::string, tensor>& out) const override {
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) out.emplace(slot_name(p, k), slots[p][k]);
+            out.emplace("optimizer/step", tensor(static_cast<std::int64_t>(t)));
+        }
+        void restore(const std::map<std::string, tensor>& in, const std::string& file, const char* entry) override {
+            auto fail = [&](const std::string& what) {
+                throw file_error("kiln: file_error in '" + std::string(entry) + "': '" + file + "': " + what);
+            };
+            const std::size_t expected = sizeof...(Params) * static_cast<std::size_t>(Rule::slots) + 1;
+            const auto step_it = in.find("optimizer/step");
+            if (step_it == in.end() || step_it->second.dtype() != int64 || step_it->second.dim() != 0)
+                fail("'optimizer/step' is missing or is not an int64 scalar");
+            const std::int64_t steps = step_it->second.template data<std::int64_t>()[0];
+            if (steps < 1 || steps > std::numeric_limits<int>::max())
+                fail("'optimizer/step' holds " + std::to_string(steps) + ", not a step count");
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) {
+                    const auto it = in.find(slot_name(p, k));
+                    if (it == in.end()) fail("no tensor '" + slot_name(p, k) + "' for the training step's parameters");
+                    if (it->second.dtype() != slots[p][k].dtype() || !(it->second.shape() == slots[p][k].shape()))
+                        fail("tensor '" + slot_name(p, k) + "' is " + to_string(it->second.shape()) + " " +
+                             std::string(kiln::name(it->second.dtype())) + ", but the slot is " +
+                             to_string(slots[p][k].shape()) + " " + std::string(kiln::name(slots[p][k].dtype())));
+                }
+            if (in.size() != expected)
+                fail("holds " + std::to_string(in.size()) + " optimizer tensors; the training step has " +
+                     std::to_string(expected));
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k)
+                    run_eager_copy(slots[p][k], in.at(slot_name(p, k)));
+            t = static_cast<int>(steps);
+            rule.resume(t);
+        }
     };
 
     template <class State, class Key>

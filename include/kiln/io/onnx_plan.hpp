@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "function_file.hpp"
@@ -23,6 +24,16 @@ struct onnx_fused {
     bool trans_a = false, trans_b = false;
     std::vector<std::int64_t> axes;  // reduce_mean: the axes (normalized) and keepdims
     bool keepdims = false;
+
+    static onnx_fused of(kind_t k, std::vector<std::int32_t> in, int axis = 0, bool ta = false, bool tb = false) {
+        onnx_fused f;
+        f.kind = k;
+        f.inputs = std::move(in);
+        f.axis = axis;
+        f.trans_a = ta;
+        f.trans_b = tb;
+        return f;
+    }
 };
 
 struct onnx_plan {
@@ -171,13 +182,13 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         if (n.op == "div" && is_op(a, "exp", 1) && reduces_one_axis(b, "sum", &axis) && node(b).inputs[0] == a) {
             // softmax: exp(z) / sum(exp(z), axis, keepdims), z = x - max(x, axis, keepdims)
             const std::int32_t x = shifted(node(a).inputs[0], axis);
-            if (x >= 0 && node(x).dtype == n.dtype) f = {onnx_fused::softmax, {x}, axis};
+            if (x >= 0 && node(x).dtype == n.dtype) f = onnx_fused::of(onnx_fused::softmax, {x}, axis);
         } else if (n.op == "sub" && is_op(b, "log", 1) && reduces_one_axis(node(b).inputs[0], "sum", &axis)) {
             // log_softmax: z - log(sum(exp(z), axis, keepdims))
             const std::int32_t s = node(b).inputs[0], e = node(s).inputs[0];
             const std::int32_t x = shifted(a, axis);
             if (x >= 0 && is_op(e, "exp", 1) && node(e).inputs[0] == a && node(x).dtype == n.dtype)
-                f = {onnx_fused::log_softmax, {x}, axis};
+                f = onnx_fused::of(onnx_fused::log_softmax, {x}, axis);
         } else if (n.op == "add") {
             // Gemm: matmul(A, B) + C for matrices A and B, C broadcasting to the product (not the other way)
             for (int side = 0; side < 2 && f.kind == onnx_fused::none; ++side) {
@@ -202,7 +213,7 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
                     return true;
                 };
                 const bool ta = untransposed(x), tb = untransposed(y);
-                f = {onnx_fused::gemm, {x, y, c}, 0, ta, tb};
+                f = onnx_fused::of(onnx_fused::gemm, {x, y, c}, 0, ta, tb);
             }
         }
     }
@@ -225,9 +236,7 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         double count = 1;
         for (std::int64_t ax : axes) count *= static_cast<double>(x.shape[static_cast<int>(ax)]);
         if (param_number(n.params.values[0]) != count || count == 0) continue;
-        onnx_fused f;
-        f.kind = onnx_fused::reduce_mean;
-        f.inputs = {node(sv).inputs[0]};
+        onnx_fused f = onnx_fused::of(onnx_fused::reduce_mean, {node(sv).inputs[0]});
         f.axes = std::move(axes);
         f.keepdims = attr_bool(a, "keepdims");
         p.fused[i] = std::move(f);
@@ -241,7 +250,7 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         const graph_node& x = node(n.inputs[0]);
         const int ax = normalized_axis(attr_axis(split_attrs(n.attrs), "axis"), x.shape.rank);
         if (ax >= 0 && ax < x.shape.rank && x.shape[ax] == 1 && !(p.dynamic_axes[static_cast<std::size_t>(n.inputs[0])] >> ax & 1u))
-            p.fused[i] = {onnx_fused::squeeze, {n.inputs[0]}, ax};
+            p.fused[i] = onnx_fused::of(onnx_fused::squeeze, {n.inputs[0]}, ax);
     }
     // The values the outputs need, from the last node back.
     p.live.assign(size, false);
