@@ -1,6 +1,6 @@
 // One training step of the examples' model (Dense(64, relu) -> Dense(1), MSE, Adam, a batch of 32 x 10):
-// graph mode (kiln::session), eager mode (tape + kiln::optim::adam) and function mode (the eager step traced by
-// kiln::function). bench/train_vs_peers.py runs this binary
+// graph mode (kiln::session), eager mode (tape + kiln::optim::adam), function mode (the eager step traced by
+// kiln::function) and the graph-mode step traced with its session (kiln::trace(session, step)). bench/train_vs_peers.py runs this binary
 // and PyTorch / TensorFlow on the same step and prints the ratios.
 #include <benchmark/benchmark.h>
 
@@ -54,6 +54,18 @@ void function_step(benchmark::State& state) {
     for (auto _ : state) benchmark::DoNotOptimize(step(b.x.data(), b.y.data(), mlp::batch_size));
 }
 BENCHMARK(function_step);
+
+// The graph-mode step traced with its session (kiln::trace(session, step)) and replayed.
+void traced_graph_step(benchmark::State& state) {
+    batch_data b;
+    kiln::session s(1);
+    using namespace mlp::graph_model;
+    auto train_step = kiln::trace(s, step);
+    const kiln::tensor x = kiln::wrap(b.x.data(), {mlp::batch_size, mlp::features});
+    const kiln::tensor y = kiln::wrap(b.y.data(), {mlp::batch_size, 1});
+    for (auto _ : state) benchmark::DoNotOptimize(train_step(x, y).item<float>());
+}
+BENCHMARK(traced_graph_step);
 
 }  // namespace
 
