@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "check.hpp"
@@ -57,6 +60,42 @@ TEST_CASE("sgd and adam update in one pass as the formulas say") {
     CHECK(a.at<double>({1}) == doctest::Approx(2 - x).epsilon(1e-9));
     CHECK_THROWS_AS(opt.step({}), kiln::value_error);
     CHECK_THROWS_AS(opt.step({f64({1, 2, 3}, {3})}), kiln::shape_error);
+}
+
+TEST_CASE("adam flushes moments below the smallest normal number to zero, in eager and graph mode") {
+    // One step with a gradient, then zero gradients: the moments decay geometrically (beta1 = beta2 = 0.5 here, so
+    // that they reach the subnormal range within 130 steps) and must go from normal numbers straight to zero.
+    const float tiny = std::numeric_limits<float>::min();
+    auto normal_or_zero = [&](const kiln::tensor& t) {
+        const double v = values(t).at(0);
+        return v == 0 || std::abs(v) >= tiny;
+    };
+    kiln::variable w(kiln::from_values<float>({1.0f}, {1}));
+    kiln::optim::adam opt({&w}, 1e-3, 0.5, 0.5);
+    opt.step({kiln::from_values<float>({1.0f}, {1})});
+    int subnormal = 0;
+    for (int k = 0; k < 200; ++k) {
+        opt.step({kiln::zeros({1})});
+        const auto st = opt.state();
+        subnormal += !normal_or_zero(st.at("m/0")) + !normal_or_zero(st.at("v/0"));
+    }
+    CHECK(subnormal == 0);
+    CHECK(values(opt.state().at("v/0")).at(0) == 0.0);
+    CHECK(values(opt.state().at("m/0")).at(0) == 0.0);
+    // Graph mode runs the same rule: a parameter whose gradient is zero ends with zero moments.
+    const auto x = kiln::input<"x", float, kiln::shape<2>>{};
+    const auto u = kiln::param<"u", float, kiln::shape<2>>{};
+    const auto loss = kiln::sum(u * x);
+    const auto step = kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = 1e-3, .beta1 = 0.5, .beta2 = 0.5});
+    kiln::session s;
+    std::vector<float> xs{1.0f, 0.0f}, zero{0.0f, 0.0f};
+    s.run(step, x = kiln::view(xs.data(), {2}));
+    for (int k = 0; k < 200; ++k) s.run(step, x = kiln::view(zero.data(), {2}));
+    std::map<std::string, kiln::tensor> state;
+    std::string optimizer;
+    s.save_training_state(state, optimizer, "test");
+    CHECK(values(state.at("optimizer/u/0")) == std::vector<double>{0.0, 0.0});
+    CHECK(values(state.at("optimizer/u/1")) == std::vector<double>{0.0, 0.0});
 }
 
 TEST_CASE("batches: seeded shuffles, every row once, a short last batch") {
