@@ -250,6 +250,16 @@ inline void require_host(const tensor& t, const char* entry) {
                            "; MPI collectives take host tensors");
 }
 
+// While kiln::function traces: `f(t)` recorded as an effect that writes into t, run at every call in program order.
+template <class F>
+void record_in_place(const char* op, std::string attrs, const tensor& t, F f) {
+    const tensor target[1] = {t};
+    kiln::detail::active_tracer->record_effect(op, std::move(attrs), target, [f](std::span<const tensor> in, auto) {
+        tensor o = in[0];
+        f(o);
+    });
+}
+
 // Runs `f` on contiguous memory holding t's values and copies the result back where t is a strided view.
 template <class F>
 void on_contiguous(tensor& t, F&& f) {
@@ -311,15 +321,8 @@ inline void all_reduce_in_place(tensor& t, reduce_op op = reduce_op::sum) {
     if (op == reduce_op::mean && !kiln::detail::is_floating(t.dtype()))
         throw dtype_error(detail::error_prefix("dtype_error", entry) + "a mean needs a floating dtype, not " +
                           std::string(kiln::name(t.dtype())) + " (reduce with sum, or convert with .to())");
-    if (kiln::detail::active_tracer) [[unlikely]] {
-        const tensor target[1] = {t};
-        kiln::detail::active_tracer->record_effect("all_reduce", "op=" + std::string(name(op)), target,
-                                                   [op](std::span<const tensor> in, auto) {
-                                                       tensor o = in[0];
-                                                       all_reduce_in_place(o, op);
-                                                   });
-        return;
-    }
+    if (kiln::detail::active_tracer) [[unlikely]]
+        return detail::record_in_place("all_reduce", "op=" + std::string(name(op)), t, [op](tensor& o) { all_reduce_in_place(o, op); });
     detail::require_host(t, entry);
     detail::ensure_initialized();
     detail::check_signatures(detail::signature::of(1, static_cast<std::int64_t>(op), t), entry);
@@ -350,15 +353,8 @@ inline tensor all_reduce(const tensor& t, reduce_op op = reduce_op::sum) {
 // t = root's t on every rank, in place (shapes and dtypes must agree).
 inline void broadcast(tensor& t, int root = 0) {
     constexpr const char* entry = "distributed::broadcast";
-    if (kiln::detail::active_tracer) [[unlikely]] {
-        const tensor target[1] = {t};
-        kiln::detail::active_tracer->record_effect("broadcast", "root=" + std::to_string(root), target,
-                                                   [root](std::span<const tensor> in, auto) {
-                                                       tensor o = in[0];
-                                                       broadcast(o, root);
-                                                   });
-        return;
-    }
+    if (kiln::detail::active_tracer) [[unlikely]]
+        return detail::record_in_place("broadcast", "root=" + std::to_string(root), t, [root](tensor& o) { broadcast(o, root); });
     detail::require_host(t, entry);
     detail::ensure_initialized();
     const int n = detail::world_size_or(1);
