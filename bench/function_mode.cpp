@@ -1,5 +1,5 @@
 // Function mode against graph mode and eager mode in one run, each pair interleaved (best of 9 rounds; the machine
-// drifts, so read the ratios): the chain relu(x*y + 0.5*x - y)*2 + y at 2^16 and 2^20 elements (graph mode's
+// drifts, so read the ratios): the chain relu(x*y + 0.5*x - y)*2 + y at 2^16, 2^20 and 2^25 elements (graph mode's
 // run_into, a traced function, eager ops), the per-call cost of a traced a + b on 4 elements against eager a + b,
 // and the first call of the reference training step (tracing twice for its dynamic batch, the passes, one run)
 // against a replayed call.
@@ -38,7 +38,7 @@ void chain(std::ptrdiff_t n) {
     std::vector<float> out(static_cast<std::size_t>(n));
     const auto graph = kiln::relu("x"_in * "y"_in + 0.5_c * "x"_in - "y"_in) * 2_c + "y"_in;
     auto f = kiln::function([](const kiln::tensor& a, const kiln::tensor& b) { return kiln::relu(a * b + 0.5 * a - b) * 2 + b; });
-    const int calls = n >= (1 << 20) ? 20 : 400;
+    const int calls = n >= (1 << 25) ? 3 : n >= (1 << 20) ? 20 : 400;
     const auto xv = kiln::view(x.data<float>(), {n}), yv = kiln::view(y.data<float>(), {n});
     auto ov = kiln::view(out.data(), {n});
     auto run_graph = [&] { kiln::run_into(ov, graph, "x"_in = xv, "y"_in = yv); };
@@ -48,7 +48,7 @@ void chain(std::ptrdiff_t n) {
     const auto [fn2, e] = interleaved(run_function, run_eager, calls);
     std::printf("chain 2^%-2d  graph run_into %9.1f us  function %9.1f us  eager %9.1f us  function/graph %5.2f  "
                 "eager/function %5.2f\n",
-                n == (1 << 16) ? 16 : 20, g * 1e6, fn * 1e6, e * 1e6, fn / g, e / fn2);
+                n == (1 << 16) ? 16 : n == (1 << 20) ? 20 : 25, g * 1e6, fn * 1e6, e * 1e6, fn / g, e / fn2);
 }
 
 void small_add() {
@@ -81,6 +81,7 @@ void first_call() {
 int main() {
     chain(1 << 16);
     chain(1 << 20);
+    chain(1 << 25);
     small_add();
     first_call();
 }

@@ -1,28 +1,13 @@
 #pragma once
 // Function mode's executor: a function_graph prepared once per signature (liveness, fused elementwise groups,
 // dynamic extents) and run for each call.
+#include "buffer_plan.hpp"
+#include "fused_group.hpp"
 #include "tracer.hpp"
 
 namespace kiln {
 
 namespace detail {
-
-// A chain of elementwise ops that runs tile by tile: each tile of every member is computed before the next tile,
-// so values used only inside the group never exist beyond one tile (which stays in L1).
-struct fused_group {
-    struct operand {
-        enum kind_t : std::uint8_t { member, full, periodic } kind;
-        std::int32_t index;           // member: its position in the group; otherwise the value
-        std::ptrdiff_t period = 0;    // periodic: its element count (it repeats along the group's elements)
-    };
-    std::vector<std::int32_t> members;        // node indices, in program order
-    std::vector<std::vector<operand>> inputs; // per member
-    std::vector<char> exported;               // per member: its value is used after the group
-    kiln::dtype dtype = kiln::float32;
-    int rank = 0;
-    std::ptrdiff_t tile = 1024;  // elements per tile: a multiple of every periodic operand's period
-    bool periodic = false;       // some operand repeats along the group
-};
 
 // A graph ready to run: the optimized graph and, for each node, the values that die after it.
 struct executable {
@@ -193,6 +178,12 @@ struct executable {
             const node_kind k = traced.nodes[static_cast<std::size_t>(o)].kind;
             result_aliases.push_back(k == node_kind::argument || k == node_kind::variable);
         }
+        copy_result.clear();
+        for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+            const node_kind kind = graph.nodes[static_cast<std::size_t>(graph.outputs[k])].kind;
+            copy_result.push_back(kind == node_kind::constant ||
+                                  ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]));
+        }
         const std::size_t n = graph.nodes.size();
         std::vector<std::int32_t> last(n, -1);
         for (std::size_t i = 0; i < n; ++i)
@@ -283,7 +274,7 @@ struct executable {
             }
             return;
         }
-        const std::ptrdiff_t total = shape.size(), L = g.tile;
+        const std::ptrdiff_t L = g.tile;
         const std::size_t item = size_of(g.dtype);
         // This thread's buffers, kept from call to call (a replay allocates them once).
         struct setup {
@@ -313,15 +304,7 @@ struct executable {
                     b = static_cast<const std::byte*>(t->raw_data());
                     if (op.kind == fused_group::operand::periodic) {
                         std::byte* r = su.repeated.data() + next_repeated++ * static_cast<std::size_t>(L) * item;
-                        // One period, then the filled part doubled (L is a multiple of the period).
-                        const std::size_t bytes = static_cast<std::size_t>(L) * item;
-                        std::size_t done = static_cast<std::size_t>(op.period) * item;
-                        std::memcpy(r, b, done);
-                        while (done < bytes) {
-                            const std::size_t step = std::min(done, bytes - done);
-                            std::memcpy(r + done, r, step);
-                            done += step;
-                        }
+                        repeat_over_tile(r, b, op.period, L, item);
                         b = r;
                     }
                 }
@@ -332,52 +315,61 @@ struct executable {
                 su.outs[j] = static_cast<std::byte*>(slots[static_cast<std::size_t>(g.members[j])]->raw_data());
             }
         }
-        const std::vector<std::byte*>& outs = su.outs;
-        const std::vector<const std::byte*>& su_base = su.base;  // (the caller's: pool threads read it)
-        // Where each member's operands start in `base`.
-        std::size_t first_operand[64];
-        for (std::size_t j = 0, at = 0; j < m; at += g.inputs[j].size(), ++j) first_operand[j] = at;
-        auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
-            thread_local std::vector<std::byte> scratch;
-            scratch.resize(m * static_cast<std::size_t>(L) * item);
-            const void* ptrs[8];
-            for (std::ptrdiff_t at = first; at < last; at += L) {
-                const std::ptrdiff_t len = std::min(L, last - at);
-                const std::size_t off = static_cast<std::size_t>(at) * item;
-                auto value_ptr = [&](std::size_t j) -> std::byte* {
-                    return g.exported[j] ? outs[j] + off : scratch.data() + j * static_cast<std::size_t>(L) * item;
-                };
-                for (std::size_t j = 0; j < m; ++j) {
-                    const std::size_t b0 = first_operand[j];
-                    for (std::size_t k = 0; k < g.inputs[j].size(); ++k) {
-                        const auto& op = g.inputs[j][k];
-                        if (op.kind == fused_group::operand::member) ptrs[k] = value_ptr(static_cast<std::size_t>(op.index));
-                        else if (op.kind == fused_group::operand::full) ptrs[k] = su_base[b0 + k] + off;
-                        else ptrs[k] = su_base[b0 + k];  // one tile of the repeated operand, aligned with the tile
-                    }
-                    const std::int32_t node = g.members[j];
-                    graph.nodes[static_cast<std::size_t>(node)].params.tile(ptrs, value_ptr(j), len, params_of(node));
-                }
-            }
-        };
-        const std::ptrdiff_t count = (total + L - 1) / L;
-        // (The thread count only past the threshold: asking for it starts the pool, whose workers then compete
-        // with this thread on small steps.)
-        const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
-        if (threads <= 1) {
-            tiles(0, total);
-        } else {
-            const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
-            thread_pool::instance().parallel_for(tasks, [&](int t) {
-                const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
-                tiles(a, b);
-            });
-        }
+        const std::int64_t* member_params[64];
+        for (std::size_t j = 0; j < m; ++j) member_params[j] = params_of(g.members[j]);
+        run_tiles(graph, g, su.base.data(), su.outs.data(), shape.size(), member_params);
     }
 
+    // Runs a call: from the buffer plan of its extents when there is one and the arguments fit it; otherwise node
+    // by node, and the first such call for its extents is watched to make the plan.
     std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
-        const std::size_t n = graph.nodes.size();
         const auto params = bind(extents);
+        if (!planning) return run_nodes(args, params, nullptr);
+        const bool traced_key = !has_dynamic || extents == traced_extents;
+        const buffer_plan* p = nullptr;
+        if (traced_key) {
+            p = traced_plan.load(std::memory_order_acquire);
+        } else {
+            std::lock_guard lock(bind_mutex);
+            auto found = plans.find(extents);
+            if (found != plans.end()) p = found->second.get();
+        }
+        if (p) {
+            if (p->ok && plan_fits(*p, graph, args)) return run_buffer_plan(*p, graph, args, copy_result);
+            return run_nodes(args, params, nullptr);
+        }
+        std::vector<std::optional<tensor>> watched;
+        std::vector<tensor> out = run_nodes(args, params, &watched);
+        std::shared_ptr<const buffer_plan> plan = build_buffer_plan(graph, groups, watched, params);
+        watched.clear();
+        {
+            std::lock_guard lock(bind_mutex);
+            auto [at, made] = plans.emplace(traced_key ? traced_extents : extents, plan);
+            if (traced_key && made) traced_plan.store(at->second.get(), std::memory_order_release);
+        }
+        if (plan->ok) {
+            // This thread's arena now, so that the next call allocates nothing.
+            std::unique_ptr<plan_frame> f = plan_frames::take(plan->id);
+            f->plan_id = plan->id;
+            f->reserve(plan->arena_bytes);
+            plan_frames::give_back(std::move(f));
+        }
+        return out;
+    }
+
+    // The buffer plan made for the traced extents (null before the second call, or with planning off).
+    const buffer_plan* plan() const noexcept { return traced_plan.load(std::memory_order_acquire); }
+
+    bool planning = true;
+    mutable std::map<std::vector<std::ptrdiff_t>, std::shared_ptr<const buffer_plan>> plans;  // under bind_mutex
+    mutable std::atomic<const buffer_plan*> traced_plan{nullptr};  // plans[traced_extents]: read without the lock
+    std::vector<char> copy_result;  // per result: the caller gets a copy (see run_nodes)
+
+    // Node by node. With `keep`, every value stays alive and ends there (a watched call).
+    std::vector<tensor> run_nodes(std::span<const tensor> args,
+                                  const std::shared_ptr<const std::vector<std::vector<std::int64_t>>>& params,
+                                  std::vector<std::optional<tensor>>* keep) const {
+        const std::size_t n = graph.nodes.size();
         // (Optional: an empty slot costs nothing to make, a default tensor an id and a reference count.)
         std::vector<std::optional<tensor>> slots(n);
         std::vector<tensor> in;
@@ -390,9 +382,10 @@ struct executable {
                 if (deferred_from < 0) deferred_from = static_cast<std::int32_t>(i);
                 if (static_cast<std::int32_t>(i) != g.members.back()) continue;
                 run_group(g, slots, params);
-                for (std::size_t j = static_cast<std::size_t>(deferred_from); j <= i; ++j)
-                    for (std::int32_t k = release_start[j]; k < release_start[j + 1]; ++k)
-                        slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])].reset();
+                if (!keep)
+                    for (std::size_t j = static_cast<std::size_t>(deferred_from); j <= i; ++j)
+                        for (std::int32_t k = release_start[j]; k < release_start[j + 1]; ++k)
+                            slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])].reset();
                 deferred_from = -1;
                 continue;
             }
@@ -410,7 +403,7 @@ struct executable {
                     else node.effect(in, p);
                     break;
             }
-            if (deferred_from >= 0) continue;  // (a free node between a group's ops)
+            if (deferred_from >= 0 || keep) continue;  // (a free node between a group's ops)
             for (std::int32_t k = release_start[i]; k < release_start[i + 1]; ++k)
                 slots[static_cast<std::size_t>(release[static_cast<std::size_t>(k)])].reset();
         }
@@ -418,14 +411,12 @@ struct executable {
         out.reserve(graph.outputs.size());
         for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
             const std::int32_t o = graph.outputs[k];
-            const node_kind kind = graph.nodes[static_cast<std::size_t>(o)].kind;
             // A constant result, and one that became an argument or a variable, is the caller's own copy, as eager
-            // mode's results are.
-            const bool copy = kind == node_kind::constant ||
-                              ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]);
+            // mode's results are (copy_result, made by prepare()).
             const tensor& r = *slots[static_cast<std::size_t>(o)];
-            out.push_back(copy ? r.clone() : r);
+            out.push_back(copy_result[k] ? r.clone() : r);
         }
+        if (keep) *keep = std::move(slots);
         return out;
     }
 };

@@ -57,6 +57,9 @@ struct function_options {
     std::string name = "function";  // names the function in errors and warnings
     bool optimize = true;           // run the passes on each trace
     bool fuse = true;               // run chains of elementwise ops tile by tile (fused groups)
+    // From the second call of a signature, run it from a buffer plan (function/buffer_plan.hpp): values in a
+    // reused arena, matrix products, sums and elementwise ops run from raw pointers, views computed once.
+    bool plan = true;
     // TensorFlow's reduce_retracing: an extent of a tensor argument that changes between traces becomes dynamic
     // (as if declared kiln::dyn in a spec), so the next trace serves every extent of it.
     bool reduce_retracing = false;
@@ -372,6 +375,7 @@ private:
         if (options_.optimize) exe->report = passes::optimize(exe->graph);
         for (const graph_node& n : exe->graph.nodes) exe->has_dynamic = exe->has_dynamic || !n.dynamic.empty();
         exe->fusion = options_.fuse;
+        exe->planning = options_.plan;
         exe->collect_variables();
         exe->prepare();
         return exe;

@@ -1,6 +1,7 @@
 #pragma once
 // Optimizers. Each step updates a parameter and its slots in one fused pass over memory: the update is a small
 // graph (the vocabulary's ops on indexed leaves and run-time scalars) run by graph mode's loop, in place.
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -28,14 +29,15 @@ inline void check_grads(const std::vector<variable*>& params, const std::vector<
 
 // Runs roots over leaves (indexed_leaf<K, T>, K naming `inputs[K]`) into `outputs`, all of one shape: one pass.
 // Outputs may be inputs too: each position is read before it is written.
-template <class... Roots>
-void fused_update(const std::vector<tensor>& inputs, const std::vector<tensor*>& outputs, const Roots&... roots) {
+// (Pointers, not tensor copies: a step touches no reference count.)
+template <std::size_t I, std::size_t O, class... Roots>
+void fused_update(const std::array<const tensor*, I>& inputs, const std::array<tensor*, O>& outputs, const Roots&... roots) {
     using namespace kiln::detail;
     using list = unique_nodes_t<Roots...>;
     using loop = fused_loop<list, Roots...>;
     auto bound = [&]<class... L>(types<L...>) {
         return std::tuple<strided<const typename L::value_type>...>(
-            strided_of<typename L::value_type>(inputs[leaf_position<L>::value])...);
+            strided_of<typename L::value_type>(*inputs[leaf_position<L>::value])...);
     }(leaves_t<list>{});
     auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
         return typename loop::outs_t{strided_out<root_type_t<Roots>>(*outputs[J])...};
@@ -50,11 +52,15 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
     check_grads(params, grads, who);
     for (std::size_t i = 0; i < params.size(); ++i) {
         tensor& p = *params[i];
-        const tensor g = grads[i].to(p.dtype()).contiguous();
-        kiln::detail::dispatch(p.dtype(), [&]<class T>() {
-            if constexpr (std::is_floating_point_v<T>) f.template operator()<T>(i, p, g);
-            else throw dtype_error(std::string("kiln: dtype_error in 'optim::") + who + "': parameters must be float32 or float64");
-        });
+        auto with = [&](const tensor& g) {
+            kiln::detail::dispatch(p.dtype(), [&]<class T>() {
+                if constexpr (std::is_floating_point_v<T>) f.template operator()<T>(i, p, g);
+                else throw dtype_error(std::string("kiln: dtype_error in 'optim::") + who + "': parameters must be float32 or float64");
+            });
+        };
+        const tensor& given = grads[i];
+        if (given.dtype() == p.dtype() && given.is_contiguous()) with(given);  // (the common case: no copy of the handle)
+        else with(given.to(p.dtype()).contiguous());
     }
 }
 
@@ -68,7 +74,12 @@ void trace_step(const std::vector<variable*>& params, const std::vector<tensor>&
     for (const tensor& g : grads) ins.push_back(g);
     const std::size_t n = params.size();
     kiln::detail::active_tracer->record_effect(op, std::move(attrs), ins, [run, n](std::span<const tensor> in, auto) {
-        run(std::vector<tensor>(in.begin() + static_cast<std::ptrdiff_t>(n), in.end()));
+        thread_local std::vector<tensor> grads;  // (kept: a replayed step allocates nothing here)
+        grads.assign(in.begin() + static_cast<std::ptrdiff_t>(n), in.end());
+        struct clear_after {
+            ~clear_after() { grads.clear(); }
+        } clear;
+        run(grads);
     }, n);
 }
 
@@ -119,10 +130,11 @@ public:
         detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
             // The update graphs of graph mode's sgd_rule and momentum_rule.
             if (momentum_ == 0.0)
-                std::apply([&](const auto&... roots) { detail::fused_update({p, g}, {&p}, roots...); },
+                std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 2>{&p, &g}, std::array<tensor*, 1>{&p}, roots...); },
                            sgd_rule{lr_}.template roots<T>());
             else
-                std::apply([&](const auto&... roots) { detail::fused_update({p, g, velocity_[i]}, {&p, &velocity_[i]}, roots...); },
+                std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 3>{&p, &g, &velocity_[i]},
+                                                                         std::array<tensor*, 2>{&p, &velocity_[i]}, roots...); },
                            momentum_rule{lr_, momentum_}.template roots<T>());
         });
     }
@@ -194,7 +206,8 @@ public:
         rule_.next_step(++t_);
         detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
             // The same update graph as graph mode's kiln::optim::minimize with adam_rule.
-            std::apply([&](const auto&... roots) { detail::fused_update({p, g, m_[i], v_[i]}, {&p, &m_[i], &v_[i]}, roots...); },
+            std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 4>{&p, &g, &m_[i], &v_[i]},
+                                                                     std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, roots...); },
                        rule_.template roots<T>());
         });
     }

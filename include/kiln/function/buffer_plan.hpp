@@ -1,0 +1,714 @@
+#pragma once
+// The buffer plan of a traced function: for one signature and one set of dynamic extents, where every value lives
+// and how every node runs, worked out once from a call that the executor watched (function/executor.hpp).
+//
+// Each value is one of: an argument; a constant or variable (read where it lives); a view of another value (an
+// op whose result shared its input's storage when watched: it costs nothing at run time); a buffer in the call's
+// arena (the results of fused groups, single elementwise ops, 2-D matrix products and contiguous sums, which the
+// plan runs itself from raw pointers); or the tensor that the op's own replay function returns (every other op).
+// A result is written into a new tensor of its own rather than into the arena.
+// Arena buffers are reused once the values in them, and every view of them, are dead (first fit by liveness).
+//
+// A call runs the plan when its arguments have the layouts (dtype, shape, strides) of the watched call; any other
+// call runs node by node, as before. The arena is per thread and kept between calls, so a planned call allocates
+// only what its replayed ops allocate themselves.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../core/blas.hpp"
+#include "fused_group.hpp"
+#include "graph.hpp"
+
+namespace kiln {
+namespace detail {
+
+struct buffer_plan {
+    struct value {
+        enum kind_t : std::uint8_t { none, argument, fixed, arena, view, owned } kind = none;
+        std::int32_t source = -1;    // view: the value it views
+        std::ptrdiff_t offset = 0;   // arena: byte offset; view: bytes from its source's first element
+        std::int32_t root = -1;      // the value whose buffer this one lives in (itself unless a view)
+        bool result = false;         // arena kind: a result's buffer, a new tensor each call instead of the arena
+        kiln::dtype dtype = kiln::float32;
+        dims shape, strides;
+    };
+    struct step {
+        enum kind_t : std::uint8_t { view, group, matmul, sum, op, effect } kind = op;
+        std::int32_t node = -1;   // group: its index in `groups`
+        // matmul: C (m x n) = op(A) op(B)
+        bool trans_a = false, trans_b = false;
+        int m = 0, n = 0, k = 0, lda = 0, ldb = 0;
+        // sum: (outer x red x inner) elements folded over red
+        std::ptrdiff_t outer = 0, red = 0, inner = 0;
+        std::vector<std::int32_t> release;  // owned values (fallback results) that die after this step
+    };
+
+    std::uint64_t id = 0;
+    bool ok = false;            // false: this signature and these extents run node by node
+    std::string why_not;        // when not ok: why ("group 0: operand %3 is not contiguous")
+    std::vector<value> values;  // per node
+    std::vector<step> steps;
+    std::vector<fused_group> groups;  // the executor's groups, and single elementwise ops as groups of one
+    std::size_t arena_bytes = 0;
+    std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params;  // bound for these extents (null: traced)
+
+    std::size_t planned(step::kind_t k) const {
+        std::size_t c = 0;
+        for (const step& s : steps) c += s.kind == k;
+        return c;
+    }
+
+    const std::int64_t* params_of(const function_graph& g, std::int32_t node) const {
+        if (params && !(*params)[static_cast<std::size_t>(node)].empty()) return (*params)[static_cast<std::size_t>(node)].data();
+        return g.nodes[static_cast<std::size_t>(node)].params.values.data();
+    }
+    std::span<const std::int64_t> param_span(const function_graph& g, std::int32_t node) const {
+        if (params && !(*params)[static_cast<std::size_t>(node)].empty()) return (*params)[static_cast<std::size_t>(node)];
+        return g.nodes[static_cast<std::size_t>(node)].params.values;
+    }
+};
+
+inline std::uint64_t next_plan_id() {
+    static std::atomic<std::uint64_t> counter{1};
+    return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+// "axes=0,1 keepdims=true" -> {0, 1}, true (false when the text is not a reduction's).
+inline bool parse_reduction_attrs(const std::string& attrs, std::vector<int>& axes, bool& keepdims) {
+    const std::size_t a = attrs.find("axes="), k = attrs.find("keepdims=");
+    if (a != 0 || k == std::string::npos) return false;
+    axes.clear();
+    std::size_t i = 5;
+    while (i < attrs.size() && attrs[i] != ' ') {
+        const std::size_t end = attrs.find_first_of(", ", i);
+        const std::string part = attrs.substr(i, end - i);
+        char* stop = nullptr;
+        const long v = std::strtol(part.c_str(), &stop, 10);
+        if (part.empty() || *stop != '\0') return false;
+        axes.push_back(static_cast<int>(v));
+        i = end == std::string::npos ? attrs.size() : end + (attrs[end] == ',' ? 1 : 0);
+    }
+    keepdims = attrs.compare(k + 9, 4, "true") == 0;
+    return true;
+}
+
+// How many elements at x's first element repeat along it when x is a broadcast of a contiguous tail (leading axes of
+// stride 0, then contiguous trailing axes: a bias broadcast over rows, a number broadcast over a shape); x.numel()
+// for a contiguous x; 0 for other layouts.
+inline std::ptrdiff_t repeating_period(const tensor& x) {
+    std::ptrdiff_t period = 1;
+    int d = x.dim() - 1;
+    for (; d >= 0; --d) {
+        if (x.shape()[d] == 1) continue;
+        if (x.strides()[d] != period) break;
+        period *= x.shape()[d];
+    }
+    for (; d >= 0; --d)
+        if (x.shape()[d] != 1 && x.strides()[d] != 0) return 0;
+    return period;
+}
+
+// A group's tile grown to a multiple of `period` (0 when that passes 8192 elements), as fuse() makes it.
+// `periodic`: the group has repeating operands already (the tile must stay a multiple of their periods).
+inline std::ptrdiff_t tile_with_period(std::ptrdiff_t tile, std::ptrdiff_t period, bool periodic) {
+    const std::ptrdiff_t base = tile % period == 0       ? tile
+                                : tile == 1024 && !periodic ? period * ((1024 + period - 1) / period)
+                                                           : tile / std::gcd(tile, period) * period;
+    return base > 8192 ? 0 : base;
+}
+
+// First-fit arena offsets, 64-byte aligned.
+class arena_allocator {
+public:
+    std::size_t allocate(std::size_t bytes) {
+        bytes = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+        for (std::size_t i = 0; i < free_.size(); ++i)
+            if (free_[i].second >= bytes) {
+                const std::size_t at = free_[i].first;
+                free_[i].first += bytes;
+                free_[i].second -= bytes;
+                if (free_[i].second == 0) free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+                return at;
+            }
+        const std::size_t at = end_;
+        end_ += bytes;
+        return at;
+    }
+    void release(std::size_t at, std::size_t bytes) {
+        bytes = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+        auto it = free_.begin();
+        while (it != free_.end() && it->first < at) ++it;
+        it = free_.insert(it, {at, bytes});
+        // Merge with the neighbours.
+        if (it + 1 != free_.end() && it->first + it->second == (it + 1)->first) {
+            it->second += (it + 1)->second;
+            free_.erase(it + 1);
+        }
+        if (it != free_.begin() && (it - 1)->first + (it - 1)->second == it->first) {
+            (it - 1)->second += it->second;
+            free_.erase(it);
+        }
+    }
+    std::size_t size() const noexcept { return end_; }
+
+private:
+    std::vector<std::pair<std::size_t, std::size_t>> free_;  // (offset, bytes), by offset
+    std::size_t end_ = 0;
+};
+
+// Builds the plan of `graph` from a call that ran node by node and kept every value (`slots`: null for a fused
+// group's values that never left it). `groups` are the executor's fused groups.
+inline std::shared_ptr<buffer_plan> build_buffer_plan(
+    const function_graph& graph, const std::vector<fused_group>& groups, const std::vector<std::optional<tensor>>& slots,
+    std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params) {
+    auto plan = std::make_shared<buffer_plan>();
+    plan->id = next_plan_id();
+    plan->params = std::move(params);
+    plan->groups = groups;
+    const std::size_t n = graph.nodes.size();
+    std::vector<buffer_plan::value>& values = plan->values;
+    values.resize(n);
+    auto fail = [&](std::string why) {
+        plan->ok = false;
+        plan->why_not = std::move(why);
+        plan->steps.clear();
+        return plan;
+    };
+    auto observed = [&](std::int32_t v) -> const tensor* {
+        const auto& s = slots[static_cast<std::size_t>(v)];
+        return s ? &*s : nullptr;
+    };
+    auto set_layout = [&](buffer_plan::value& val, const tensor& t) {
+        val.dtype = t.dtype();
+        val.shape = t.shape();
+        val.strides = t.strides();
+    };
+    // Where each node's step runs: a group's members run at its last member.
+    std::vector<std::int32_t> position(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const int g = graph.nodes[i].group;
+        position[i] = g >= 0 ? groups[static_cast<std::size_t>(g)].members.back() : static_cast<std::int32_t>(i);
+    }
+    std::vector<std::int32_t> singleton(n, -1);  // a single elementwise op planned as a group of one
+    for (std::size_t i = 0; i < n; ++i) {
+        const graph_node& node = graph.nodes[i];
+        buffer_plan::value& val = values[i];
+        val.root = static_cast<std::int32_t>(i);
+        const tensor* t = observed(static_cast<std::int32_t>(i));
+        switch (node.kind) {
+            case node_kind::argument:
+                val.kind = buffer_plan::value::argument;
+                set_layout(val, *t);
+                continue;
+            case node_kind::constant:
+            case node_kind::variable:
+                val.kind = buffer_plan::value::fixed;
+                set_layout(val, node.value);
+                continue;
+            case node_kind::effect: continue;
+            case node_kind::op: break;
+        }
+        if (node.group >= 0) {
+            const fused_group& g = groups[static_cast<std::size_t>(node.group)];
+            std::size_t j = 0;
+            while (g.members[j] != static_cast<std::int32_t>(i)) ++j;
+            if (g.exported[j]) {
+                if (!t || !t->is_contiguous()) return fail("a fused group's result was not a new contiguous tensor");
+                val.kind = buffer_plan::value::arena;
+                set_layout(val, *t);
+            }
+            continue;
+        }
+        if (!t) return fail("%" + std::to_string(i) + " has no value");
+        set_layout(val, *t);
+        // A view: the result shares an input's storage.
+        bool is_view = false;
+        for (std::int32_t in : node.inputs) {
+            const tensor* x = observed(in);
+            if (x && x->shares_storage_with(*t) && x->storage_handle()) {
+                val.kind = buffer_plan::value::view;
+                val.source = in;
+                val.offset = static_cast<const std::byte*>(t->raw_data()) - static_cast<const std::byte*>(x->raw_data());
+                val.root = values[static_cast<std::size_t>(in)].root;
+                is_view = true;
+                break;
+            }
+        }
+        if (is_view) continue;
+        if (!t->is_contiguous()) {
+            val.kind = buffer_plan::value::owned;
+            continue;
+        }
+        const bool floating = t->dtype() == kiln::float32 || t->dtype() == kiln::float64;
+        // A matrix product of two 2-D operands that BLAS takes as they are.
+#if KILN_HAVE_CBLAS
+        if (node.op == "matmul" && floating && node.inputs.size() == 2) {
+            const tensor* a = observed(node.inputs[0]);
+            const tensor* b = observed(node.inputs[1]);
+            matrix_layout la, lb;
+            if (a && b && a->dtype() == t->dtype() && b->dtype() == t->dtype() && a->dim() == 2 && b->dim() == 2 &&
+                t->dim() == 2 && a->numel() > 0 && b->numel() > 0 && t->numel() > 0 && blas_layout(*a, la) &&
+                blas_layout(*b, lb) && a->shape()[1] == b->shape()[0] && t->shape()[0] == a->shape()[0] &&
+                t->shape()[1] == b->shape()[1] && a->shape()[0] < (1 << 30) && a->shape()[1] < (1 << 30) &&
+                b->shape()[1] < (1 << 30) && la.ld < (1 << 30) && lb.ld < (1 << 30)) {
+                val.kind = buffer_plan::value::arena;
+                continue;
+            }
+        }
+#endif
+        // A sum of a contiguous floating tensor whose reduced axes form one block.
+        if (node.op == "sum" && floating && node.inputs.size() == 1) {
+            const tensor* x = observed(node.inputs[0]);
+            std::vector<int> axes;
+            bool keepdims = false;
+            std::ptrdiff_t outer, red, inner;
+            if (x && x->dtype() == t->dtype() && x->is_contiguous() && x->numel() > 0 &&
+                parse_reduction_attrs(node.attrs, axes, keepdims)) {
+                try {
+                    const reduction_shape r = reduced_shape(*x, axes, keepdims, "sum");
+                    if (reduction_blocks(x->shape(), r.keep, outer, red, inner) && outer * inner == t->numel()) {
+                        val.kind = buffer_plan::value::arena;
+                        continue;
+                    }
+                } catch (const error&) {
+                }
+            }
+        }
+        // A single elementwise op whose operands are contiguous values of its shape or repeat along it.
+        if (node.params.tile && node.inputs.size() <= 8) {
+            fused_group g;
+            g.members = {static_cast<std::int32_t>(i)};
+            g.exported = {1};
+            g.dtype = t->dtype();
+            g.rank = t->dim();
+            std::vector<fused_group::operand> ins;
+            bool fits = true, has_full = false;
+            std::ptrdiff_t tile = 1024;
+            for (std::int32_t v : node.inputs) {
+                const tensor* x = observed(v);
+                if (!x || x->dtype() != t->dtype()) {
+                    fits = false;
+                    break;
+                }
+                if (x->shape() == t->shape() && x->is_contiguous()) {
+                    ins.push_back({fused_group::operand::full, v});
+                    has_full = true;
+                    continue;
+                }
+                // Repeats along the result: a broadcast view of it, or its trailing extents.
+                bool trailing = x->dim() <= t->dim();
+                for (int d = 0; trailing && d < x->dim(); ++d) {
+                    const int e = t->dim() - x->dim() + d;
+                    trailing = x->shape()[d] == t->shape()[e] || x->shape()[d] == 1;
+                }
+                const std::ptrdiff_t period = trailing ? repeating_period(*x) : 0;
+                bool repeats = period > 0 && t->numel() % period == 0;
+                // (The period's elements must be the result's trailing extents, each one x's own.)
+                std::ptrdiff_t tail = 1;
+                for (int d = t->dim() - 1; repeats && d >= 0 && tail < period; --d) {
+                    const int xd = x->dim() - (t->dim() - d);
+                    repeats = xd >= 0 && x->shape()[xd] == t->shape()[d];
+                    tail *= t->shape()[d];
+                }
+                repeats = repeats && tail == period;
+                const std::ptrdiff_t grown = repeats ? tile_with_period(tile, period, g.periodic) : 0;
+                if (grown == 0) {
+                    fits = false;
+                    break;
+                }
+                tile = grown;
+                ins.push_back({fused_group::operand::periodic, v, period});
+                g.periodic = true;
+            }
+            if (fits && has_full) {
+                g.tile = tile;
+                g.inputs = {std::move(ins)};
+                singleton[i] = static_cast<std::int32_t>(plan->groups.size());
+                plan->groups.push_back(std::move(g));
+                val.kind = buffer_plan::value::arena;
+                continue;
+            }
+        }
+        val.kind = buffer_plan::value::owned;
+    }
+    // The executor's groups must fit as watched: contiguous operands of the group's shape, or operands that repeat
+    // along it (a full operand that is a broadcast view becomes a repeating one here).
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+        fused_group& g = plan->groups[gi];
+        if (g.members.size() > 64) return fail("group " + std::to_string(gi) + " has more than 64 ops");
+        const tensor* first = nullptr;
+        for (std::size_t j = 0; j < g.members.size(); ++j)
+            if (g.exported[j]) first = observed(g.members[j]);
+        if (!first) return fail("group " + std::to_string(gi) + " exports nothing");
+        for (auto& ins : g.inputs) {
+            if (ins.size() > 8) return fail("group " + std::to_string(gi) + " has an op of more than 8 operands");
+            for (auto& op : ins) {
+                if (op.kind == fused_group::operand::member) continue;
+                const tensor* x = observed(op.index);
+                const std::string which = "group " + std::to_string(gi) + ": operand %" + std::to_string(op.index);
+                if (!x || x->dtype() != g.dtype) return fail(which + " is not a value of the group's dtype");
+                if (op.kind == fused_group::operand::full && !(x->shape() == first->shape()))
+                    return fail(which + " has another shape");
+                const std::ptrdiff_t period = repeating_period(*x);
+                if (period == 0 || x->numel() % period != 0) return fail(which + " is neither contiguous nor a broadcast");
+                if (op.kind == fused_group::operand::full && period == x->numel()) continue;
+                if (op.kind == fused_group::operand::periodic && period != op.period) {
+                    if (period == 0 || op.period % period != 0) return fail(which + " does not repeat");
+                }
+                const std::ptrdiff_t tile = tile_with_period(g.tile, period, g.periodic);
+                if (tile == 0) return fail(which + " repeats with too long a period");
+                g.tile = tile;
+                op.kind = fused_group::operand::periodic;
+                op.period = period;
+                g.periodic = true;
+            }
+        }
+    }
+
+    // Liveness of each buffer (root): the last position that reads it or any view of it.
+    constexpr std::int32_t forever = std::numeric_limits<std::int32_t>::max();
+    std::vector<std::int32_t> last(n, -1);
+    auto use = [&](std::int32_t v, std::int32_t at) {
+        const std::int32_t r = values[static_cast<std::size_t>(v)].root;
+        if (r >= 0) last[static_cast<std::size_t>(r)] = std::max(last[static_cast<std::size_t>(r)], at);
+    };
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::int32_t in : graph.nodes[i].inputs) use(in, position[i]);
+    for (std::int32_t o : graph.outputs) use(o, forever);
+    for (std::size_t i = 0; i < n; ++i) {
+        const buffer_plan::value& v = values[i];
+        if (v.kind != buffer_plan::value::none && v.root == static_cast<std::int32_t>(i) && last[i] < 0)
+            last[i] = position[i];  // never read: dies where it is made
+    }
+    std::vector<std::vector<std::int32_t>> dies(n);
+    for (std::size_t i = 0; i < n; ++i)
+        if (last[i] >= 0 && last[i] != forever) dies[static_cast<std::size_t>(last[i])].push_back(static_cast<std::int32_t>(i));
+
+    // Steps in program order; arena offsets first fit, a step's results never over its operands.
+    arena_allocator arena;
+    auto bytes_of = [&](const buffer_plan::value& v) {
+        return static_cast<std::size_t>(v.shape.size()) * size_of(v.dtype);
+    };
+    // A buffer that a result lives in is the caller's new tensor, written in place (not the arena, then copied).
+    for (std::int32_t o : graph.outputs) {
+        buffer_plan::value& r = values[static_cast<std::size_t>(values[static_cast<std::size_t>(o)].root)];
+        if (r.kind == buffer_plan::value::arena) r.result = true;
+    }
+    auto place = [&](buffer_plan::value& v) {
+        if (!v.result) v.offset = static_cast<std::ptrdiff_t>(arena.allocate(bytes_of(v)));
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+        const graph_node& node = graph.nodes[i];
+        buffer_plan::value& val = values[i];
+        buffer_plan::step st;
+        st.node = static_cast<std::int32_t>(i);
+        bool emit = true;
+        if (node.kind == node_kind::effect) {
+            st.kind = buffer_plan::step::effect;
+        } else if (node.kind != node_kind::op) {
+            emit = false;
+        } else if (node.group >= 0) {
+            const fused_group& g = groups[static_cast<std::size_t>(node.group)];
+            if (g.members.back() != static_cast<std::int32_t>(i)) {
+                emit = false;
+            } else {
+                st.kind = buffer_plan::step::group;
+                st.node = node.group;
+                for (std::size_t j = 0; j < g.members.size(); ++j)
+                    if (g.exported[j]) {
+                        place(values[static_cast<std::size_t>(g.members[j])]);
+                    }
+            }
+        } else if (val.kind == buffer_plan::value::view) {
+            st.kind = buffer_plan::step::view;
+        } else if (val.kind == buffer_plan::value::owned) {
+            st.kind = buffer_plan::step::op;
+        } else if (singleton[i] >= 0) {
+            st.kind = buffer_plan::step::group;
+            st.node = singleton[i];
+            place(val);
+        } else if (node.op == "matmul") {
+            st.kind = buffer_plan::step::matmul;
+            const tensor& a = *observed(node.inputs[0]);
+            const tensor& b = *observed(node.inputs[1]);
+            matrix_layout la, lb;
+            blas_layout(a, la);
+            blas_layout(b, lb);
+            st.trans_a = la.transposed;
+            st.trans_b = lb.transposed;
+            st.m = static_cast<int>(a.shape()[0]);
+            st.k = static_cast<int>(a.shape()[1]);
+            st.n = static_cast<int>(b.shape()[1]);
+            st.lda = static_cast<int>(std::max<std::ptrdiff_t>(la.ld, 1));
+            st.ldb = static_cast<int>(std::max<std::ptrdiff_t>(lb.ld, 1));
+            place(val);
+        } else {
+            st.kind = buffer_plan::step::sum;
+            const tensor& x = *observed(node.inputs[0]);
+            std::vector<int> axes;
+            bool keepdims = false;
+            parse_reduction_attrs(node.attrs, axes, keepdims);
+            const reduction_shape r = reduced_shape(x, axes, keepdims, "sum");
+            reduction_blocks(x.shape(), r.keep, st.outer, st.red, st.inner);
+            place(val);
+        }
+        // Buffers whose last reader ran at this position.
+        for (std::int32_t d : dies[i]) {
+            const buffer_plan::value& v = values[static_cast<std::size_t>(d)];
+            if (v.kind == buffer_plan::value::arena && !v.result) arena.release(static_cast<std::size_t>(v.offset), bytes_of(v));
+            else if (v.kind == buffer_plan::value::owned) st.release.push_back(d);
+        }
+        if (emit) {
+            plan->steps.push_back(std::move(st));
+        } else if (!st.release.empty()) {
+            // (Nothing runs here: the releases wait for the next step.)
+            buffer_plan::step carry;
+            carry.kind = buffer_plan::step::view;
+            carry.node = -1;
+            carry.release = std::move(st.release);
+            plan->steps.push_back(std::move(carry));
+        }
+    }
+    plan->arena_bytes = arena.size();
+    plan->ok = true;
+    return plan;
+}
+
+// A thread's arena and per-call state, kept between calls (one per plan in use on the thread at once).
+struct plan_frame {
+    std::uint64_t plan_id = 0;
+    std::shared_ptr<std::byte> memory;          // the arena
+    std::size_t bytes = 0;
+    std::shared_ptr<storage> arena_storage;     // over the arena: replayed ops and effects see its values through it
+    std::vector<std::byte*> ptr;                // per value: its first element
+    std::vector<std::optional<tensor>> owned;   // per value: a replayed op's result
+    std::vector<const std::byte*> bases;
+    std::vector<std::byte> repeated;
+    std::vector<double> accumulator;
+    std::vector<tensor> in;
+
+    void reserve(std::size_t need) {
+        if (bytes >= need && memory) return;
+        const std::size_t size = std::max<std::size_t>(need, 64);
+        std::byte* p = static_cast<std::byte*>(::operator new(size, std::align_val_t{64}));
+        memory = std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{64}); });
+        bytes = size;
+        arena_storage = std::make_shared<storage>();
+        arena_storage->data = p;
+        arena_storage->bytes = size;
+        arena_storage->keeper = memory;  // a tensor that outlives the call keeps the memory (not its values)
+    }
+};
+
+class plan_frames {
+public:
+    static std::unique_ptr<plan_frame> take(std::uint64_t id) {
+        auto& pool = frames();
+        for (std::size_t i = pool.size(); i-- > 0;)
+            if (pool[i]->plan_id == id) {
+                std::unique_ptr<plan_frame> f = std::move(pool[i]);
+                pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+                return f;
+            }
+        if (!pool.empty()) {
+            std::unique_ptr<plan_frame> f = std::move(pool.back());
+            pool.pop_back();
+            return f;
+        }
+        return std::make_unique<plan_frame>();
+    }
+    static void give_back(std::unique_ptr<plan_frame> f) {
+        auto& pool = frames();
+        if (pool.size() < 8) pool.push_back(std::move(f));
+    }
+
+private:
+    static std::vector<std::unique_ptr<plan_frame>>& frames() {
+        thread_local std::vector<std::unique_ptr<plan_frame>> pool;
+        return pool;
+    }
+};
+
+// Whether a call's arguments have the layouts the plan was made for.
+inline bool plan_fits(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args) {
+    for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+        const graph_node& node = graph.nodes[i];
+        if (node.kind != node_kind::argument) continue;
+        const tensor& a = args[static_cast<std::size_t>(node.argument)];
+        const buffer_plan::value& v = plan.values[i];
+        if (!a.valid() || a.is_symbolic() || a.dtype() != v.dtype || !(a.shape() == v.shape) || !(a.strides() == v.strides))
+            return false;
+    }
+    return true;
+}
+
+// The tensor of value v in a planned call (a view of the arena for arena values).
+inline tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_frame& f, std::span<const tensor> args,
+                          std::int32_t v) {
+    const buffer_plan::value& val = plan.values[static_cast<std::size_t>(v)];
+    if (val.kind == buffer_plan::value::owned || val.result) return *f.owned[static_cast<std::size_t>(v)];
+    const buffer_plan::value& root = plan.values[static_cast<std::size_t>(val.root)];
+    const graph_node& rn = graph.nodes[static_cast<std::size_t>(val.root)];
+    const std::shared_ptr<storage>* s = nullptr;
+    switch (root.kind) {
+        case buffer_plan::value::argument: s = &args[static_cast<std::size_t>(rn.argument)].storage_handle(); break;
+        case buffer_plan::value::fixed: s = &rn.value.storage_handle(); break;
+        case buffer_plan::value::owned: s = &f.owned[static_cast<std::size_t>(val.root)]->storage_handle(); break;
+        default: s = root.result ? &f.owned[static_cast<std::size_t>(val.root)]->storage_handle() : &f.arena_storage; break;
+    }
+    const std::ptrdiff_t bytes = f.ptr[static_cast<std::size_t>(v)] - (*s)->data;
+    return tensor(*s, val.dtype, val.shape, val.strides, bytes / static_cast<std::ptrdiff_t>(size_of(val.dtype)));
+}
+
+// Runs a planned call; the results as the executor returns them (`copy[k]`: result k is the caller's own copy).
+inline std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args,
+                                           const std::vector<char>& copy_result) {
+    const std::size_t n = graph.nodes.size();
+    std::unique_ptr<plan_frame> frame = plan_frames::take(plan.id);
+    plan_frame& f = *frame;
+    struct give_back_on_exit {
+        std::unique_ptr<plan_frame>& frame;
+        ~give_back_on_exit() {
+            for (auto& o : frame->owned) o.reset();
+            frame->in.clear();
+            plan_frames::give_back(std::move(frame));
+        }
+    } guard{frame};
+    f.plan_id = plan.id;
+    f.reserve(plan.arena_bytes);
+    f.ptr.assign(n, nullptr);
+    f.owned.resize(n);
+    std::byte* const arena = f.arena_storage->data;
+    for (std::size_t i = 0; i < n; ++i) {
+        const buffer_plan::value& v = plan.values[i];
+        if (v.kind == buffer_plan::value::argument)
+            f.ptr[i] = static_cast<std::byte*>(args[static_cast<std::size_t>(graph.nodes[i].argument)].raw_data());
+        else if (v.kind == buffer_plan::value::fixed)
+            f.ptr[i] = static_cast<std::byte*>(graph.nodes[i].value.raw_data());
+        else if (v.kind == buffer_plan::value::arena && v.result) {
+            f.owned[i] = tensor(v.dtype, v.shape);
+            f.ptr[i] = static_cast<std::byte*>(f.owned[i]->raw_data());
+        } else if (v.kind == buffer_plan::value::arena) {
+            f.ptr[i] = arena + v.offset;
+        }
+    }
+    auto inputs_of = [&](const graph_node& node) -> std::span<const tensor> {
+        f.in.clear();
+        for (std::int32_t v : node.inputs) f.in.push_back(plan_tensor(plan, graph, f, args, v));
+        return f.in;
+    };
+    for (const buffer_plan::step& st : plan.steps) {
+        switch (st.kind) {
+            case buffer_plan::step::view:
+                if (st.node >= 0) {
+                    const buffer_plan::value& v = plan.values[static_cast<std::size_t>(st.node)];
+                    f.ptr[static_cast<std::size_t>(st.node)] = f.ptr[static_cast<std::size_t>(v.source)] + v.offset;
+                }
+                break;
+            case buffer_plan::step::group: {
+                const fused_group& g = plan.groups[static_cast<std::size_t>(st.node)];
+                const std::size_t m = g.members.size();
+                const std::size_t item = size_of(g.dtype);
+                std::size_t periodic = 0, operands = 0;
+                for (const auto& ins : g.inputs) {
+                    operands += ins.size();
+                    for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
+                }
+                f.repeated.resize(periodic * static_cast<std::size_t>(g.tile) * item);
+                f.bases.assign(operands, nullptr);
+                std::byte* outs[64];
+                const std::int64_t* params[64];
+                std::size_t at = 0, next_repeated = 0;
+                dims shape;
+                for (std::size_t j = 0; j < m; ++j) {
+                    for (const auto& op : g.inputs[j]) {
+                        if (op.kind == fused_group::operand::full) {
+                            f.bases[at] = f.ptr[static_cast<std::size_t>(op.index)];
+                            shape = plan.values[static_cast<std::size_t>(op.index)].shape;
+                        } else if (op.kind == fused_group::operand::periodic) {
+                            std::byte* r = f.repeated.data() + next_repeated++ * static_cast<std::size_t>(g.tile) * item;
+                            repeat_over_tile(r, f.ptr[static_cast<std::size_t>(op.index)], op.period, g.tile, item);
+                            f.bases[at] = r;
+                        }
+                        ++at;
+                    }
+                    outs[j] = g.exported[j] ? f.ptr[static_cast<std::size_t>(g.members[j])] : nullptr;
+                    params[j] = plan.params_of(graph, g.members[j]);
+                }
+                run_tiles(graph, g, f.bases.data(), outs, shape.size(), params);
+                break;
+            }
+            case buffer_plan::step::matmul: {
+#if KILN_HAVE_CBLAS
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                const auto ta = st.trans_a ? CblasTrans : CblasNoTrans, tb = st.trans_b ? CblasTrans : CblasNoTrans;
+                const std::byte* a = f.ptr[static_cast<std::size_t>(node.inputs[0])];
+                const std::byte* b = f.ptr[static_cast<std::size_t>(node.inputs[1])];
+                std::byte* c = f.ptr[static_cast<std::size_t>(st.node)];
+                if (node.dtype == kiln::float32)
+                    cblas_sgemm(CblasRowMajor, ta, tb, st.m, st.n, st.k, 1.0f, reinterpret_cast<const float*>(a), st.lda,
+                                reinterpret_cast<const float*>(b), st.ldb, 0.0f, reinterpret_cast<float*>(c), st.n);
+                else
+                    cblas_dgemm(CblasRowMajor, ta, tb, st.m, st.n, st.k, 1.0, reinterpret_cast<const double*>(a), st.lda,
+                                reinterpret_cast<const double*>(b), st.ldb, 0.0, reinterpret_cast<double*>(c), st.n);
+#endif
+                break;
+            }
+            case buffer_plan::step::sum: {
+                // As eager mode's fold: each output accumulates its elements in order, in double.
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                const std::size_t outs = static_cast<std::size_t>(st.outer * st.inner);
+                f.accumulator.assign(outs, 0.0);
+                auto fold = [&]<class T>() {
+                    const T* x = reinterpret_cast<const T*>(f.ptr[static_cast<std::size_t>(node.inputs[0])]);
+                    fold_blocks(x, f.accumulator.data(), st.outer, st.red, st.inner, false,
+                                [](double a, T v) { return a + double(v); });
+                    T* y = reinterpret_cast<T*>(f.ptr[static_cast<std::size_t>(st.node)]);
+                    for (std::size_t i = 0; i < outs; ++i) y[i] = static_cast<T>(f.accumulator[i]);
+                };
+                if (node.dtype == kiln::float32) fold.template operator()<float>();
+                else fold.template operator()<double>();
+                break;
+            }
+            case buffer_plan::step::op: {
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                std::optional<tensor>& r = f.owned[static_cast<std::size_t>(st.node)];
+                r = node.fn(inputs_of(node), plan.param_span(graph, st.node));
+                const buffer_plan::value& v = plan.values[static_cast<std::size_t>(st.node)];
+                if (r->dtype() != v.dtype || !(r->shape() == v.shape))
+                    throw value_error(error_prefix("value_error", "function") + "internal: %" + std::to_string(st.node) + " (" +
+                                      node.op + ") gave " + to_string(r->shape()) + " " + std::string(name(r->dtype())) +
+                                      " where its plan has " + to_string(v.shape) + " " + std::string(name(v.dtype)));
+                f.ptr[static_cast<std::size_t>(st.node)] = static_cast<std::byte*>(r->raw_data());
+                break;
+            }
+            case buffer_plan::step::effect: {
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                node.effect(inputs_of(node), plan.param_span(graph, st.node));
+                break;
+            }
+        }
+        for (std::int32_t d : st.release) f.owned[static_cast<std::size_t>(d)].reset();
+    }
+    std::vector<tensor> out;
+    out.reserve(graph.outputs.size());
+    for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+        const std::int32_t o = graph.outputs[k];
+        const buffer_plan::value& v = plan.values[static_cast<std::size_t>(o)];
+        const buffer_plan::value& root = plan.values[static_cast<std::size_t>(v.root)];
+        const bool in_arena = root.kind == buffer_plan::value::arena && !root.result;
+        tensor r = plan_tensor(plan, graph, f, args, o);
+        out.push_back(copy_result[k] || in_arena ? r.clone() : std::move(r));
+    }
+    return out;
+}
+
+}  // namespace detail
+}  // namespace kiln

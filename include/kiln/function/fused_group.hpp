@@ -1,0 +1,96 @@
+#pragma once
+// A fused elementwise group of a traced function and the loop that runs it tile by tile: used by the executor
+// (function/executor.hpp) and by its buffer plan (function/buffer_plan.hpp).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "graph.hpp"
+
+namespace kiln {
+namespace detail {
+
+// A chain of elementwise ops that runs tile by tile: each tile of every member is computed before the next tile,
+// so values used only inside the group never exist beyond one tile (which stays in L1).
+struct fused_group {
+    struct operand {
+        enum kind_t : std::uint8_t { member, full, periodic } kind;
+        std::int32_t index;           // member: its position in the group; otherwise the value
+        std::ptrdiff_t period = 0;    // periodic: its element count (it repeats along the group's elements)
+    };
+    std::vector<std::int32_t> members;        // node indices, in program order
+    std::vector<std::vector<operand>> inputs; // per member
+    std::vector<char> exported;               // per member: its value is used after the group
+    kiln::dtype dtype = kiln::float32;
+    int rank = 0;
+    std::ptrdiff_t tile = 1024;  // elements per tile: a multiple of every periodic operand's period
+    bool periodic = false;       // some operand repeats along the group
+};
+
+// Runs group g over `total` elements. `base` holds, for each operand of each member in order, where a full
+// operand starts or where one tile of a periodic operand (laid out over the whole tile) starts (member operands'
+// entries are unused); `outs[j]` is where exported member j goes; `params[j]` are member j's parameters.
+// At most 64 members of at most 8 operands each.
+inline void run_tiles(const function_graph& graph, const fused_group& g, const std::byte* const* base,
+                      std::byte* const* outs, std::ptrdiff_t total, const std::int64_t* const* params) {
+    const std::size_t m = g.members.size();
+    const std::ptrdiff_t L = g.tile;
+    const std::size_t item = size_of(g.dtype);
+    // Where each member's operands start in `base`.
+    std::size_t first_operand[64];
+    for (std::size_t j = 0, at = 0; j < m; at += g.inputs[j].size(), ++j) first_operand[j] = at;
+    auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
+        thread_local std::vector<std::byte> scratch;
+        scratch.resize(m * static_cast<std::size_t>(L) * item);
+        const void* ptrs[8];
+        for (std::ptrdiff_t at = first; at < last; at += L) {
+            const std::ptrdiff_t len = std::min(L, last - at);
+            const std::size_t off = static_cast<std::size_t>(at) * item;
+            auto value_ptr = [&](std::size_t j) -> std::byte* {
+                return g.exported[j] ? outs[j] + off : scratch.data() + j * static_cast<std::size_t>(L) * item;
+            };
+            for (std::size_t j = 0; j < m; ++j) {
+                const std::size_t b0 = first_operand[j];
+                for (std::size_t k = 0; k < g.inputs[j].size(); ++k) {
+                    const auto& op = g.inputs[j][k];
+                    if (op.kind == fused_group::operand::member) ptrs[k] = value_ptr(static_cast<std::size_t>(op.index));
+                    else if (op.kind == fused_group::operand::full) ptrs[k] = base[b0 + k] + off;
+                    else ptrs[k] = base[b0 + k];  // one tile of the repeated operand, aligned with the tile
+                }
+                const std::int32_t node = g.members[j];
+                graph.nodes[static_cast<std::size_t>(node)].params.tile(ptrs, value_ptr(j), len, params[j]);
+            }
+        }
+    };
+    const std::ptrdiff_t count = (total + L - 1) / L;
+    // (The thread count only past the threshold: asking for it starts the pool, whose workers then compete
+    // with this thread on small steps.)
+    const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
+    if (threads <= 1) {
+        tiles(0, total);
+    } else {
+        const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
+        thread_pool::instance().parallel_for(tasks, [&](int t) {
+            const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
+            tiles(a, b);
+        });
+    }
+}
+
+// Lays one period of a periodic operand (`period` elements of `item` bytes at `from`) over a whole tile of
+// `tile` elements at `to` (the tile is a multiple of the period): one copy, then the filled part doubled.
+inline void repeat_over_tile(std::byte* to, const std::byte* from, std::ptrdiff_t period, std::ptrdiff_t tile,
+                             std::size_t item) {
+    const std::size_t bytes = static_cast<std::size_t>(tile) * item;
+    std::size_t done = static_cast<std::size_t>(period) * item;
+    std::memcpy(to, from, done);
+    while (done < bytes) {
+        const std::size_t step = std::min(done, bytes - done);
+        std::memcpy(to + done, to, step);
+        done += step;
+    }
+}
+
+}  // namespace detail
+}  // namespace kiln
