@@ -882,6 +882,9 @@ TEST_CASE("the buffer plan runs the reference training step exactly as node-by-n
         if (v.kind == kiln::detail::buffer_plan::value::arena) all += static_cast<std::size_t>(v.shape.size()) * kiln::size_of(v.dtype);
     CHECK(plan->arena_bytes < all);
     CHECK(node_by_node.compiled(x, y)->plan() == nullptr);
+    // The tape differentiates only what it follows: the batch x is not watched, so the trace holds the two forward
+    // products and three backward ones (both weights' gradients and the hidden layer's), not x's gradient.
+    CHECK(planned.traced_graph(x, y).count("matmul") == 5);
 }
 
 TEST_CASE("planned calls return results of their own, views of arguments, and fall back for other layouts") {

@@ -203,3 +203,17 @@ TEST_CASE("tapes: persistence, nesting, variables, stop_gradient") {
     CHECK(values(v) == std::vector<double>{5, 6});
     CHECK_THROWS_AS(v.assign(f64({1}, {1})), kiln::shape_error);
 }
+
+TEST_CASE("matmul's gradient goes only to the operands a tape follows, and the values are unchanged") {
+    // y = sum(x w): d/dw = x^T 1, and x (data, not watched) gets no gradient computed.
+    const kiln::tensor x = f64({1, 2, 3, 4}, {2, 2});
+    kiln::tensor w = f64({0.5, -1, 2, 3}, {2, 2});
+    kiln::gradient_tape tape;
+    tape.watch(w);
+    const kiln::tensor y = kiln::sum(kiln::matmul(x, w));
+    const std::vector<kiln::tensor> g = tape.gradient(y, std::vector<kiln::tensor>{w, x});
+    // d sum(x w) / d w[k][j] = sum_i x[i][k]: column sums of x, repeated along j.
+    CHECK(values(g[0]) == std::vector<double>{4, 4, 6, 6});
+    // x is not watched: zeros, as for any source the tape does not follow.
+    CHECK(values(g[1]) == std::vector<double>{0, 0, 0, 0});
+}

@@ -165,7 +165,9 @@ private:
 
 // Builds the plan of `graph` from a call that ran node by node and kept every value (`slots`: null for a fused
 // group's values that never left it). `groups` are the executor's fused groups.
-inline std::shared_ptr<buffer_plan> build_buffer_plan(
+// (Templates on an unused int, as eager mode's bodies are: compiled only where a traced function is called.)
+template <int N = 0>
+std::shared_ptr<buffer_plan> build_buffer_plan(
     const function_graph& graph, const std::vector<fused_group>& groups, const std::vector<std::optional<tensor>>& slots,
     std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params) {
     auto plan = std::make_shared<buffer_plan>();
@@ -550,7 +552,8 @@ inline bool plan_fits(const buffer_plan& plan, const function_graph& graph, std:
 }
 
 // The tensor of value v in a planned call (a view of the arena for arena values).
-inline tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_frame& f, std::span<const tensor> args,
+template <int N = 0>
+tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_frame& f, std::span<const tensor> args,
                           std::int32_t v) {
     const buffer_plan::value& val = plan.values[static_cast<std::size_t>(v)];
     if (val.kind == buffer_plan::value::owned || val.result) return *f.owned[static_cast<std::size_t>(v)];
@@ -568,7 +571,8 @@ inline tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, 
 }
 
 // Runs a planned call; the results as the executor returns them (`copy[k]`: result k is the caller's own copy).
-inline std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args,
+template <int N = 0>
+std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args,
                                            const std::vector<char>& copy_result) {
     const std::size_t n = graph.nodes.size();
     std::unique_ptr<plan_frame> frame = plan_frames::take(plan.id);
@@ -601,7 +605,7 @@ inline std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const functi
     }
     auto inputs_of = [&](const graph_node& node) -> std::span<const tensor> {
         f.in.clear();
-        for (std::int32_t v : node.inputs) f.in.push_back(plan_tensor(plan, graph, f, args, v));
+        for (std::int32_t v : node.inputs) f.in.push_back(plan_tensor<N>(plan, graph, f, args, v));
         return f.in;
     };
     for (const buffer_plan::step& st : plan.steps) {
@@ -704,7 +708,7 @@ inline std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const functi
         const buffer_plan::value& v = plan.values[static_cast<std::size_t>(o)];
         const buffer_plan::value& root = plan.values[static_cast<std::size_t>(v.root)];
         const bool in_arena = root.kind == buffer_plan::value::arena && !root.result;
-        tensor r = plan_tensor(plan, graph, f, args, o);
+        tensor r = plan_tensor<N>(plan, graph, f, args, o);
         out.push_back(copy_result[k] || in_arena ? r.clone() : std::move(r));
     }
     return out;

@@ -322,6 +322,8 @@ struct executable {
 
     // Runs a call: from the buffer plan of its extents when there is one and the arguments fit it; otherwise node
     // by node, and the first such call for its extents is watched to make the plan.
+    // (A template on an unused int: compiled only where a traced function runs.)
+    template <int N = 0>
     std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
         const auto params = bind(extents);
         if (!planning) return run_nodes(args, params, nullptr);
@@ -335,12 +337,12 @@ struct executable {
             if (found != plans.end()) p = found->second.get();
         }
         if (p) {
-            if (p->ok && plan_fits(*p, graph, args)) return run_buffer_plan(*p, graph, args, copy_result);
+            if (p->ok && plan_fits(*p, graph, args)) return run_buffer_plan<N>(*p, graph, args, copy_result);
             return run_nodes(args, params, nullptr);
         }
         std::vector<std::optional<tensor>> watched;
         std::vector<tensor> out = run_nodes(args, params, &watched);
-        std::shared_ptr<const buffer_plan> plan = build_buffer_plan(graph, groups, watched, params);
+        std::shared_ptr<const buffer_plan> plan = build_buffer_plan<N>(graph, groups, watched, params);
         watched.clear();
         {
             std::lock_guard lock(bind_mutex);
