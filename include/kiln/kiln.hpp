@@ -1,6 +1,5 @@
 #pragma once
 // kiln: everything. (CUDA translation units include kiln/graph/graph.hpp and kiln/backend/thrust/transform.hpp.)
-#include "backend/cpu/run.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/shape.hpp"
@@ -10,6 +9,7 @@
 #include "data/batches.hpp"
 #include "graph/graph.hpp"
 #include "graph/grad.hpp"
+#include "graph/run.hpp"
 #include "graph/session.hpp"
 #include "graph/structural.hpp"
 #include "nn/graph_layers.hpp"

@@ -7,6 +7,8 @@
 #include "npy.hpp"
 #include "print.hpp"
 #include "reduce.hpp"
+#include "shape_ops.hpp"
+#include "sorting.hpp"
 #include "tape.hpp"
 #include "tensor.hpp"
 #include "xtensor.hpp"

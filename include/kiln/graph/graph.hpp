@@ -1,8 +1,8 @@
 #pragma once
 // Graph mode without a backend: nodes, folding, planning and evaluation (usable from CUDA code).
-#include "build.hpp"
-#include "evaluate.hpp"
-#include "feed.hpp"
+#include "../expr/build.hpp"
+#include "../expr/evaluate.hpp"
+#include "../expr/feed.hpp"
+#include "../expr/shape_inference.hpp"
+#include "../expr/unique_nodes.hpp"
 #include "print.hpp"
-#include "shape_inference.hpp"
-#include "unique_nodes.hpp"

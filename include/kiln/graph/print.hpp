@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "unique_nodes.hpp"
+#include "../expr/unique_nodes.hpp"
 
 namespace kiln {
 namespace detail {

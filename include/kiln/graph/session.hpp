@@ -24,13 +24,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../backend/cpu/run.hpp"
 #include "../core/names.hpp"
 #include "../eager/random.hpp"
 #include "../eager/tensor.hpp"
-#include "../nn/rules.hpp"
 #include "grad.hpp"
 #include "plan.hpp"
+#include "rules.hpp"
+#include "run.hpp"
 
 namespace kiln {
 

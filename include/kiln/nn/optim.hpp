@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../eager/eager.hpp"
-#include "rules.hpp"
+#include "../graph/rules.hpp"
 
 namespace kiln::optim {
 

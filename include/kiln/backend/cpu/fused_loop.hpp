@@ -10,7 +10,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "../../graph/shape_inference.hpp"
+#include "../../expr/shape_inference.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
 

@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-#include "../../graph/evaluate.hpp"
+#include "../../expr/evaluate.hpp"
 
 namespace kiln::detail {
 

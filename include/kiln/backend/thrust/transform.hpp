@@ -9,7 +9,10 @@
 #include <thrust/transform.h>
 #include <thrust/tuple.h>
 
-#include "../../graph/graph.hpp"
+#include "../../expr/build.hpp"
+#include "../../expr/evaluate.hpp"
+#include "../../expr/feed.hpp"
+#include "../../expr/unique_nodes.hpp"
 
 namespace kiln {
 namespace detail {

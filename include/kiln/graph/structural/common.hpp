@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "../build.hpp"
-#include "../feed.hpp"
+#include "../../expr/build.hpp"
+#include "../../expr/feed.hpp"
 
 namespace kiln {
 

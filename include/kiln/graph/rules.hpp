@@ -7,7 +7,7 @@
 #include <string_view>
 #include <tuple>
 
-#include "../graph/build.hpp"
+#include "../expr/build.hpp"
 
 namespace kiln::optim {
 

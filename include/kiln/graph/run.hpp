@@ -8,8 +8,8 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
-#include "../../graph/plan.hpp"
-#include "fused_loop.hpp"
+#include "../backend/cpu/fused_loop.hpp"
+#include "plan.hpp"
 
 namespace kiln {
 
