@@ -3,6 +3,7 @@
 // dynamic extents) and run for each call.
 #include "buffer_plan.hpp"
 #include "fused_group.hpp"
+#include "plan_run.hpp"
 #include "tracer.hpp"
 
 namespace kiln {

@@ -1,0 +1,249 @@
+#pragma once
+// Running a buffer plan (function/buffer_plan.hpp): each call takes its thread's arena and call state from a
+// thread-local pool, so a planned call allocates only what its replayed ops allocate themselves, and calls from
+// many threads never share one.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "buffer_plan.hpp"
+
+namespace kiln {
+namespace detail {
+
+// A thread's arena and per-call state, kept between calls (one per plan in use on the thread at once).
+struct plan_frame {
+    std::uint64_t plan_id = 0;
+    std::shared_ptr<std::byte> memory;          // the arena
+    std::size_t bytes = 0;
+    std::shared_ptr<storage> arena_storage;     // over the arena: replayed ops and effects see its values through it
+    std::vector<std::byte*> ptr;                // per value: its first element
+    std::vector<std::optional<tensor>> owned;   // per value: a replayed op's result
+    std::vector<const std::byte*> bases;
+    std::vector<std::byte> repeated;
+    std::vector<double> accumulator;
+    std::vector<tensor> in;
+
+    void reserve(std::size_t need) {
+        if (bytes >= need && memory) return;
+        const std::size_t size = std::max<std::size_t>(need, 64);
+        std::byte* p = static_cast<std::byte*>(::operator new(size, std::align_val_t{64}));
+        memory = std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{64}); });
+        bytes = size;
+        arena_storage = std::make_shared<storage>();
+        arena_storage->data = p;
+        arena_storage->bytes = size;
+        arena_storage->keeper = memory;  // a tensor that outlives the call keeps the memory (not its values)
+    }
+};
+
+class plan_frames {
+public:
+    static std::unique_ptr<plan_frame> take(std::uint64_t id) {
+        auto& pool = frames();
+        for (std::size_t i = pool.size(); i-- > 0;)
+            if (pool[i]->plan_id == id) {
+                std::unique_ptr<plan_frame> f = std::move(pool[i]);
+                pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+                return f;
+            }
+        if (!pool.empty()) {
+            std::unique_ptr<plan_frame> f = std::move(pool.back());
+            pool.pop_back();
+            return f;
+        }
+        return std::make_unique<plan_frame>();
+    }
+    static void give_back(std::unique_ptr<plan_frame> f) {
+        auto& pool = frames();
+        if (pool.size() < 8) pool.push_back(std::move(f));
+    }
+
+private:
+    static std::vector<std::unique_ptr<plan_frame>>& frames() {
+        thread_local std::vector<std::unique_ptr<plan_frame>> pool;
+        return pool;
+    }
+};
+
+// Whether a call's arguments have the layouts the plan was made for.
+inline bool plan_fits(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args) {
+    for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+        const graph_node& node = graph.nodes[i];
+        if (node.kind != node_kind::argument) continue;
+        const tensor& a = args[static_cast<std::size_t>(node.argument)];
+        const buffer_plan::value& v = plan.values[i];
+        if (!a.valid() || a.is_symbolic() || a.dtype() != v.dtype || !(a.shape() == v.shape) || !(a.strides() == v.strides))
+            return false;
+    }
+    return true;
+}
+
+// The tensor of value v in a planned call (a view of the arena for arena values).
+template <int N = 0>
+tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_frame& f, std::span<const tensor> args,
+                          std::int32_t v) {
+    const buffer_plan::value& val = plan.values[static_cast<std::size_t>(v)];
+    if (val.kind == buffer_plan::value::owned || val.result) return *f.owned[static_cast<std::size_t>(v)];
+    const buffer_plan::value& root = plan.values[static_cast<std::size_t>(val.root)];
+    const graph_node& rn = graph.nodes[static_cast<std::size_t>(val.root)];
+    const std::shared_ptr<storage>* s = nullptr;
+    switch (root.kind) {
+        case buffer_plan::value::argument: s = &args[static_cast<std::size_t>(rn.argument)].storage_handle(); break;
+        case buffer_plan::value::fixed: s = &rn.value.storage_handle(); break;
+        case buffer_plan::value::owned: s = &f.owned[static_cast<std::size_t>(val.root)]->storage_handle(); break;
+        default: s = root.result ? &f.owned[static_cast<std::size_t>(val.root)]->storage_handle() : &f.arena_storage; break;
+    }
+    const std::ptrdiff_t bytes = f.ptr[static_cast<std::size_t>(v)] - (*s)->data;
+    return tensor(*s, val.dtype, val.shape, val.strides, bytes / static_cast<std::ptrdiff_t>(size_of(val.dtype)));
+}
+
+// Runs a planned call; the results as the executor returns them (`copy[k]`: result k is the caller's own copy).
+template <int N = 0>
+std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args,
+                                           const std::vector<char>& copy_result) {
+    const std::size_t n = graph.nodes.size();
+    std::unique_ptr<plan_frame> frame = plan_frames::take(plan.id);
+    plan_frame& f = *frame;
+    struct give_back_on_exit {
+        std::unique_ptr<plan_frame>& frame;
+        ~give_back_on_exit() {
+            for (auto& o : frame->owned) o.reset();
+            frame->in.clear();
+            plan_frames::give_back(std::move(frame));
+        }
+    } guard{frame};
+    f.plan_id = plan.id;
+    f.reserve(plan.arena_bytes);
+    f.ptr.assign(n, nullptr);
+    f.owned.resize(n);
+    std::byte* const arena = f.arena_storage->data;
+    for (std::size_t i = 0; i < n; ++i) {
+        const buffer_plan::value& v = plan.values[i];
+        if (v.kind == buffer_plan::value::argument)
+            f.ptr[i] = static_cast<std::byte*>(args[static_cast<std::size_t>(graph.nodes[i].argument)].raw_data());
+        else if (v.kind == buffer_plan::value::fixed)
+            f.ptr[i] = static_cast<std::byte*>(graph.nodes[i].value.raw_data());
+        else if (v.kind == buffer_plan::value::arena && v.result) {
+            f.owned[i] = tensor(v.dtype, v.shape);
+            f.ptr[i] = static_cast<std::byte*>(f.owned[i]->raw_data());
+        } else if (v.kind == buffer_plan::value::arena) {
+            f.ptr[i] = arena + v.offset;
+        }
+    }
+    auto inputs_of = [&](const graph_node& node) -> std::span<const tensor> {
+        f.in.clear();
+        for (std::int32_t v : node.inputs) f.in.push_back(plan_tensor<N>(plan, graph, f, args, v));
+        return f.in;
+    };
+    for (const buffer_plan::step& st : plan.steps) {
+        switch (st.kind) {
+            case buffer_plan::step::view:
+                if (st.node >= 0) {
+                    const buffer_plan::value& v = plan.values[static_cast<std::size_t>(st.node)];
+                    f.ptr[static_cast<std::size_t>(st.node)] = f.ptr[static_cast<std::size_t>(v.source)] + v.offset;
+                }
+                break;
+            case buffer_plan::step::group: {
+                const fused_group& g = plan.groups[static_cast<std::size_t>(st.node)];
+                const std::size_t m = g.members.size();
+                const std::size_t item = size_of(g.dtype);
+                std::size_t periodic = 0, operands = 0;
+                for (const auto& ins : g.inputs) {
+                    operands += ins.size();
+                    for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
+                }
+                f.repeated.resize(periodic * static_cast<std::size_t>(g.tile) * item);
+                f.bases.assign(operands, nullptr);
+                std::byte* outs[64];
+                const std::int64_t* params[64];
+                std::size_t at = 0, next_repeated = 0;
+                dims shape;
+                for (std::size_t j = 0; j < m; ++j) {
+                    for (const auto& op : g.inputs[j]) {
+                        if (op.kind == fused_group::operand::full) {
+                            f.bases[at] = f.ptr[static_cast<std::size_t>(op.index)];
+                            shape = plan.values[static_cast<std::size_t>(op.index)].shape;
+                        } else if (op.kind == fused_group::operand::periodic) {
+                            std::byte* r = f.repeated.data() + next_repeated++ * static_cast<std::size_t>(g.tile) * item;
+                            repeat_over_tile(r, f.ptr[static_cast<std::size_t>(op.index)], op.period, g.tile, item);
+                            f.bases[at] = r;
+                        }
+                        ++at;
+                    }
+                    outs[j] = g.exported[j] ? f.ptr[static_cast<std::size_t>(g.members[j])] : nullptr;
+                    params[j] = plan.params_of(graph, g.members[j]);
+                }
+                run_tiles(graph, g, f.bases.data(), outs, shape.size(), params);
+                break;
+            }
+            case buffer_plan::step::matmul: {
+#if KILN_HAVE_CBLAS
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                const auto ta = st.trans_a ? CblasTrans : CblasNoTrans, tb = st.trans_b ? CblasTrans : CblasNoTrans;
+                const std::byte* a = f.ptr[static_cast<std::size_t>(node.inputs[0])];
+                const std::byte* b = f.ptr[static_cast<std::size_t>(node.inputs[1])];
+                std::byte* c = f.ptr[static_cast<std::size_t>(st.node)];
+                if (node.dtype == kiln::float32)
+                    cblas_sgemm(CblasRowMajor, ta, tb, st.m, st.n, st.k, 1.0f, reinterpret_cast<const float*>(a), st.lda,
+                                reinterpret_cast<const float*>(b), st.ldb, 0.0f, reinterpret_cast<float*>(c), st.n);
+                else
+                    cblas_dgemm(CblasRowMajor, ta, tb, st.m, st.n, st.k, 1.0, reinterpret_cast<const double*>(a), st.lda,
+                                reinterpret_cast<const double*>(b), st.ldb, 0.0, reinterpret_cast<double*>(c), st.n);
+#endif
+                break;
+            }
+            case buffer_plan::step::sum: {
+                // As eager mode's fold: each output accumulates its elements in order, in double.
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                const std::size_t outs = static_cast<std::size_t>(st.outer * st.inner);
+                f.accumulator.assign(outs, 0.0);
+                auto fold = [&]<class T>() {
+                    const T* x = reinterpret_cast<const T*>(f.ptr[static_cast<std::size_t>(node.inputs[0])]);
+                    fold_blocks(x, f.accumulator.data(), st.outer, st.red, st.inner, false,
+                                [](double a, T v) { return a + double(v); });
+                    T* y = reinterpret_cast<T*>(f.ptr[static_cast<std::size_t>(st.node)]);
+                    for (std::size_t i = 0; i < outs; ++i) y[i] = static_cast<T>(f.accumulator[i]);
+                };
+                if (node.dtype == kiln::float32) fold.template operator()<float>();
+                else fold.template operator()<double>();
+                break;
+            }
+            case buffer_plan::step::op: {
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                std::optional<tensor>& r = f.owned[static_cast<std::size_t>(st.node)];
+                r = node.fn(inputs_of(node), plan.param_span(graph, st.node));
+                const buffer_plan::value& v = plan.values[static_cast<std::size_t>(st.node)];
+                if (r->dtype() != v.dtype || !(r->shape() == v.shape))
+                    throw value_error(error_prefix("value_error", "function") + "internal: %" + std::to_string(st.node) + " (" +
+                                      node.op + ") gave " + to_string(r->shape()) + " " + std::string(name(r->dtype())) +
+                                      " where its plan has " + to_string(v.shape) + " " + std::string(name(v.dtype)));
+                f.ptr[static_cast<std::size_t>(st.node)] = static_cast<std::byte*>(r->raw_data());
+                break;
+            }
+            case buffer_plan::step::effect: {
+                const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
+                node.effect(inputs_of(node), plan.param_span(graph, st.node));
+                break;
+            }
+        }
+        for (std::int32_t d : st.release) f.owned[static_cast<std::size_t>(d)].reset();
+    }
+    std::vector<tensor> out;
+    out.reserve(graph.outputs.size());
+    for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+        const std::int32_t o = graph.outputs[k];
+        const buffer_plan::value& v = plan.values[static_cast<std::size_t>(o)];
+        const buffer_plan::value& root = plan.values[static_cast<std::size_t>(v.root)];
+        const bool in_arena = root.kind == buffer_plan::value::arena && !root.result;
+        tensor r = plan_tensor<N>(plan, graph, f, args, o);
+        out.push_back(copy_result[k] || in_arena ? r.clone() : std::move(r));
+    }
+    return out;
+}
+
+}  // namespace detail
+}  // namespace kiln
