@@ -8,7 +8,7 @@ The layers, lowest first (a folder, or a header at the top of include/kiln):
   0 core/                        dtypes, shapes, errors, the allocator, BLAS detection
   1 ops/                         the op vocabulary
   2 expr/                        the expression core every mode builds on
-  3 backend/                     the CPU fused loop and thread pool; Thrust
+  3 backend/                     the device interface; the CPU device (fused loop, threads, kernels); Thrust
   4 eager/                       kiln::tensor and eager ops
   5 graph/                       graph mode (its session holds kiln::tensor feeds and results)
   6 nn/, data/                   layers, losses, optimizers and their rules; data loaders

@@ -3,6 +3,7 @@
 #include "elementwise.hpp"
 #include "factories.hpp"
 #include "indexing.hpp"
+#include "init.hpp"
 #include "linalg.hpp"
 #include "npy.hpp"
 #include "print.hpp"

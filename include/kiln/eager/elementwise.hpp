@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include "../backend/cpu/device.hpp"
 #include "../backend/cpu/fused_loop.hpp"
 #include "../ops/ops.hpp"
 #include "tensor.hpp"
@@ -203,10 +204,9 @@ tensor convert(const tensor& t) {
     return out;
 }
 
-// out = src elementwise, src of out's dtype and broadcast to out's shape. A plain strided copy rather than the
-// fused loop: views' gradients, joins and assignments instantiate it in every translation unit, where the fused
-// loop's vector paths cost about half a second of compile time per program for a copy. Contiguous copies of one
-// shape are one memmove (the source may be the output itself).
+// out = src elementwise, src of out's dtype and broadcast to out's shape: the device's strided copy (views'
+// gradients, joins and assignments instantiate it in every translation unit, so it is a plain strided loop, not
+// the fused loop). Contiguous copies of one shape are one memmove (the source may be the output itself).
 inline void copy_into(tensor& out, const tensor& src) {
     if (active_tracer) [[unlikely]] {
         const tensor both[2] = {out, src};
@@ -224,36 +224,10 @@ inline void copy_into(tensor& out, const tensor& src) {
         const int j = i - (r - src.dim());
         ss[i] = j < 0 || src.shape()[j] == 1 ? 0 : src.strides()[j];
     }
-    const std::ptrdiff_t n = shape.size();
-    if (n == 0) return;
+    if (shape.size() == 0) return;
     dispatch(out.dtype(), [&]<class T>() {
-        T* o = static_cast<T*>(out.raw_data());
-        const T* s = static_cast<const T*>(src.raw_data());
-        if (src.shape() == shape && out.is_contiguous() && src.is_contiguous()) {
-            std::memmove(static_cast<void*>(o), static_cast<const void*>(s), static_cast<std::size_t>(n) * sizeof(T));
-            return;
-        }
-        if (r == 0) {
-            *o = *s;
-            return;
-        }
-        const dims& os = out.strides();
-        const std::ptrdiff_t inner = shape[r - 1], oi = os[r - 1], si = ss[r - 1];
-        std::ptrdiff_t idx[max_rank] = {};
-        std::ptrdiff_t o_off = 0, s_off = 0;
-        for (std::ptrdiff_t done = 0; done < n; done += inner) {
-            for (std::ptrdiff_t j = 0; j < inner; ++j) o[o_off + j * oi] = s[s_off + j * si];
-            for (int d = r - 2; d >= 0; --d) {
-                if (++idx[d] < shape[d]) {
-                    o_off += os[d];
-                    s_off += ss[d];
-                    break;
-                }
-                o_off -= (idx[d] - 1) * os[d];
-                s_off -= (idx[d] - 1) * ss[d];
-                idx[d] = 0;
-            }
-        }
+        backend::cpu_device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
+                                          strided<const T>(static_cast<const T*>(src.raw_data()), shape, ss));
     });
 }
 

@@ -1,107 +1,57 @@
 #pragma once
-// matmul for vectors, matrices and broadcast batches: CBLAS (OpenBLAS) when found, a header-only blocked kernel
-// otherwise and for integers. Transposed operands are passed to BLAS as transposed, not copied.
+// matmul for vectors, matrices and broadcast batches, through the device's gemm (backend/cpu/matmul.hpp: a
+// register-blocked kernel for small products, CBLAS when found, a portable kernel otherwise and for integers);
+// concat and stack.
 #include <algorithm>
 #include <vector>
 
-#include "../core/blas.hpp"
+#include "../backend/cpu/device.hpp"
 
 #include "elementwise.hpp"
 
 namespace kiln {
 namespace detail {
 
-// Records a matrix product on the active tapes (defined with the tape).
-void record_matmul(const tensor& a, const tensor& b, const tensor& y);
+// Records a matrix product on the active tapes (defined with the tape; a template, since its rule computes).
+template <int N>
+void record_matmul(const dependent_tensor<N>& a, const dependent_tensor<N>& b, const dependent_tensor<N>& y);
 // Records a concatenation on the active tapes (defined with the tape).
 void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis);
 
-// A matrix operand as BLAS sees it: rows x cols with a leading dimension, possibly transposed in memory.
-struct matrix_layout {
-    bool transposed = false;
-    std::ptrdiff_t ld = 0;
-};
-
-// The last two dimensions of t are usable in place when one of their strides is 1 (and rows are not overlapping).
-inline bool blas_layout(const tensor& t, matrix_layout& out) {
-    const int r = t.dim();
-    const std::ptrdiff_t rows = t.shape()[r - 2], cols = t.shape()[r - 1];
-    const std::ptrdiff_t rs = t.strides()[r - 2], cs = t.strides()[r - 1];
-    if ((cs == 1 || cols == 1) && rs >= std::max<std::ptrdiff_t>(cols, 1)) return out = {false, rs}, true;
-    if ((rs == 1 || rows == 1) && cs >= std::max<std::ptrdiff_t>(rows, 1)) return out = {true, cs}, true;
-    return false;
-}
-
-// C (m x n, row-major, ldc = n) = A (m x k) * B (k x n), element access through strides: the portable kernel.
-template <class T>
-void gemm_fallback(std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t ars,
-                   std::ptrdiff_t acs, const T* b, std::ptrdiff_t brs, std::ptrdiff_t bcs, T* c) {
-    using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int64_t, T>;
-    std::vector<Acc> row(static_cast<std::size_t>(n));
-    constexpr std::ptrdiff_t kb = 256;  // a block of B's rows stays in cache while a row of C accumulates
-    for (std::ptrdiff_t i = 0; i < m; ++i) {
-        std::fill(row.begin(), row.end(), Acc(0));
-        for (std::ptrdiff_t p0 = 0; p0 < k; p0 += kb)
-            for (std::ptrdiff_t p = p0; p < std::min(k, p0 + kb); ++p) {
-                const Acc av = static_cast<Acc>(a[i * ars + p * acs]);
-                const T* brow = b + p * brs;
-                for (std::ptrdiff_t j = 0; j < n; ++j) row[static_cast<std::size_t>(j)] += av * static_cast<Acc>(brow[j * bcs]);
-            }
-        for (std::ptrdiff_t j = 0; j < n; ++j) c[i * n + j] = static_cast<T>(row[static_cast<std::size_t>(j)]);
-    }
-}
-
+// C (row-major) = the product of the last two dimensions of a and b: the device's gemm.
 template <class T>
 void gemm(const tensor& a, const tensor& b, T* c) {
     const int ra = a.dim(), rb = b.dim();
-    const std::ptrdiff_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
-#if KILN_HAVE_CBLAS
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        matrix_layout la, lb;
-        if (m > 0 && n > 0 && k > 0 && blas_layout(a, la) && blas_layout(b, lb)) {
-            const auto ta = la.transposed ? CblasTrans : CblasNoTrans, tb = lb.transposed ? CblasTrans : CblasNoTrans;
-            const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-            const auto lda = static_cast<int>(std::max<std::ptrdiff_t>(la.ld, 1)),
-                       ldb = static_cast<int>(std::max<std::ptrdiff_t>(lb.ld, 1));
-            if constexpr (std::is_same_v<T, float>)
-                cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a.data<const float>(), lda, b.data<const float>(), ldb,
-                            0.0f, c, N);
-            else
-                cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, a.data<const double>(), lda, b.data<const double>(),
-                            ldb, 0.0, c, N);
-            return;
-        }
-    }
-#endif
-    if (k == 0) {
-        std::fill(c, c + m * n, T(0));
-        return;
-    }
-    gemm_fallback<T>(m, n, k, a.data<const T>(), a.strides()[ra - 2], a.strides()[ra - 1], b.data<const T>(),
-                     b.strides()[rb - 2], b.strides()[rb - 1], c);
+    backend::cpu_device::gemm(c, a.shape()[ra - 2], b.shape()[rb - 1], a.shape()[ra - 1],
+                              matrix_ref<T>{static_cast<const T*>(a.raw_data()), a.strides()[ra - 2], a.strides()[ra - 1]},
+                              matrix_ref<T>{static_cast<const T*>(b.raw_data()), b.strides()[rb - 2], b.strides()[rb - 1]});
 }
 
 }  // namespace detail
 
 // The matrix product with NumPy's rules: 1-D operands are promoted to a row (left) or a column (right) and that
-// dimension is removed from the result; leading dimensions broadcast as batches.
-inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in);
+// dimension is removed from the result; leading dimensions broadcast as batches. (Templates on an unused int, as
+// the other eager functions whose bodies compute: the kernels compile only where a product is taken.)
+template <int N = 0>
+tensor matmul_untracked(const tensor& a_in, const tensor& b_in);
 
-inline tensor matmul(const tensor& a_in, const tensor& b_in) {
-    tensor y;
+template <int N = 0>
+tensor matmul(const tensor& a_in, const tensor& b_in) {
+    detail::dependent_tensor<N> y;
     if (detail::active_tracer) [[unlikely]] {
         const tensor both[2] = {a_in, b_in};
         y = detail::active_tracer->record("matmul", "", both,
-                                          [](std::span<const tensor> in, auto) { return matmul_untracked(in[0], in[1]); });
+                                          [](std::span<const tensor> in, auto) { return matmul_untracked<N>(in[0], in[1]); });
     } else {
-        y = matmul_untracked(a_in, b_in);
+        y = matmul_untracked<N>(a_in, b_in);
     }
-    if (detail::recording_tapes > 0) detail::record_matmul(a_in, b_in, y);
+    if (detail::recording_tapes > 0) detail::record_matmul<N>(a_in, b_in, y);
     return y;
 }
 
 // matmul without recording: what the recorded form and its gradient use.
-inline tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
+template <int N>
+tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     a_in.check_valid("matmul");
     b_in.check_valid("matmul");
     detail::check_same_device("matmul", {&a_in, &b_in});

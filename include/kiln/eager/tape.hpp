@@ -435,7 +435,8 @@ void record_reduction(const dependent_tensor<N>& x, const dependent_tensor<N>& y
 
 // Only the operands that a tape follows get a gradient: the product for the other one (a batch of data times the
 // first layer's weights) is as large as the forward product, and nothing would read it.
-inline void record_matmul(const tensor& a, const tensor& b, const tensor& y) {
+template <int N>
+void record_matmul(const dependent_tensor<N>& a, const dependent_tensor<N>& b, const dependent_tensor<N>& y) {
     const bool need_a = watched_by_a_tape(a), need_b = watched_by_a_tape(b);
     record_entry({{a, b}, y, [a, b, need_a, need_b](const tensor& g) {
                       // Work with the 2-D (or batched) forms; vectors were a row (left) or a column (right).
@@ -444,8 +445,8 @@ inline void record_matmul(const tensor& a, const tensor& b, const tensor& y) {
                       if (a.dim() == 1) g2 = g2.unsqueeze(g2.dim() - (b.dim() == 1 ? 0 : 1));
                       if (b.dim() == 1) g2 = g2.unsqueeze(g2.dim());
                       std::vector<std::optional<tensor>> out(2);
-                      if (need_a) out[0] = reduce_to(kiln::matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape()).to(a.dtype());
-                      if (need_b) out[1] = reduce_to(kiln::matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape()).to(b.dtype());
+                      if (need_a) out[0] = reduce_to(kiln::matmul<N>(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape()).to(a.dtype());
+                      if (need_b) out[1] = reduce_to(kiln::matmul<N>(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape()).to(b.dtype());
                       return out;
                   }});
 }

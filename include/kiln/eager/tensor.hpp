@@ -18,28 +18,15 @@
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "../core/allocator.hpp"
+#include "../core/device.hpp"
 #include "trace_seam.hpp"
 
 namespace kiln {
-
-enum class device_type : std::uint8_t { cpu, cuda };
-
-// Where a tensor's storage lives. CUDA storage arrives with the CUDA backend; the field is here so that it fits.
-struct device {
-    device_type type = device_type::cpu;
-    int index = 0;
-    friend constexpr bool operator==(const device&, const device&) = default;
-};
-inline constexpr device cpu{};
 
 // For slices that run to the end in either direction: t.slice(0, kiln::slice_end, kiln::slice_begin, -1) reverses
 // (start past the end clamps to the last element; stop before the start means "through the first").
 inline constexpr std::ptrdiff_t slice_begin = std::numeric_limits<std::ptrdiff_t>::min() / 2;
 inline constexpr std::ptrdiff_t slice_end = std::numeric_limits<std::ptrdiff_t>::max() / 2;
-
-inline std::string to_string(const device& d) {
-    return d.type == device_type::cpu ? "cpu" : "cuda:" + std::to_string(d.index);
-}
 
 class tensor;
 

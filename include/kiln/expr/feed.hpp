@@ -60,32 +60,6 @@ struct strided {
     dims strides;
 };
 
-// Copies a strided view into contiguous row-major memory, converting each element to U.
-template <class U, class T>
-void copy_row_major(U* out, const strided<const T>& in) {
-    const std::ptrdiff_t n = in.shape.size();
-    if (n == 0) return;
-    const int r = in.shape.rank;
-    if (r == 0) {
-        *out = value_cast<U>(*in.data);
-        return;
-    }
-    std::ptrdiff_t idx[max_rank] = {};
-    std::ptrdiff_t off = 0;
-    const std::ptrdiff_t inner = in.shape[r - 1], is = in.strides[r - 1];
-    for (std::ptrdiff_t done = 0; done < n; done += inner) {
-        for (std::ptrdiff_t j = 0; j < inner; ++j) *out++ = value_cast<U>(in.data[off + j * is]);
-        for (int d = r - 2; d >= 0; --d) {
-            if (++idx[d] < in.shape[d]) {
-                off += in.strides[d];
-                break;
-            }
-            off -= (idx[d] - 1) * in.strides[d];
-            idx[d] = 0;
-        }
-    }
-}
-
 template <class C>
 struct container_element {
     using type = std::remove_cvref_t<decltype(*std::declval<C&>().data())>;

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "../core/blas.hpp"
+#include "../backend/cpu/device.hpp"
 #include "fused_group.hpp"
 #include "graph.hpp"
 
@@ -41,11 +41,10 @@ struct buffer_plan {
     struct step {
         enum kind_t : std::uint8_t { view, group, matmul, sum, op, effect } kind = op;
         std::int32_t node = -1;   // group: its index in `groups`
-        // matmul: C (m x n) = op(A) op(B)
-        bool trans_a = false, trans_b = false;
-        int m = 0, n = 0, k = 0, lda = 0, ldb = 0;
-        // sum: (outer x red x inner) elements folded over red
-        std::ptrdiff_t outer = 0, red = 0, inner = 0;
+        // matmul: C (m x n) = A (m x k) B (k x n), A[i, j] at i * ars + j * acs (B likewise)
+        std::ptrdiff_t m = 0, n = 0, k = 0, ars = 0, acs = 0, brs = 0, bcs = 0;
+        // sum: the operand's shape with the reduced axes set to 1
+        dims keep;
         std::vector<std::int32_t> release;  // owned values (fallback results) that die after this step
     };
 
@@ -248,33 +247,27 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
             continue;
         }
         const bool floating = t->dtype() == kiln::float32 || t->dtype() == kiln::float64;
-        // A matrix product of two 2-D operands that BLAS takes as they are.
-#if KILN_HAVE_CBLAS
+        // A matrix product of two 2-D operands: the device's gemm takes any strides.
         if (node.op == "matmul" && floating && node.inputs.size() == 2) {
             const tensor* a = observed(node.inputs[0]);
             const tensor* b = observed(node.inputs[1]);
-            matrix_layout la, lb;
             if (a && b && a->dtype() == t->dtype() && b->dtype() == t->dtype() && a->dim() == 2 && b->dim() == 2 &&
-                t->dim() == 2 && a->numel() > 0 && b->numel() > 0 && t->numel() > 0 && blas_layout(*a, la) &&
-                blas_layout(*b, lb) && a->shape()[1] == b->shape()[0] && t->shape()[0] == a->shape()[0] &&
+                t->dim() == 2 && a->shape()[1] == b->shape()[0] && t->shape()[0] == a->shape()[0] &&
                 t->shape()[1] == b->shape()[1] && a->shape()[0] < (1 << 30) && a->shape()[1] < (1 << 30) &&
-                b->shape()[1] < (1 << 30) && la.ld < (1 << 30) && lb.ld < (1 << 30)) {
+                b->shape()[1] < (1 << 30)) {
                 val.kind = buffer_plan::value::arena;
                 continue;
             }
         }
-#endif
-        // A sum of a contiguous floating tensor whose reduced axes form one block.
+        // A sum of a contiguous floating tensor (the device's reduction engine, as in eager mode).
         if (node.op == "sum" && floating && node.inputs.size() == 1) {
             const tensor* x = observed(node.inputs[0]);
             std::vector<int> axes;
             bool keepdims = false;
-            std::ptrdiff_t outer, red, inner;
-            if (x && x->dtype() == t->dtype() && x->is_contiguous() && x->numel() > 0 &&
-                parse_reduction_attrs(node.attrs, axes, keepdims)) {
+            if (x && x->dtype() == t->dtype() && x->is_contiguous() && parse_reduction_attrs(node.attrs, axes, keepdims)) {
                 try {
                     const reduction_shape r = reduced_shape(*x, axes, keepdims, "sum");
-                    if (reduction_blocks(x->shape(), r.keep, outer, red, inner) && outer * inner == t->numel()) {
+                    if (r.keep.size() == t->numel()) {
                         val.kind = buffer_plan::value::arena;
                         continue;
                     }
@@ -439,16 +432,11 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
             st.kind = buffer_plan::step::matmul;
             const tensor& a = *observed(node.inputs[0]);
             const tensor& b = *observed(node.inputs[1]);
-            matrix_layout la, lb;
-            blas_layout(a, la);
-            blas_layout(b, lb);
-            st.trans_a = la.transposed;
-            st.trans_b = lb.transposed;
-            st.m = static_cast<int>(a.shape()[0]);
-            st.k = static_cast<int>(a.shape()[1]);
-            st.n = static_cast<int>(b.shape()[1]);
-            st.lda = static_cast<int>(std::max<std::ptrdiff_t>(la.ld, 1));
-            st.ldb = static_cast<int>(std::max<std::ptrdiff_t>(lb.ld, 1));
+            st.m = a.shape()[0];
+            st.k = a.shape()[1];
+            st.n = b.shape()[1];
+            st.ars = a.strides()[0], st.acs = a.strides()[1];
+            st.brs = b.strides()[0], st.bcs = b.strides()[1];
             place(val);
         } else {
             st.kind = buffer_plan::step::sum;
@@ -456,8 +444,7 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
             std::vector<int> axes;
             bool keepdims = false;
             parse_reduction_attrs(node.attrs, axes, keepdims);
-            const reduction_shape r = reduced_shape(x, axes, keepdims, "sum");
-            reduction_blocks(x.shape(), r.keep, st.outer, st.red, st.inner);
+            st.keep = reduced_shape(x, axes, keepdims, "sum").keep;
             place(val);
         }
         // Buffers whose last reader ran at this position.

@@ -24,7 +24,6 @@ struct plan_frame {
     std::vector<std::optional<tensor>> owned;   // per value: a replayed op's result
     std::vector<const std::byte*> bases;
     std::vector<std::byte> repeated;
-    std::vector<double> accumulator;
     std::vector<tensor> in;
 
     void reserve(std::size_t need) {
@@ -181,32 +180,27 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                 break;
             }
             case buffer_plan::step::matmul: {
-#if KILN_HAVE_CBLAS
                 const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
-                const auto ta = st.trans_a ? CblasTrans : CblasNoTrans, tb = st.trans_b ? CblasTrans : CblasNoTrans;
                 const std::byte* a = f.ptr[static_cast<std::size_t>(node.inputs[0])];
                 const std::byte* b = f.ptr[static_cast<std::size_t>(node.inputs[1])];
                 std::byte* c = f.ptr[static_cast<std::size_t>(st.node)];
-                if (node.dtype == kiln::float32)
-                    cblas_sgemm(CblasRowMajor, ta, tb, st.m, st.n, st.k, 1.0f, reinterpret_cast<const float*>(a), st.lda,
-                                reinterpret_cast<const float*>(b), st.ldb, 0.0f, reinterpret_cast<float*>(c), st.n);
-                else
-                    cblas_dgemm(CblasRowMajor, ta, tb, st.m, st.n, st.k, 1.0, reinterpret_cast<const double*>(a), st.lda,
-                                reinterpret_cast<const double*>(b), st.ldb, 0.0, reinterpret_cast<double*>(c), st.n);
-#endif
+                auto product = [&]<class T>() {
+                    backend::cpu_device::gemm(reinterpret_cast<T*>(c), st.m, st.n, st.k,
+                                              matrix_ref<T>{reinterpret_cast<const T*>(a), st.ars, st.acs},
+                                              matrix_ref<T>{reinterpret_cast<const T*>(b), st.brs, st.bcs});
+                };
+                if (node.dtype == kiln::float32) product.template operator()<float>();
+                else product.template operator()<double>();
                 break;
             }
             case buffer_plan::step::sum: {
-                // As eager mode's fold: each output accumulates its elements in order, in double.
+                // The device's reduction engine, as eager mode's sum: the same order, the same bits.
                 const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
-                const std::size_t outs = static_cast<std::size_t>(st.outer * st.inner);
-                f.accumulator.assign(outs, 0.0);
+                const buffer_plan::value& xv = plan.values[static_cast<std::size_t>(node.inputs[0])];
                 auto fold = [&]<class T>() {
                     const T* x = reinterpret_cast<const T*>(f.ptr[static_cast<std::size_t>(node.inputs[0])]);
-                    fold_blocks(x, f.accumulator.data(), st.outer, st.red, st.inner, false,
-                                [](double a, T v) { return a + double(v); });
-                    T* y = reinterpret_cast<T*>(f.ptr[static_cast<std::size_t>(st.node)]);
-                    for (std::size_t i = 0; i < outs; ++i) y[i] = static_cast<T>(f.accumulator[i]);
+                    backend::cpu_device::reduce(fold_kind::sum, strided<const T>(x, xv.shape, contiguous_strides(xv.shape)),
+                                                st.keep, reinterpret_cast<T*>(f.ptr[static_cast<std::size_t>(st.node)]));
                 };
                 if (node.dtype == kiln::float32) fold.template operator()<float>();
                 else fold.template operator()<double>();

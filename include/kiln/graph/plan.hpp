@@ -265,11 +265,11 @@ struct plan {
                         return;
                     }
                 }
-                if constexpr (requires { Op::compute(static_cast<T*>(nullptr), dims{}, std::get<J>(args)...); }) {
+                if constexpr (requires { Op::template compute<backend::cpu_device>(static_cast<T*>(nullptr), dims{}, std::get<J>(args)...); }) {
                     // Same user shapes as the last run: same shapes everywhere (checked then).
                     const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = Op::shape(std::get<J>(args).shape...));
                     T* p = reinterpret_cast<T*>(grow(buf, s.size()));
-                    Op::compute(p, s, std::get<J>(args)...);
+                    Op::template compute<backend::cpu_device>(p, s, std::get<J>(args)...);
                     set_contiguous(slot, p, s);
                 }
             }(std::make_index_sequence<M::arity>{});

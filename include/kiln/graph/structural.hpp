@@ -10,7 +10,8 @@
 //   structural                 the marker;
 //   static_shape<S...>         its rule on static shapes (a static_assert names both shapes when they cannot fit);
 //   shape(dims...)             its rule on run-time shapes (throws kiln::shape_error naming the op and the shapes);
-//   compute<T>(out, shape, in...) writing a contiguous result, and/or
+//   compute<Device, T>(out, shape, in...) writing a contiguous result with the device's kernels
+//                              (backend/device.hpp), and/or
 //   try_view<T>(view, in...)   describing the result as a view of its operand (false when it cannot).
 #include "structural/common.hpp"
 #include "structural/reduce.hpp"

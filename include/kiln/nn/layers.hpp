@@ -68,10 +68,10 @@ tensor cross_entropy(const tensor& logits_in, const tensor& labels_in) {
 }
 
 // Glorot (Xavier) uniform initialization for a (fan_in, fan_out) weight.
+// The same initializer as graph mode's kiln::init::glorot_uniform (eager/init.hpp).
 inline tensor glorot_uniform(std::ptrdiff_t fan_in, std::ptrdiff_t fan_out, generator& g = default_generator(),
                              dtype d = dtype::float32) {
-    const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-    return uniform({fan_in, fan_out}, -limit, limit, d, g);
+    return init::glorot_uniform::make(dims{fan_in, fan_out}, d, g);
 }
 
 // Anything with parameters and a forward pass.

@@ -1,11 +1,13 @@
 #pragma once
-// What every structural op shares: strided-view helpers, the reduction kernel, axis masks, shape keys, and the
-// declarations of the constructors that gradient rules call. See graph/structural.hpp for the op protocol.
+// What every structural op shares: strided-view helpers, axis masks, shape keys, and the declarations of the
+// constructors that gradient rules call. See graph/structural.hpp for the op protocol; the kernels are the
+// device's (backend/device.hpp).
 #include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "../../backend/cpu/device.hpp"
 #include "../../expr/build.hpp"
 #include "../../expr/feed.hpp"
 
@@ -29,16 +31,6 @@ struct shape_dims_of<shape<D...>> {
     static dims get() { return dims{D...}; }
 };
 
-template <class T>
-bool is_row_major(const strided<T>& v) {
-    std::ptrdiff_t expect = 1;
-    for (int d = v.shape.rank - 1; d >= 0; --d) {
-        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
-        expect *= v.shape[d];
-    }
-    return true;
-}
-
 // A view of `a` repeated to `shape` (NumPy broadcasting): zero strides along the repeated dimensions.
 template <class T>
 strided<T> broadcast_view(const strided<T>& a, const dims& shape) {
@@ -49,110 +41,6 @@ strided<T> broadcast_view(const strided<T>& a, const dims& shape) {
         out.strides[d] = (da >= 0 && a.shape[da] != 1) ? a.strides[da] : 0;
     }
     return out;
-}
-
-// Scratch memory that grows and is then reused: a reduction's accumulators, a copy for BLAS.
-template <class T>
-T* scratch(std::size_t n) {
-    thread_local std::vector<T> buf;
-    if (buf.size() < n) buf.resize(n);
-    return buf.data();
-}
-
-// Folds x into acc (laid out row-major over `keep`, x's shape with reduced dimensions set to 1): f(acc, value).
-template <class T, class Acc, class F>
-void reduce_strided(const strided<const T>& x, const dims& keep, Acc* acc, F f) {
-    const std::ptrdiff_t n = x.shape.size();
-    if (n == 0) return;
-    const int r = x.shape.rank;
-    if (r == 0) {
-        f(acc[0], x.data[0]);
-        return;
-    }
-    dims os = contiguous_strides(keep);
-    for (int d = 0; d < r; ++d)
-        if (keep[d] == 1) os[d] = 0;
-    std::ptrdiff_t idx[max_rank] = {};
-    std::ptrdiff_t in_off = 0, out_off = 0;
-    const std::ptrdiff_t inner = x.shape[r - 1], is = x.strides[r - 1], ios = os[r - 1];
-    for (std::ptrdiff_t done = 0; done < n; done += inner) {
-        if (ios == 0) {
-            Acc& a = acc[out_off];
-            for (std::ptrdiff_t j = 0; j < inner; ++j) f(a, x.data[in_off + j * is]);
-        } else {
-            for (std::ptrdiff_t j = 0; j < inner; ++j) f(acc[out_off + j * ios], x.data[in_off + j * is]);
-        }
-        for (int d = r - 2; d >= 0; --d) {
-            if (++idx[d] < x.shape[d]) {
-                in_off += x.strides[d];
-                out_off += os[d];
-                break;
-            }
-            in_off -= (idx[d] - 1) * x.strides[d];
-            out_off -= (idx[d] - 1) * os[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-// Sums of x over the dimensions where keep is 1 (keep: x's shape with reduced dimensions set to 1), written to out
-// row-major over keep; divided by `count` when `divide` (mean). Floating sums accumulate in double, integer
-// sums in int64, as in eager mode. Row-major x reduced over leading dimensions (column sums: a bias gradient) or
-// over trailing ones (row sums) runs in blocks kept in registers; other layouts fold element by element.
-template <class T>
-void sum_reduce(const strided<const T>& x, const dims& keep, T* out, bool divide = false, std::ptrdiff_t count = 0) {
-    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
-    auto finish = [divide, count](Acc a) {
-        const T s = static_cast<T>(a);
-        return divide ? static_cast<T>(s / static_cast<T>(count)) : s;
-    };
-    const std::ptrdiff_t m = keep.size();
-    if (is_row_major(x) && x.shape.size() > 0) {
-        // Split x's dimensions into a reduced block and a kept block, in either order.
-        const int r = x.shape.rank;
-        int split = 0;
-        while (split < r && keep[split] == 1) ++split;  // leading reduced dimensions
-        bool leading = true, trailing = true;
-        for (int d = split; d < r; ++d) leading = leading && keep[d] == x.shape[d];
-        int split2 = 0;
-        while (split2 < r && keep[split2] == x.shape[split2]) ++split2;  // leading kept dimensions
-        for (int d = split2; d < r; ++d) trailing = trailing && keep[d] == 1;
-        if (leading) {
-            const std::ptrdiff_t rows = x.shape.size() / std::max<std::ptrdiff_t>(m, 1), n = m;
-            constexpr std::ptrdiff_t CB = 16;
-            std::ptrdiff_t j = 0;
-            for (; j + CB <= n; j += CB) {
-                Acc acc[CB] = {};
-                const T* p = x.data + j;
-                for (std::ptrdiff_t i = 0; i < rows; ++i, p += n)
-                    for (std::ptrdiff_t q = 0; q < CB; ++q) acc[q] += static_cast<Acc>(p[q]);
-                for (std::ptrdiff_t q = 0; q < CB; ++q) out[j + q] = finish(acc[q]);
-            }
-            for (; j < n; ++j) {
-                Acc a = 0;
-                for (std::ptrdiff_t i = 0; i < rows; ++i) a += static_cast<Acc>(x.data[i * n + j]);
-                out[j] = finish(a);
-            }
-            return;
-        }
-        if (trailing) {
-            const std::ptrdiff_t len = x.shape.size() / std::max<std::ptrdiff_t>(m, 1);
-            for (std::ptrdiff_t i = 0; i < m; ++i) {
-                const T* p = x.data + i * len;
-                Acc a[4] = {};
-                std::ptrdiff_t k = 0;
-                for (; k + 4 <= len; k += 4)
-                    for (int q = 0; q < 4; ++q) a[q] += static_cast<Acc>(p[k + q]);
-                for (; k < len; ++k) a[0] += static_cast<Acc>(p[k]);
-                out[i] = finish((a[0] + a[1]) + (a[2] + a[3]));
-            }
-            return;
-        }
-    }
-    Acc* acc = scratch<Acc>(static_cast<std::size_t>(m));
-    std::fill(acc, acc + m, Acc(0));
-    reduce_strided(x, keep, acc, [](Acc& a, T v) { a += static_cast<Acc>(v); });
-    for (std::ptrdiff_t i = 0; i < m; ++i) out[i] = finish(acc[i]);
 }
 
 // The reduced axes of a rank-`rank` operand as a mask; `ok` is false when an axis is out of range.

@@ -42,26 +42,20 @@ struct reduce {
         return out;
     }
 
-    template <class T>
+    template <class Device, class T>
     static void compute(T* out, const dims& out_shape, const detail::strided<const T>& x) {
         const dims keep = keep_shape(x.shape);
         const std::ptrdiff_t m = out_shape.size();
         const std::ptrdiff_t count = m == 0 ? 0 : x.shape.size() / m;
+        constexpr detail::fold_kind kind = K == reduction::max   ? detail::fold_kind::max
+                                           : K == reduction::min ? detail::fold_kind::min
+                                                                 : detail::fold_kind::sum;
         if constexpr (K == reduction::max || K == reduction::min) {
             if (count == 0 && m > 0)
                 throw value_error("kiln: value_error in '" + std::string(name) + "': cannot reduce over an empty dimension (shape " +
                                   to_string(x.shape) + ")");
-            const T init = K == reduction::max ? (std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                                                        : std::numeric_limits<T>::lowest())
-                                               : (std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                                                        : std::numeric_limits<T>::max());
-            std::fill(out, out + m, init);
-            detail::reduce_strided(x, keep, out, [](T& a, T v) {
-                if (a == a && (v != v || (K == reduction::max ? v > a : v < a))) a = v;  // NaN is sticky
-            });
-        } else {
-            detail::sum_reduce(x, keep, out, K == reduction::mean, count);
         }
+        Device::reduce(kind, x, keep, out, K == reduction::mean, count);
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& x, const Y& y, const G& g) {
@@ -92,7 +86,7 @@ struct count {
     template <class S>
     using static_shape = shape<>;
     static dims shape(const dims&) { return dims{}; }
-    template <class T>
+    template <class Device, class T>
     static void compute(T* out, const dims&, const detail::strided<const T>& x) {
         const dims keep = reduce<reduction::sum, true, Axes...>::keep_shape(x.shape);
         const std::ptrdiff_t m = keep.size();

@@ -58,9 +58,9 @@ struct reshape_base {
         out = detail::strided<const T>(a.data, shape, detail::contiguous_strides(shape));
         return true;
     }
-    template <class T>
+    template <class Device, class T>
     static void copy(T* out, const detail::strided<const T>& a) {
-        detail::copy_row_major(out, a);
+        Device::copy_strided(detail::strided<T>(out, a.shape, detail::contiguous_strides(a.shape)), a);
     }
 };
 
@@ -105,9 +105,9 @@ struct reshape : reshape_base {
     static bool try_view(detail::strided<const T>& out, const detail::strided<const T>& a) {
         return reshape_base::try_view(out, shape(a.shape), a);
     }
-    template <class T>
+    template <class Device, class T>
     static void compute(T* out, const dims&, const detail::strided<const T>& a) {
-        copy(out, a);
+        copy<Device>(out, a);
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y& y, const G& g) {
@@ -133,9 +133,9 @@ struct reshape_as : reshape_base {
     static bool try_view(detail::strided<const T>& out, const detail::strided<const T>& g, const detail::strided<const R>& ref) {
         return reshape_base::try_view(out, shape(g.shape, ref.shape), g);
     }
-    template <class T, class R>
+    template <class Device, class T, class R>
     static void compute(T* out, const dims&, const detail::strided<const T>& g, const detail::strided<const R>&) {
-        copy(out, g);
+        copy<Device>(out, g);
     }
     template <class A, class B, class Y, class G>
     static constexpr auto gradient(const A& a, const B&, const Y& y, const G& g) {
@@ -231,14 +231,14 @@ struct sum_to {
         out = g;
         return true;
     }
-    template <class T, class R>
+    template <class Device, class T, class R>
     static void compute(T* out, const dims& s, const detail::strided<const T>& g, const detail::strided<const R>&) {
         dims keep = g.shape;
         for (int i = 0; i < g.shape.rank; ++i) {
             const int ir = i - (g.shape.rank - s.rank);
             if (ir < 0 || s[ir] == 1) keep[i] = 1;
         }
-        detail::sum_reduce(g, keep, out);
+        Device::reduce(detail::fold_kind::sum, g, keep, out);
     }
     template <class A, class B, class Y, class G>
     static constexpr auto gradient(const A& a, const B&, const Y& y, const G& g) {

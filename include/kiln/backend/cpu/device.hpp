@@ -1,0 +1,56 @@
+#pragma once
+// kiln::backend::cpu_device: the CPU's implementation of the device interface (backend/device.hpp). Its kernels
+// are the CPU backend's only ones: one matrix product (matmul.hpp), one reduction engine (reduce.hpp), one strided
+// copy (copy.hpp), memory from the caching allocator and work spread by the thread pool.
+#include <cstring>
+
+#include "../../core/allocator.hpp"
+#include "../device.hpp"
+#include "copy.hpp"
+#include "matmul.hpp"
+#include "reduce.hpp"
+#include "thread_pool.hpp"
+
+namespace kiln {
+namespace backend {
+
+struct cpu_device {
+    static constexpr device_type kind = device_type::cpu;
+
+    static void* allocate(std::size_t bytes) { return detail::caching_allocator::instance().allocate(bytes); }
+    static void deallocate(void* p, std::size_t bytes) { detail::caching_allocator::instance().release(p, bytes); }
+    static void copy(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
+    static void synchronize() noexcept {}  // CPU work is done when its call returns
+
+    template <class F>
+    static void parallel_for(int tasks, F&& f) {
+        detail::thread_pool::instance().parallel_for(tasks, f);
+    }
+
+    template <class T>
+    static void gemm(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, detail::matrix_ref<T> a,
+                     detail::matrix_ref<T> b) {
+        detail::gemm(c, m, n, k, a, b);
+    }
+
+    template <class T, class R>
+    static void reduce(detail::fold_kind kind, const detail::strided<const T>& x, const dims& keep, R* out,
+                       bool mean = false, std::ptrdiff_t count = 0) {
+        detail::reduce_into(kind, x, keep, out, mean, count);
+    }
+
+    template <class T>
+    static void arg_reduce(bool is_max, const detail::strided<const T>& x, const dims& keep, std::int64_t* out) {
+        detail::arg_reduce_into(is_max, x, keep, out);
+    }
+
+    template <class U, class T>
+    static void copy_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
+        detail::strided_copy(out, in);
+    }
+};
+
+static_assert(device_backend<cpu_device>, "kiln: cpu_device must implement the device interface");
+
+}  // namespace backend
+}  // namespace kiln

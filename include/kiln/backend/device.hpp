@@ -1,0 +1,60 @@
+#pragma once
+// The device interface: what a backend provides so that graph mode's plan, eager mode's ops and function mode's
+// buffer plan run on it. A backend is a struct of static functions, in the spirit of Eigen's devices and Thrust's
+// execution policies; backend/cpu/device.hpp is the first implementation (kiln::backend::cpu_device) and the CUDA
+// device is to be the second. Ops never hold kernels of their own: a structural op's `compute` is a template on
+// the device and calls the device's kernel (graph/structural/matmul.hpp is the smallest example).
+//
+// What a device provides (checked by the concept below):
+//   kind                               the device_type it serves
+//   allocate(bytes), deallocate(p, bytes)
+//                                      device memory (the CPU's caching allocator)
+//   copy(dst, src, bytes)              raw bytes within the device; synchronize() waits for queued work
+//   parallel_for(tasks, f)             f(0 .. tasks - 1), spread over the device's workers
+//   gemm(c, m, n, k, a, b)             C = A B with strided operands (matrix_ref), C row-major
+//   reduce(kind, x, keep, out)         sums, products, extrema over the axes where keep is 1 (and means)
+//   arg_reduce(is_max, x, keep, out)   positions of extrema along one axis
+//   copy_strided(out, in)              a strided copy with broadcasting and dtype conversion
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/device.hpp"
+#include "../expr/feed.hpp"
+
+namespace kiln {
+namespace detail {
+
+// One matrix operand of a product: element (i, j) is data[i * rs + j * cs].
+template <class T>
+struct matrix_ref {
+    const T* data;
+    std::ptrdiff_t rs, cs;
+};
+
+// The folds a reduction engine runs.
+enum class fold_kind { sum, prod, max, min };
+
+}  // namespace detail
+
+namespace backend {
+
+template <class D>
+concept device_backend =
+    requires(void* p, const void* q, std::size_t bytes, float* c, detail::matrix_ref<float> a,
+             const detail::strided<const float>& x, const detail::strided<float>& y, const dims& keep, std::int64_t* pos,
+             void (*task)(int)) {
+        { D::kind } -> std::convertible_to<device_type>;
+        { D::allocate(bytes) } -> std::same_as<void*>;
+        D::deallocate(p, bytes);
+        D::copy(p, q, bytes);
+        D::synchronize();
+        D::parallel_for(2, task);
+        D::gemm(c, std::ptrdiff_t{1}, std::ptrdiff_t{1}, std::ptrdiff_t{1}, a, a);
+        D::reduce(detail::fold_kind::sum, x, keep, c);
+        D::arg_reduce(true, x, keep, pos);
+        D::copy_strided(y, x);
+    };
+
+}  // namespace backend
+}  // namespace kiln

@@ -1,0 +1,22 @@
+#pragma once
+// Where a tensor's storage lives: kiln::cpu, or a CUDA device once the CUDA backend exists. Each kind of device has
+// a backend struct that implements the device interface (backend/device.hpp).
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+enum class device_type : std::uint8_t { cpu, cuda };
+
+struct device {
+    device_type type = device_type::cpu;
+    int index = 0;
+    friend constexpr bool operator==(const device&, const device&) = default;
+};
+inline constexpr device cpu{};
+
+inline std::string to_string(const device& d) {
+    return d.type == device_type::cpu ? "cpu" : "cuda:" + std::to_string(d.index);
+}
+
+}  // namespace kiln
