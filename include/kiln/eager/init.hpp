@@ -6,7 +6,6 @@
 // same numbers.
 #include <cmath>
 
-#include "factories.hpp"
 #include "random.hpp"
 #include "tensor.hpp"
 

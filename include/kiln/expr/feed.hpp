@@ -10,12 +10,14 @@
 
 namespace kiln {
 
+namespace detail {
 template <class Leaf, class Container>
 struct feed {
     using leaf_type = Leaf;
     using container_type = Container;
     const Container* data;
 };
+}  // namespace detail
 
 // A strided view of external memory: kiln::view(ptr, {rows, cols}) or with explicit strides (in elements).
 template <class T>

@@ -15,10 +15,11 @@
 
 namespace kiln {
 
+namespace detail {
+
+// What "x"_in = data makes: the input and a pointer to the caller's data for one run (expr/feed.hpp).
 template <class Leaf, class Container>
 struct feed;
-
-namespace detail {
 struct input_kind {};
 struct param_kind {};
 // A parameter's kind also names how a kiln::session initializes it (kiln::init::zeros, glorot_uniform, ...).
@@ -72,13 +73,13 @@ struct indexed_leaf : leaf_base {
 };
 }  // namespace detail
 
+namespace detail {
+
 // A run-time scalar (0.5f * x). It takes the element type of the tensor it meets, as in PyTorch.
 template <class T>
 struct scalar {
     T value;
 };
-
-namespace detail {
 
 // Storage for a node's children, by value.
 // Empty children (leaves, constants, nodes made only of them) are not stored at all: a child is rebuilt from its
@@ -129,8 +130,6 @@ struct root_pack : arg_pack<std::index_sequence_for<Roots...>, Roots...> {
     }
 };
 
-}  // namespace detail
-
 // An op applied to its operands.
 template <class Op, class... Args>
 struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
@@ -154,6 +153,8 @@ constexpr node<Op, Args...> make_node(const Args&... args) {
     return n;
 }
 
+}  // namespace detail
+
 // Traits.
 template <class T>
 struct is_leaf : std::is_base_of<detail::leaf_base, T> {};
@@ -163,12 +164,12 @@ inline constexpr bool is_leaf_v = is_leaf<T>::value;
 template <class T>
 struct is_scalar_node : std::false_type {};
 template <class T>
-struct is_scalar_node<scalar<T>> : std::true_type {};
+struct is_scalar_node<detail::scalar<T>> : std::true_type {};
 
 template <class T>
 struct is_node : std::false_type {};
 template <class Op, class... A>
-struct is_node<node<Op, A...>> : std::true_type {};
+struct is_node<detail::node<Op, A...>> : std::true_type {};
 template <class T>
 inline constexpr bool is_node_v = is_node<T>::value;
 
@@ -351,8 +352,8 @@ struct element_type<L, std::enable_if_t<is_leaf_v<L>>> {
     using type = typename L::value_type;
 };
 template <class Op, class... A>
-struct element_type<node<Op, A...>> {
-    using type = detail::value_type_t<node<Op, A...>>;
+struct element_type<detail::node<Op, A...>> {
+    using type = detail::value_type_t<detail::node<Op, A...>>;
 };
 
 }  // namespace kiln

@@ -211,10 +211,14 @@ struct executable {
     // The parameters of every node for these extents (null: the traced ones).
     std::shared_ptr<const std::vector<std::vector<std::int64_t>>> bind(const std::vector<std::ptrdiff_t>& extents) const {
         if (!has_dynamic || extents == traced_extents) return nullptr;
+        std::lock_guard lock(bind_mutex);
+        return bind_locked(extents);
+    }
+    // bind() for extents other than the traced ones, with bind_mutex held.
+    std::shared_ptr<const std::vector<std::vector<std::int64_t>>> bind_locked(const std::vector<std::ptrdiff_t>& extents) const {
         if (extents.size() != traced_extents.size())
             throw value_error(error_prefix("value_error", "function") + "internal: " + std::to_string(extents.size()) +
                               " dynamic extents for a graph traced with " + std::to_string(traced_extents.size()));
-        std::lock_guard lock(bind_mutex);
         auto found = bound.find(extents);
         if (found != bound.end()) return found->second;
         auto p = std::make_shared<std::vector<std::vector<std::int64_t>>>(graph.nodes.size());
@@ -326,17 +330,21 @@ struct executable {
     // (A template on an unused int: compiled only where a traced function runs.)
     template <int N = 0>
     std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
-        const auto params = bind(extents);
-        if (!planning) return run_nodes(args, params, nullptr);
+        // The traced extents take no lock; other extents take it once, for their parameters and their plan.
         const bool traced_key = !has_dynamic || extents == traced_extents;
+        std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params;
         const buffer_plan* p = nullptr;
         if (traced_key) {
-            p = traced_plan.load(std::memory_order_acquire);
+            if (planning) p = traced_plan.load(std::memory_order_acquire);
         } else {
             std::lock_guard lock(bind_mutex);
-            auto found = plans.find(extents);
-            if (found != plans.end()) p = found->second.get();
+            params = bind_locked(extents);
+            if (planning) {
+                auto found = plans.find(extents);
+                if (found != plans.end()) p = found->second.get();
+            }
         }
+        if (!planning) return run_nodes(args, params, nullptr);
         if (p) {
             if (p->ok && plan_fits(*p, graph, args)) return run_buffer_plan<N>(*p, graph, args, copy_result);
             return run_nodes(args, params, nullptr);

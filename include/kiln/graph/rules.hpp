@@ -20,7 +20,8 @@ struct sgd_rule {
     void resume(int) {}
     template <class T>
     auto roots() const {
-        using kiln::make_node;
+        using kiln::detail::make_node;
+        using kiln::detail::scalar;
         const kiln::detail::indexed_leaf<0, T> P;
         const kiln::detail::indexed_leaf<1, T> G;
         return std::make_tuple(make_node<ops::sub>(P, make_node<ops::mul>(scalar<T>{static_cast<T>(lr)}, G)));
@@ -36,7 +37,8 @@ struct momentum_rule {
     void resume(int) {}
     template <class T>
     auto roots() const {
-        using kiln::make_node;
+        using kiln::detail::make_node;
+        using kiln::detail::scalar;
         const kiln::detail::indexed_leaf<0, T> P;
         const kiln::detail::indexed_leaf<1, T> G;
         const kiln::detail::indexed_leaf<2, T> V;
@@ -80,7 +82,8 @@ struct adam_rule {
     }
     template <class T>
     auto roots() const {
-        using kiln::make_node;
+        using kiln::detail::make_node;
+        using kiln::detail::scalar;
         const kiln::detail::indexed_leaf<0, T> P;
         const kiln::detail::indexed_leaf<1, T> G;
         const kiln::detail::indexed_leaf<2, T> M;

@@ -13,14 +13,16 @@
 
 namespace kiln {
 
-// Several roots computed in one pass: kiln::run(kiln::fetch(loss, y), feeds...).
+namespace detail {
 template <class... Roots>
 struct fetch_t {
-    detail::root_pack<Roots...> roots;
+    root_pack<Roots...> roots;
 };
+}  // namespace detail
 
+// Several roots computed in one pass: kiln::run(kiln::fetch(loss, y), feeds...).
 template <class... Roots>
-constexpr fetch_t<Roots...> fetch(const Roots&... roots) {
+constexpr detail::fetch_t<Roots...> fetch(const Roots&... roots) {
     static_assert(sizeof...(Roots) > 0, "kiln::fetch: name at least one expression to compute.");
     static_assert((is_graph_v<Roots> && ...), "kiln::fetch: every argument must be a graph-mode expression.");
     return {detail::root_pack<Roots...>(roots...)};

@@ -6,6 +6,7 @@
 // xsimd batches), a `gradient(args..., y, g)` rule written with the vocabulary's own free functions, and
 // optionally `fold` (exact rational folding of constants) and `simplify` (exact identities).
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <string_view>
 #include <tuple>
@@ -73,12 +74,31 @@ inline constexpr bool kiln_operands_v =
     combined_mode<Args...>() != operand_mode::none &&
     ((mode_of<std::remove_cvref_t<Args>>::value != operand_mode::number) || ...);
 
+// The op protocol, spelled out. Every op of the vocabulary names itself and its arity. An elementwise op's scalar
+// kernel `apply` takes `arity` numbers (it must compile for every dtype that eager dispatch instantiates it for:
+// all five, or the integer ones for the bitwise ops);
+// its `gradient(args..., y, g)`, `fold` and `simplify` are optional. A structural op (graph/structural.hpp) says
+// `structural` instead and states shape rules and a `compute<Device, T>` that calls the device's kernels.
+template <class Op>
+concept op_protocol = requires {
+    { Op::name } -> std::convertible_to<std::string_view>;
+    { Op::arity } -> std::convertible_to<int>;
+};
+template <class Op>
+concept elementwise_op = op_protocol<Op> && !requires { Op::structural; } &&
+                         ((Op::arity == 1 && requires(std::int64_t a) { Op::apply(a); }) ||
+                          (Op::arity == 2 && requires(std::int64_t a) { Op::apply(a, a); }) ||
+                          (Op::arity == 3 && requires(std::int64_t a) { Op::apply(a, a, a); }));
+
 // Builds `Op(args...)` in one mode. Specialized by graph mode (constant and graph) and eager mode.
 template <operand_mode M>
 struct op_builder;
 
 template <class Op, class... Args>
 constexpr auto make(const Args&... args) {
+    static_assert(elementwise_op<Op> && Op::arity == sizeof...(Args),
+                  "kiln: an elementwise op states its name, its arity and an apply taking that many numbers "
+                  "(the op protocol in kiln/ops/op_base.hpp), and is built from that many operands.");
     constexpr operand_mode m = combined_mode<Args...>();
     static_assert(m != operand_mode::none,
                   "kiln: an operand is neither a number nor a kiln expression, constant or tensor.");
