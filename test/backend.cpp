@@ -269,3 +269,45 @@ TEST_CASE("graph, eager and function mode run the same kernels: sums and product
     traced_t(xt, w);
     CHECK(tensor_bits(traced_t(xt, w)) == tensor_bits(kiln::matmul(xt.transpose(0, 1), w)));
 }
+
+TEST_CASE("the scan kernel: running sums and products along each axis, both directions, any strides") {
+    // A (2, 3, 4) operand read through a transposed layout: element (i, j, k) lives at k * 6 + j * 2 + i.
+    std::vector<double> store(24);
+    for (int i = 0; i < 24; ++i) store[static_cast<std::size_t>(i)] = (i % 7) - 3 + 0.25 * (i % 3);
+    const strided<const double> x(store.data(), dims{2, 3, 4}, dims{1, 2, 6});
+    auto at = [&](int i, int j, int k) { return store[static_cast<std::size_t>(k * 6 + j * 2 + i)]; };
+    for (int axis = 0; axis < 3; ++axis)
+        for (bool reverse : {false, true})
+            for (bool product : {false, true}) {
+                std::vector<double> out(24, -99);
+                dev::scan(product, x, axis, reverse, out.data());
+                const int ext[3] = {2, 3, 4};
+                for (int i = 0; i < 2; ++i)
+                    for (int j = 0; j < 3; ++j)
+                        for (int k = 0; k < 4; ++k) {
+                            const int idx[3] = {i, j, k};
+                            double acc = product ? 1 : 0;
+                            for (int p = 0; p < ext[axis]; ++p) {
+                                const bool in = reverse ? p >= idx[axis] : p <= idx[axis];
+                                if (!in) continue;
+                                int q[3] = {i, j, k};
+                                q[axis] = p;
+                                acc = product ? acc * at(q[0], q[1], q[2]) : acc + at(q[0], q[1], q[2]);
+                            }
+                            // Sums of quarters are exact; products are compared with a relative tolerance.
+                            const double got = out[static_cast<std::size_t>((i * 3 + j) * 4 + k)];
+                            CHECK(got == doctest::Approx(acc).epsilon(1e-14));
+                        }
+            }
+    // Integers accumulate in the result type and wrap; an empty axis writes nothing.
+    const std::vector<std::int32_t> big{2147483647, 1, 1};
+    std::vector<std::int64_t> wide(3);
+    dev::scan(false, strided<const std::int32_t>(big.data(), dims{3}, dims{1}), 0, false, wide.data());
+    CHECK(wide == std::vector<std::int64_t>{2147483647, 2147483648, 2147483649});
+    std::vector<std::int32_t> narrow(3);
+    dev::scan(false, strided<const std::int32_t>(big.data(), dims{3}, dims{1}), 0, false, narrow.data());
+    CHECK(narrow[1] == std::numeric_limits<std::int32_t>::min());
+    std::vector<double> none(1, 5.0);
+    dev::scan(false, strided<const double>(store.data(), dims{2, 0}, dims{0, 1}), 1, false, none.data());
+    CHECK(none[0] == 5.0);
+}

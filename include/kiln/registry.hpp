@@ -175,6 +175,13 @@ tensor_spec reduction_shape_rule(std::span<const tensor_spec> in, const attribut
     return {d, r.result};
 }
 
+template <ops::scan_kind K>
+tensor_spec scan_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    using op = ops::scan<K>;
+    const ops::scan_attrs at{int_attr(a, "axis"), a.boolean("reverse")};
+    return {op::result_dtype(at, in[0].dtype), op::result_shape(at, in[0].shape)};
+}
+
 template <fixed_string Name>
 tensor_spec arg_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     const bool keep = a.boolean("keepdims");
@@ -461,11 +468,19 @@ std::vector<op_schema> build_registry() {
         return kiln::einsum(a.text("equation"), in[0], in[1]);
     }, "einsum", op_family::linalg, 2, {{"equation", ar::text, true, std::nullopt, "the subscripts, as 'ij,jk->ik'"}},
        true, "Einstein summation over two operands");
-    evaluated([](std::span<const tensor> in, const attributes& a) { return kiln::cumsum(in[0], int_attr(a, "axis")); }, 
-        "cumsum", op_family::reduction, 1, {axis_attr(std::nullopt, "the axis to scan")}, true, "running sums along an axis");
-    evaluated([](std::span<const tensor> in, const attributes& a) { return kiln::cumprod(in[0], int_attr(a, "axis")); }, 
-        "cumprod", op_family::reduction, 1, {axis_attr(std::nullopt, "the axis to scan")}, true,
-        "running products along an axis");
+    // Scans: ops::scan's own shape and dtype rule (a closed rule: nothing computed).
+    const std::vector<attr_spec> scan_attrs{axis_attr(std::nullopt, "the axis to scan"),
+                                            {"reverse", ar::boolean, false, attr_value(false), "scan from the end of the axis"}};
+    r.push_back(structural("cumsum", op_family::reduction, 1, 1, scan_attrs, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return kiln::cumsum(in[0], int_attr(a, "axis"), a.boolean("reverse"));
+                           },
+                           &scan_shape_rule<ops::scan_kind::sum>, "running sums along an axis (integers and bools give int64)"));
+    r.push_back(structural("cumprod", op_family::reduction, 1, 1, scan_attrs, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return kiln::cumprod(in[0], int_attr(a, "axis"), a.boolean("reverse"));
+                           },
+                           &scan_shape_rule<ops::scan_kind::prod>, "running products along an axis (integers and bools give int64)"));
     const std::vector<attr_spec> sort_attrs{axis_attr(attr_value(-1), "the axis to sort along"),
                                             {"descending", ar::boolean, false, attr_value(false), "largest first"}};
     evaluated([](std::span<const tensor> in, const attributes& a) {

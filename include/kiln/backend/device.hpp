@@ -14,6 +14,8 @@
 //   gemm(c, m, n, k, a, b)             C = A B with strided operands (matrix_ref), C row-major
 //   reduce(kind, x, keep, out)         sums, products, extrema over the axes where keep is 1 (and means)
 //   arg_reduce(is_max, x, keep, out)   positions of extrema along one axis
+//   scan(product, x, axis, reverse, out)
+//                                      running sums or products along one axis (cumsum, cumprod)
 //   copy_strided(out, in)              a strided copy with broadcasting and dtype conversion
 #include <concepts>
 #include <cstddef>
@@ -21,22 +23,10 @@
 
 #include "../core/device.hpp"
 #include "../expr/feed.hpp"
+#include "../ops/matmul.hpp"  // matrix_ref
+#include "../ops/reduce.hpp"  // fold_kind
 
 namespace kiln {
-namespace detail {
-
-// One matrix operand of a product: element (i, j) is data[i * rs + j * cs].
-template <class T>
-struct matrix_ref {
-    const T* data;
-    std::ptrdiff_t rs, cs;
-};
-
-// The folds a reduction engine runs.
-enum class fold_kind { sum, prod, max, min };
-
-}  // namespace detail
-
 namespace backend {
 
 template <class D>
@@ -53,6 +43,7 @@ concept device_backend =
         D::gemm(c, std::ptrdiff_t{1}, std::ptrdiff_t{1}, std::ptrdiff_t{1}, a, a);
         D::reduce(detail::fold_kind::sum, x, keep, c);
         D::arg_reduce(true, x, keep, pos);
+        D::scan(false, x, 0, false, c);
         D::copy_strided(y, x);
     };
 

@@ -59,6 +59,10 @@ constexpr std::size_t size_of(dtype d) noexcept {
     return 0;
 }
 
+namespace detail {
+constexpr bool is_floating(dtype d) { return d == dtype::float32 || d == dtype::float64; }
+}  // namespace detail
+
 // Converts one element between dtypes with a defined result everywhere: a floating value converted to an integer
 // type saturates (values beyond the type's range give its minimum or maximum, infinities included) and NaN gives 0,
 // where a plain C++ conversion is undefined. Every other conversion is C++'s (to bool: nonzero is true, NaN too).

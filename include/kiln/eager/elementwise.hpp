@@ -30,7 +30,6 @@ constexpr int promotion_rank(dtype d) {
     }
     return 0;
 }
-constexpr bool is_floating(dtype d) { return d == dtype::float32 || d == dtype::float64; }
 
 // PyTorch's result_type for two tensors: the higher of the two kinds and sizes.
 constexpr dtype promote(dtype a, dtype b) { return promotion_rank(a) >= promotion_rank(b) ? a : b; }

@@ -1,7 +1,7 @@
 #pragma once
-// matmul for vectors, matrices and broadcast batches, through the device's gemm (backend/cpu/matmul.hpp: a
-// register-blocked kernel for small products, CBLAS when found, a portable kernel otherwise and for integers);
-// concat and stack.
+// matmul for vectors, matrices and broadcast batches: ops::matmul's shape rule and kernel (the device's gemm:
+// backend/cpu/matmul.hpp, a register-blocked kernel for small products, CBLAS when found, a portable kernel
+// otherwise and for integers); concat and stack.
 #include <algorithm>
 #include <vector>
 
@@ -17,15 +17,6 @@ template <int N>
 void record_matmul(const dependent_tensor<N>& a, const dependent_tensor<N>& b, const dependent_tensor<N>& y);
 // Records a concatenation on the active tapes (defined with the tape).
 void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis);
-
-// C (row-major) = the product of the last two dimensions of a and b: the device's gemm.
-template <class T>
-void gemm(const tensor& a, const tensor& b, T* c) {
-    const int ra = a.dim(), rb = b.dim();
-    backend::cpu_device::gemm(c, a.shape()[ra - 2], b.shape()[rb - 1], a.shape()[ra - 1],
-                              matrix_ref<T>{static_cast<const T*>(a.raw_data()), a.strides()[ra - 2], a.strides()[ra - 1]},
-                              matrix_ref<T>{static_cast<const T*>(b.raw_data()), b.strides()[rb - 2], b.strides()[rb - 1]});
-}
 
 }  // namespace detail
 
@@ -55,55 +46,15 @@ tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     a_in.check_valid("matmul");
     b_in.check_valid("matmul");
     detail::check_same_device("matmul", {&a_in, &b_in});
-    if (a_in.dim() == 0 || b_in.dim() == 0)
-        throw shape_error("kiln: shape_error in 'matmul': operands must have at least one dimension, got " +
-                          detail::operands_text({&a_in, &b_in}));
+    const detail::matmul_shape s = ops::matmul::shape(a_in.shape(), b_in.shape());
     const dtype d = detail::promote(a_in.dtype(), b_in.dtype());
-    tensor a = a_in.to(d), b = b_in.to(d);
-    const bool vec_a = a.dim() == 1, vec_b = b.dim() == 1;
-    if (vec_a) a = a.unsqueeze(0);
-    if (vec_b) b = b.unsqueeze(1);
-    const int ra = a.dim(), rb = b.dim();
-    if (a.shape()[ra - 1] != b.shape()[rb - 2])
-        throw shape_error("kiln: shape_error in 'matmul': cannot multiply " + to_string(a_in.shape()) + " by " +
-                          to_string(b_in.shape()) + ": the inner dimensions " +
-                          std::to_string(a.shape()[ra - 1]) + " and " + std::to_string(b.shape()[rb - 2]) +
-                          " differ");
-    // Batch dimensions broadcast.
-    dims batch_a, batch_b, batch;
-    batch_a.rank = ra - 2;
-    batch_b.rank = rb - 2;
-    for (int i = 0; i < ra - 2; ++i) batch_a[i] = a.shape()[i];
-    for (int i = 0; i < rb - 2; ++i) batch_b[i] = b.shape()[i];
-    if (!detail::broadcast_into(batch_a, batch_b, batch))
-        throw shape_error("kiln: shape_error in 'matmul': batch dimensions do not broadcast: " +
-                          detail::operands_text({&a_in, &b_in}));
-    const std::ptrdiff_t m = a.shape()[ra - 2], n = b.shape()[rb - 1], k = a.shape()[ra - 1];
-    dims full_a = batch, full_b = batch, out_shape = batch;
-    full_a.rank = full_b.rank = out_shape.rank = batch.rank + 2;
-    full_a[batch.rank] = m, full_a[batch.rank + 1] = k;
-    full_b[batch.rank] = k, full_b[batch.rank + 1] = n;
-    out_shape[batch.rank] = m, out_shape[batch.rank + 1] = n;
-    const tensor ab = a.broadcast_to(full_a), bb = b.broadcast_to(full_b);
-    tensor out(d, out_shape);
-    const std::ptrdiff_t batches = batch.size();
+    const tensor a = a_in.to(d), b = b_in.to(d);
+    tensor out(d, s.result);
     detail::dispatch(d, [&]<class T>() {
-        T* c = out.data<T>();
-        for (std::ptrdiff_t i = 0; i < batches; ++i) {
-            tensor ai = ab, bi = bb;
-            std::ptrdiff_t rest = i;
-            for (int dd = batch.rank - 1; dd >= 0; --dd) {
-                const std::ptrdiff_t idx = rest % batch[dd];
-                rest /= batch[dd];
-                ai = ai.select(dd, idx);
-                bi = bi.select(dd, idx);
-            }
-            detail::gemm<T>(ai, bi, c + i * m * n);
-        }
+        ops::matmul::compute<backend::cpu_device>(
+            out.data<T>(), s, detail::strided<const T>(static_cast<const T*>(a.raw_data()), a.shape(), a.strides()),
+            detail::strided<const T>(static_cast<const T*>(b.raw_data()), b.shape(), b.strides()));
     });
-    if (vec_a && vec_b) return out.reshape(dims{});
-    if (vec_a) return out.squeeze(out.dim() - 2);
-    if (vec_b) return out.squeeze(out.dim() - 1);
     return out;
 }
 

@@ -7,7 +7,9 @@
 #include <numeric>
 #include <vector>
 
+#include "../ops/scan.hpp"
 #include "indexing.hpp"
+#include "structural.hpp"
 
 namespace kiln {
 
@@ -59,63 +61,18 @@ tensor sort(const tensor& x, int axis = -1, bool descending = false) {
 
 // ---- cumulative ops -------------------------------------------------------------------------------------------
 
-namespace detail {
-// Running sums or products along `axis` in dtype d (bool and int32 accumulate in int64, as in PyTorch).
-template <int = 0>
-tensor cumulate(const tensor& x, int ax, bool product) {
-    const dtype d = is_floating(x.dtype()) ? x.dtype() : dtype::int64;
-    tensor out = dense(x.to(d)).clone();
-    const axis_split o = split_at(x.shape(), ax);
-    dispatch(d, [&]<class T>() {
-        if constexpr (!std::is_same_v<T, bool>) {
-            T* v = out.data<T>();
-            for (std::ptrdiff_t a = 0; a < o.outer; ++a)
-                for (std::ptrdiff_t k = 1; k < o.length; ++k) {
-                    T* row = v + (a * o.length + k) * o.inner;
-                    const T* prev = row - o.inner;
-                    for (std::ptrdiff_t i = 0; i < o.inner; ++i) {
-                        if (product) row[i] = ops::mul::apply(prev[i], row[i]);
-                        else row[i] = ops::add::apply(prev[i], row[i]);
-                    }
-                }
-        }
-    });
-    return out;
-}
-}  // namespace detail
-
-// Running sum along `axis`: cumsum([1, 2, 3]) is [1, 3, 6]. Integer and bool inputs give int64.
-template <int = 0>
-tensor cumsum(const tensor& x, int axis) {
-    const int ax = detail::checked_axis(x, axis, "cumsum");
-    tensor y;
-    {
-        detail::tape_pause pause;
-        y = detail::cumulate(x, ax, false);
-    }
-    if (detail::recording_tapes > 0)
-        detail::record_entry({{x}, y, [ax](const tensor& g) {
-                                  // Each input feeds every later output: the reversed running sum of g.
-                                  return detail::one_gradient(flip(cumsum(flip(g, {ax}), ax), {ax}));
-                              }});
-    return y;
-}
-
-// Running product along `axis`. Its gradient divides by x, so it is not defined where x is 0.
+// Running sum along `axis`: cumsum([1, 2, 3]) is [1, 3, 6]; from the end when `reverse` ([6, 5, 3]). Integer and
+// bool inputs give int64. The op is ops::scan (ops/scan.hpp): its gradient is the scan of g the other way.
 template <int N = 0>
-tensor cumprod(const tensor& x_in, int axis) {
-    const detail::dependent_tensor<N>& x = x_in;
-    const int ax = detail::checked_axis(x, axis, "cumprod");
-    detail::dependent_tensor<N> y;
-    {
-        detail::tape_pause pause;
-        y = detail::cumulate(x, ax, true);
-    }
-    if (detail::recording_tapes > 0)
-        detail::record_entry({{x}, y, [x, y, ax](const detail::dependent_tensor<N>& g) {
-                                  return detail::one_gradient(flip(cumsum(flip(g * y, {ax}), ax), {ax}) / x);
-                              }});
-    return y;
+tensor cumsum(const tensor& x, int axis, bool reverse = false) {
+    return detail::apply_structural<ops::scan<ops::scan_kind::sum>, N>(ops::scan_attrs{axis, reverse}, x);
+}
+
+// Running product along `axis` (from the end when `reverse`). Its gradient divides by x, so it is not defined
+// where x is 0.
+template <int N = 0>
+tensor cumprod(const tensor& x, int axis, bool reverse = false) {
+    return detail::apply_structural<ops::scan<ops::scan_kind::prod>, N>(ops::scan_attrs{axis, reverse}, x);
 }
 
 // ---- reductions built from the vocabulary -----------------------------------------------------------------------

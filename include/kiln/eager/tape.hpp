@@ -12,6 +12,7 @@
 #include "elementwise.hpp"
 #include "linalg.hpp"
 #include "reduce.hpp"
+#include "../ops/scan.hpp"
 
 namespace kiln {
 
@@ -321,6 +322,39 @@ inline tensor reduce_to(const tensor& g, const dims& shape) {
     return s.reshape(shape);
 }
 
+}  // namespace detail
+
+namespace ops {
+
+// Eager mode's structural helpers for the mode-neutral gradient rules (ops/structural.hpp): attributes are values.
+template <>
+struct structural_fns<tensor> {
+    static const tensor& like(const tensor& g, const tensor&) { return g; }
+    static tensor unreduce(const reduce_attrs& a, const tensor& g, const tensor& ref) {
+        return g.reshape(reduce_shape(a, ref.shape(), "unreduce").keep).broadcast_to(ref.shape());
+    }
+    template <reduction K>
+    static tensor reduce(const reduce_attrs& a, const tensor& x) {
+        return detail::reduce<K>(x, a);
+    }
+    static double count(const reduce_attrs& a, const tensor& ref) { return static_cast<double>(count::of(a, ref.shape())); }
+    static tensor cast_like(const tensor& x, const tensor& ref) { return x.to(ref.dtype()); }
+    static tensor sum_batches_to(const tensor& g, const tensor& ref) { return detail::reduce_to(g, ref.shape()); }
+    template <int N = 0>
+    static tensor matmul(const detail::dependent_tensor<N>& a, const tensor& b) {
+        return kiln::matmul<N>(a, b);
+    }
+    static tensor matrix_transpose(const tensor& v) { return v.transpose(-1, -2); }
+    template <scan_kind K>
+    static tensor scan(const scan_attrs& a, const tensor& x) {
+        return detail::apply_structural<ops::scan<K>>(a, x);
+    }
+};
+
+}  // namespace ops
+
+namespace detail {
+
 inline tensor scatter_slice(const tensor& source, const tensor& g, int axis, std::ptrdiff_t start, std::ptrdiff_t stop,
                             std::ptrdiff_t step) {
     tensor z = zeros(source.shape(), g.dtype());
@@ -409,44 +443,29 @@ void record_op(const tensor& y, const Args&... args) {
     record_entry(tape_entry{std::move(inputs), y, {}, &op_rule<Op, Args...>, numbers});
 }
 
-inline void record_sum(const tensor& x, const tensor& y, const dims& keep) {
-    record_entry({{x}, y, [x, keep](const tensor& g) {
-                      return std::vector<std::optional<tensor>>{g.reshape(keep).broadcast_to(x.shape()).to(x.dtype())};
-                  }});
-}
-
-template <int N>
-void record_reduction(const dependent_tensor<N>& x, const dependent_tensor<N>& y, const dims& keep, fold_kind kind) {
-    record_entry({{x}, y, [x, y, keep, kind](const dependent_tensor<N>& g) {
-                      const dependent_tensor<N> gb = g.reshape(keep).broadcast_to(x.shape());
-                      dependent_tensor<N> r;
-                      if (kind == fold_kind::sum) {
-                          r = gb;
-                      } else if (kind == fold_kind::prod) {
-                          r = gb * y.reshape(keep) / x;  // undefined where x is 0
-                      } else {
-                          // Ties share the gradient equally.
-                          const tensor hit = (kiln::equal(x, y.reshape(keep))).to(g.dtype());
-                          r = gb * hit / reduce_to(hit, keep).broadcast_to(x.shape());
-                      }
-                      return std::vector<std::optional<tensor>>{r.to(x.dtype())};
+template <class Op, int N>
+void record_structural(const typename Op::attributes& a, const dependent_tensor<N>& x, const dependent_tensor<N>& y) {
+    if (!watched_by_a_tape(x)) return;
+    record_entry({{x}, y, [a, x, y](const dependent_tensor<N>& g) {
+                      const auto r = Op::gradient(a, x, y, g);
+                      return gradient_list{operand_gradient(x, std::get<0>(r))};
                   }});
 }
 
 // Only the operands that a tape follows get a gradient: the product for the other one (a batch of data times the
-// first layer's weights) is as large as the forward product, and nothing would read it.
+// first layer's weights) is as large as the forward product, and nothing would read it. The rule is ops::matmul's,
+// on the operands as matrices (a vector was a row on the left, a column on the right).
 template <int N>
 void record_matmul(const dependent_tensor<N>& a, const dependent_tensor<N>& b, const dependent_tensor<N>& y) {
     const bool need_a = watched_by_a_tape(a), need_b = watched_by_a_tape(b);
-    record_entry({{a, b}, y, [a, b, need_a, need_b](const tensor& g) {
-                      // Work with the 2-D (or batched) forms; vectors were a row (left) or a column (right).
+    record_entry({{a, b}, y, [a, b, y, need_a, need_b](const dependent_tensor<N>& g) {
                       const tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a, b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
-                      tensor g2 = g;
+                      dependent_tensor<N> g2 = g;
                       if (a.dim() == 1) g2 = g2.unsqueeze(g2.dim() - (b.dim() == 1 ? 0 : 1));
                       if (b.dim() == 1) g2 = g2.unsqueeze(g2.dim());
-                      std::vector<std::optional<tensor>> out(2);
-                      if (need_a) out[0] = reduce_to(kiln::matmul<N>(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape()).to(a.dtype());
-                      if (need_b) out[1] = reduce_to(kiln::matmul<N>(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape()).to(b.dtype());
+                      gradient_list out(2);
+                      if (need_a) out[0] = ops::matmul::operand_gradient<0>(a2, b2, y, g2).reshape(a.shape()).to(a.dtype());
+                      if (need_b) out[1] = ops::matmul::operand_gradient<1>(a2, b2, y, g2).reshape(b.shape()).to(b.dtype());
                       return out;
                   }});
 }

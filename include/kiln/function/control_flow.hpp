@@ -8,7 +8,9 @@ namespace kiln {
 
 namespace detail {
 
-inline tensor select_result(const tensor& p, const tensor& a, const tensor& b) {
+// A template so that where's kernels are compiled only in programs that call cond.
+template <int N = 0>
+tensor select_result(const dependent_tensor<N>& p, const dependent_tensor<N>& a, const dependent_tensor<N>& b) {
     if (!(a.shape() == b.shape()) || a.dtype() != b.dtype())
         throw value_error(error_prefix("value_error", "cond") + "the branches return " + to_string(a.shape()) + " " +
                           std::string(name(a.dtype())) + " and " + to_string(b.shape()) + " " +

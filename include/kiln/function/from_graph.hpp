@@ -128,10 +128,10 @@ private:
         const tensor g = need_tensor(a, ref);
         return g.reshape(ops::reshape_as::shape(g.shape(), ref.shape()));
     }
-    template <int... Axes, class A, class R>
-    static tensor structural_apply(const ops::expand_axes<Axes...>*, const A& a, const R& ref) {
+    template <ops::reduce_attrs At, class A, class R>
+    static tensor structural_apply(const ops::expand_axes<At>*, const A& a, const R& ref) {
         const tensor g = need_tensor(a, ref);
-        return g.reshape(ops::expand_axes<Axes...>::shape(g.shape(), ref.shape()));
+        return g.reshape(ops::expand_axes<At>::shape(g.shape(), ref.shape()));
     }
     template <std::ptrdiff_t... D, class A>
     static tensor structural_apply(const ops::broadcast_to<D...>*, const A& a) {
@@ -143,22 +143,22 @@ private:
         (void)ops::sum_to::shape(g.shape(), ref.shape());
         return reduce_to(g, ref.shape());
     }
-    template <ops::reduction K, bool Keep, int... Axes, class A>
-    static tensor structural_apply(const ops::reduce<K, Keep, Axes...>*, const A& a) {
-        std::vector<int> axes{Axes...};
-        if constexpr (K == ops::reduction::sum) return kiln::sum(a, std::move(axes), Keep);
-        else if constexpr (K == ops::reduction::mean) return kiln::mean(a, std::move(axes), Keep);
-        else if constexpr (K == ops::reduction::max) return kiln::max(a, std::move(axes), Keep);
-        else return kiln::min(a, std::move(axes), Keep);
+    // A mode-neutral structural op (ops/structural.hpp) runs through eager mode's seam with the node's attributes.
+    template <class Op, auto At, class A>
+    static tensor structural_apply(const ops::with_attrs<Op, At>*, const A& a) {
+        return detail::apply_structural<Op>(At, a);
     }
-    template <int... Axes, class A>
-    static tensor structural_apply(const ops::count<Axes...>*, const A& ref) {
+    // Eager mode's mean is a sum and a division.
+    template <ops::reduce_attrs At, class A>
+    static tensor structural_apply(const ops::with_attrs<ops::reduce<ops::reduction::mean>, At>*, const A& a) {
+        std::vector<int> axes(At.axes.begin(), At.axes.begin() + At.naxes);
+        return kiln::mean(a, std::move(axes), At.keepdims);
+    }
+    template <ops::reduce_attrs At, class A>
+    static tensor structural_apply(const ops::with_attrs<ops::count, At>*, const A& ref) {
         // The number of elements each reduced position covers: a product of the reduced extents, so a parameter
         // of the trace that follows dynamic extents.
-        const dims keep = ops::reduce<ops::reduction::sum, true, Axes...>::keep_shape(ref.shape());
-        const std::ptrdiff_t m = keep.size();
-        const double n = m == 0 ? 0.0 : static_cast<double>(ref.shape().size() / m);
-        return full(dims{}, n, ref.dtype());
+        return full(dims{}, static_cast<double>(ops::count::of(At, ref.shape())), ref.dtype());
     }
     template <class A, class B>
     static tensor structural_apply(const ops::matmul*, const A& a, const B& b) {

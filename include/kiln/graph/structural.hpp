@@ -17,3 +17,5 @@
 #include "structural/reduce.hpp"
 #include "structural/views.hpp"
 #include "structural/matmul.hpp"
+#include "structural/scan.hpp"
+#include "structural/fns.hpp"

@@ -373,6 +373,12 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
                 out = b.op1(op == "prod" ? "ReduceProd" : op == "max" ? "ReduceMax" : "ReduceMin", {x},
                             {onnx_builder::ints_attr("axes", axes), onnx_builder::int_attr("keepdims", keep)});
             if (boolean) out = b.cast(out, dtype::int32, dtype::boolean);
+        } else if (op == "cumsum") {
+            // ONNX's CumSum, with kiln's result dtype (int64 for integers and bools) and a rank-0 axis.
+            tensor axis(dtype::int64, dims{});
+            axis.data<std::int64_t>()[0] = attr_axis(a, "axis");
+            out = b.op1("CumSum", {b.cast(in[0], in_dtype[0], n.dtype), b.initializer(axis, "axis")},
+                        {onnx_builder::int_attr("reverse", attr_bool(a, "reverse") ? 1 : 0)});
         } else if (op == "argmax" || op == "argmin") {
             const std::vector<onnx_builder::attr> at = {onnx_builder::int_attr("axis", attr_axis(a, "axis")),
                                                         onnx_builder::int_attr("keepdims", attr_bool(a, "keepdims"))};

@@ -185,6 +185,14 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
             }
         };
     }
+    if (op == "cumsum" || op == "cumprod") {
+        need(1, 1, 0);
+        attrs_only(a, {"axis", "reverse"});
+        const int ax = attr_axis(a, "axis");
+        const bool rev = attr_bool(a, "reverse");
+        if (op == "cumsum") return [ax, rev](auto in, auto) { return cumsum(in[0], ax, rev); };
+        return [ax, rev](auto in, auto) { return cumprod(in[0], ax, rev); };
+    }
     if (op == "argmax" || op == "argmin") {
         need(1, 1, 0);
         attrs_only(a, {"axis", "keepdims"});

@@ -1,7 +1,7 @@
 #pragma once
 // kiln::backend::cpu_device: the CPU's implementation of the device interface (backend/device.hpp). Its kernels
-// are the CPU backend's only ones: one matrix product (matmul.hpp), one reduction engine (reduce.hpp), one strided
-// copy (copy.hpp), memory from the caching allocator and work spread by the thread pool.
+// are the CPU backend's only ones: one matrix product (matmul.hpp), one reduction engine (reduce.hpp), one scan
+// (scan.hpp), one strided copy (copy.hpp), memory from the caching allocator and work spread by the thread pool.
 #include <cstring>
 
 #include "../../core/allocator.hpp"
@@ -9,6 +9,7 @@
 #include "copy.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"
+#include "scan.hpp"
 #include "thread_pool.hpp"
 
 namespace kiln {
@@ -42,6 +43,11 @@ struct cpu_device {
     template <class T>
     static void arg_reduce(bool is_max, const detail::strided<const T>& x, const dims& keep, std::int64_t* out) {
         detail::arg_reduce_into(is_max, x, keep, out);
+    }
+
+    template <class T, class U>
+    static void scan(bool product, const detail::strided<const T>& x, int axis, bool reverse, U* out) {
+        detail::scan_into(product, x, axis, reverse, out);
     }
 
     template <class U, class T>

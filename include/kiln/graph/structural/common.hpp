@@ -10,6 +10,7 @@
 #include "../../backend/cpu/device.hpp"
 #include "../../expr/build.hpp"
 #include "../../expr/feed.hpp"
+#include "../../ops/reduce.hpp"
 
 namespace kiln {
 
@@ -42,71 +43,6 @@ strided<T> broadcast_view(const strided<T>& a, const dims& shape) {
     }
     return out;
 }
-
-// The reduced axes of a rank-`rank` operand as a mask; `ok` is false when an axis is out of range.
-struct axis_mask {
-    std::array<bool, max_rank> reduced{};
-    bool ok = true;
-    int bad = 0;
-};
-template <int... Axes>
-constexpr axis_mask make_axis_mask(int rank) {
-    axis_mask m;
-    if constexpr (sizeof...(Axes) == 0) {
-        for (int i = 0; i < rank && i < max_rank; ++i) m.reduced[i] = true;
-    } else {
-        for (int a : {Axes...}) {
-            const int n = a < 0 ? a + rank : a;
-            if (n < 0 || n >= rank) {
-                m.ok = false;
-                m.bad = a;
-            } else {
-                m.reduced[n] = true;
-            }
-        }
-    }
-    return m;
-}
-
-template <class S, int... Axes>
-struct axis_out_of_range_for_static_shape {
-    static_assert(sizeof(S) == 0,
-                  "kiln: a reduction axis is out of range for the operand's static shape (see S and Axes above).");
-    using type = dynamic;
-};
-
-template <class S, bool Keep, int... Axes>
-struct reduced_static_shape {
-    using type = dynamic;
-};
-template <std::ptrdiff_t... D, bool Keep, int... Axes>
-struct reduced_static_shape<shape<D...>, Keep, Axes...> {
-    static constexpr int r = sizeof...(D);
-    static constexpr axis_mask m = make_axis_mask<Axes...>(r);
-    static constexpr std::array<std::ptrdiff_t, (r > 0 ? r : 1)> in{D...};
-    static constexpr int out_rank = [] {
-        int k = 0;
-        for (int i = 0; i < r; ++i) k += (Keep || !m.reduced[i]) ? 1 : 0;
-        return k;
-    }();
-    static constexpr std::array<std::ptrdiff_t, (out_rank > 0 ? out_rank : 1)> out = [] {
-        std::array<std::ptrdiff_t, (out_rank > 0 ? out_rank : 1)> o{};
-        int k = 0;
-        for (int i = 0; i < r; ++i) {
-            if (m.reduced[i]) {
-                if (Keep) o[k++] = 1;
-            } else {
-                o[k++] = in[i];
-            }
-        }
-        return o;
-    }();
-    template <std::size_t... I>
-    static auto make(std::index_sequence<I...>) -> shape<out[I]...>;
-    using type = typename std::conditional_t<m.ok, std::type_identity<decltype(make(std::make_index_sequence<out_rank>{}))>,
-                                             axis_out_of_range_for_static_shape<shape<D...>, Axes...>>::type;
-};
-
 
 // A shape key identifies a node's shape symbolically: two nodes with the same key have the same shape at run time.
 // Fully static shapes are their own key; a dynamic leaf is its own key; an elementwise node takes the key of the
@@ -201,27 +137,52 @@ template <class G, class R>
 constexpr auto sum_to(const G& g, const R& ref);
 template <class G, class R>
 constexpr auto reshape_as(const G& g, const R& ref);
-template <bool Keep, int... Axes, class G, class R>
+template <ops::reduce_attrs A, class G, class R>
 constexpr auto expand(const G& g, const R& ref);
-template <int... Axes, class R>
-constexpr auto reduced_count(const R& ref);
 
 }  // namespace detail
 
 namespace ops {
 
-enum class reduction { sum, mean, max, min };
+// Graph mode's node op for a mode-neutral op with attributes (ops/structural.hpp): the attribute value A is part
+// of the node's type, and shape, kernel and gradient are the op's own, given A.
+template <class Op, auto A>
+struct with_attrs {
+    using op = Op;
+    static constexpr auto attributes = A;
+    static constexpr std::string_view name = Op::name;
+    static constexpr int arity = Op::arity;
+    static constexpr bool structural = true;
+    template <class X>
+    static X apply(const X&);  // the element type; never called
+    template <class S>
+    using static_shape = typename Op::template static_shape<A, S>;
+    static dims shape(const dims& x) { return Op::result_shape(A, x); }
+    template <class Device, class T, class X>
+    static void compute(T* out, const dims&, const X& x) {
+        Op::template compute<Device>(A, out, x);
+    }
+    template <class X, class Y, class G>
+    static constexpr auto gradient(const X& x, const Y& y, const G& g) {
+        return Op::gradient(attrs_c<A>{}, x, y, g);
+    }
+};
 
-// Declared here, defined below: the graph-mode constructors that gradient rules call.
-template <reduction K, bool Keep, int... Axes>
-struct reduce;
+template <class Op>
+inline constexpr bool is_with_attrs_v = false;
+template <class Op, auto A>
+inline constexpr bool is_with_attrs_v<with_attrs<Op, A>> = true;
 
 }  // namespace ops
 
 namespace detail {
-template <ops::reduction K, bool Keep, int... Axes, class E>
-constexpr auto make_reduce(const E& e);
+
+// A graph-mode node of op Op with attributes given at compile time.
+template <class Op, auto A, class... X>
+constexpr auto structural_with(ops::attrs_c<A>, const X&... x) {
+    return structural<ops::with_attrs<Op, A>>(x...);
 }
 
+}  // namespace detail
 
 }  // namespace kiln

@@ -143,38 +143,38 @@ struct reshape_as : reshape_base {
     }
 };
 
-// expand<Axes...>(g, ref): g, which lacks the reduced Axes of ref, with those axes put back as extent 1 (a view).
-template <int... Axes>
+// expand<A>(g, ref): g, which lacks the axes that a reduction with attributes A folded out of ref, with those axes
+// put back as extent 1 (a view).
+template <reduce_attrs A>
 struct expand_axes {
     static constexpr std::string_view name = "expand";
     static constexpr int arity = 2;
     static constexpr bool structural = true;
     static constexpr int shape_only_arg = 1;
-    template <class A, class B>
-    static A apply(const A&, const B&);
+    template <class X, class B>
+    static X apply(const X&, const B&);
     template <class SG, class SR>
-    using static_shape = typename detail::reduced_static_shape<SR, true, Axes...>::type;
+    using static_shape = typename reduced_static_shape<keeping_dims(A), SR>::type;
     static dims shape(const dims& g, const dims& ref) {
-        const dims k = reduce<reduction::sum, true, Axes...>::keep_shape(ref);
-        const dims expect = reduce<reduction::sum, false, Axes...>::shape(ref);
-        if (!(g == expect))
+        const detail::reduction_shape r = reduce_shape(A, ref, "expand");
+        if (!(g == r.result))
             throw shape_error("kiln: shape_error in 'expand': shape " + to_string(g) + " is not " + to_string(ref) +
                               " reduced over the expanded axes");
-        return k;
+        return r.keep;
     }
     template <class T, class R>
     static bool try_view(detail::strided<const T>& out, const detail::strided<const T>& g, const detail::strided<const R>& ref) {
         const dims s = shape(g.shape, ref.shape);
-        const detail::axis_mask m = detail::make_axis_mask<Axes...>(ref.shape.rank);
+        const axis_mask m = reduced_axes(A, ref.shape.rank);
         out.data = g.data;
         out.shape = s;
         out.strides.rank = s.rank;
         int j = 0;
-        for (int i = 0; i < s.rank; ++i) out.strides[i] = m.reduced[i] ? 0 : g.strides[j++];
+        for (int i = 0; i < s.rank; ++i) out.strides[i] = m.reduced[static_cast<std::size_t>(i)] ? 0 : g.strides[j++];
         return true;
     }
-    template <class A, class B, class Y, class G>
-    static constexpr auto gradient(const A& a, const B&, const Y& y, const G& g) {
+    template <class X, class B, class Y, class G>
+    static constexpr auto gradient(const X& a, const B&, const Y& y, const G& g) {
         return detail::grads(detail::reshape_as(detail::like(g, y), a), detail::no_grad{});
     }
 };
@@ -283,10 +283,10 @@ constexpr auto reshape_as(const G& g, const R& ref) {
     else return structural<ops::reshape_as>(g, ref);
 }
 
-template <bool Keep, int... Axes, class G, class R>
+template <ops::reduce_attrs A, class G, class R>
 constexpr auto expand(const G& g, const R& ref) {
-    if constexpr (Keep || sizeof...(Axes) == 0 || std::is_same_v<shape_key_t<G>, shape<>>) return g;
-    else return structural<ops::expand_axes<Axes...>>(g, ref);
+    if constexpr (A.keepdims || A.every_axis() || std::is_same_v<shape_key_t<G>, shape<>>) return g;
+    else return structural<ops::expand_axes<A>>(g, ref);
 }
 
 }  // namespace detail
