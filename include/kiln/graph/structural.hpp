@@ -1,6 +1,8 @@
 #pragma once
-// Structural ops of graph mode: reductions (sum, mean, max, min over axes), matmul, transpose, reshape and
-// broadcast_to, and the ops that gradients need (broadcast_like, sum_to, expand, reshape_as, count).
+// Structural ops of graph mode: reductions (sum, mean, prod, max, min over axes), matmul, scans (cumsum, cumprod),
+// transpose, reshape and broadcast_to, and the ops that gradients need (broadcast_like, sum_to, expand, reshape_as,
+// count). The reductions, matmul and the scans are the mode-neutral ops of ops/ (ops/structural.hpp), made nodes
+// by ops::with_attrs (structural/common.hpp); the views are graph mode's own for now.
 //
 // They are not elementwise, so the planner (graph/plan.hpp) cuts fusion groups at them: a structural op's result
 // is materialized once into workspace, or, for a view (transpose, reshape of contiguous data, expand,

@@ -132,6 +132,10 @@ struct matmul {
         // The operands as matrices: a vector is a contiguous row (left) or column (right).
         const std::ptrdiff_t acs = a.strides[ra - 1], ars = ra == 1 ? acs * s.k : a.strides[ra - 2];
         const std::ptrdiff_t brs = rb == 1 ? b.strides[0] : b.strides[rb - 2], bcs = rb == 1 ? 1 : b.strides[rb - 1];
+        if (s.batch.rank == 0) {  // two matrices (or vectors): one product
+            Device::gemm(c, s.m, s.n, s.k, detail::matrix_ref<T>{a.data, ars, acs}, detail::matrix_ref<T>{b.data, brs, bcs});
+            return;
+        }
         const int br = s.batch.rank, ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0;
         std::array<std::ptrdiff_t, max_rank> sa{}, sb{};
         for (int i = 0; i < br; ++i) {

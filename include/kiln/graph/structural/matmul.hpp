@@ -19,8 +19,12 @@ struct matrix_product : matmul {
         return matmul::result_shape(a, b);
     }
     template <class Device, class T>
-    static void compute(T* c, const dims&, const detail::strided<const T>& a, const detail::strided<const T>& b) {
-        matmul::compute<Device>(c, matmul::shape(a.shape, b.shape), a, b);
+    static void compute(T* c, const dims& s, const detail::strided<const T>& a, const detail::strided<const T>& b) {
+        detail::matmul_shape m;  // the plan checked the shapes: matrices, with no batch
+        m.batch.rank = 0;
+        m.m = s[0], m.n = s[1], m.k = a.shape[1];
+        m.result = s;
+        matmul::compute<Device>(c, m, a, b);
     }
 };
 
