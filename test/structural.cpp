@@ -237,3 +237,51 @@ TEST_CASE("one struct per structural op: ops::scan (cumsum, cumprod) in graph mo
     // Printing names it.
     CHECK(kiln::to_string(kiln::cumsum<1>(x) * 2_c).find("cumsum") != std::string::npos);
 }
+
+TEST_CASE("argmax and argmin in graph mode: the same op (ops::arg_reduce) as eager mode's") {
+    std::vector<double> v{1, 5, 3, 4, 2, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({1, 5, 3, 4, 2, 6}, {2, 3});
+    const auto a1 = kiln::run(kiln::argmax<1>(x), x = X6);
+    static_assert(std::is_same_v<std::decay_t<decltype(a1(0))>, std::int64_t>);
+    CHECK(flat(a1) == std::vector<double>{1, 2});
+    CHECK(flat(kiln::run(kiln::argmin<0>(x), x = X6)) == std::vector<double>{0, 1, 0});
+    const auto kept = kiln::run(kiln::argmax<-1>(x, kiln::keep_dims), x = X6);
+    CHECK(kept.shape()[0] == 2);
+    CHECK(kept.shape()[1] == 1);
+    CHECK(kiln_test::values(kiln::argmax(t, 1)) == flat(a1));
+    CHECK(kiln_test::values(kiln::argmin(t, 0)) == std::vector<double>{0, 1, 0});
+    // The first NaN wins, as in NumPy; an empty axis and a bad axis are the eager sentences.
+    std::vector<double> n{1, NAN, 3, NAN};
+    CHECK(kiln::run(kiln::argmax<0>(x), x = kiln::view(n.data(), {4}))() == 1);
+    CHECK(kiln::run(kiln::argmin<0>(x), x = kiln::view(n.data(), {4}))() == 1);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::argmax<0>(x), x = kiln::view(n.data(), {0})),
+                         "kiln: value_error in 'argmax': cannot reduce over an empty dimension (shape (0,))", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::argmax<2>(x), x = X6), "kiln: value_error in 'argmax': axis 2 is out of range for shape (2, 3)",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::argmax(t, 2), "kiln: value_error in 'argmax': axis 2 is out of range for shape (2, 3) (float64)",
+                         kiln::value_error);
+    // No gradient flows through the positions; the rest of the loss still differentiates.
+    check_gradient(kiln::sum(kiln::square(x) * kiln::cast<double>(kiln::argmax<1>(x, kiln::keep_dims))),
+                   std::vector<double>{0.3, -1.2, 0.7, 2.0, -0.5, 0.1}, kiln::dims{2, 3});
+    // Traced: the graph-mode expression and the eager call give the same positions.
+    auto traced = kiln::trace(kiln::argmin<1>(x));
+    CHECK(kiln_test::values(traced(t)) == kiln_test::values(kiln::argmin(t, 1)));
+    auto f = kiln::function([](const kiln::tensor& a) { return kiln::argmax(a, -1); });
+    CHECK(kiln_test::values(f(t)) == flat(a1));
+}
+
+TEST_CASE("any and all in graph mode, as eager mode's (NaN is nonzero; empty gives false and true)") {
+    std::vector<double> v{0, 2, 0, 0, 0, NAN};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({0, 2, 0, 0, 0, NAN}, {2, 3});
+    CHECK(kiln::run(kiln::any(x), x = X6)() == true);
+    CHECK(kiln::run(kiln::all(x), x = X6)() == false);
+    CHECK(flat(kiln::run(kiln::any<0>(x), x = X6)) == kiln_test::values(kiln::any(t, {0})));
+    CHECK(flat(kiln::run(kiln::all<1>(x, kiln::keep_dims), x = X6)) == kiln_test::values(kiln::all(t, {1}, true)));
+    CHECK(flat(kiln::run(kiln::any<1>(x), x = X6)) == std::vector<double>{1, 1});
+    std::vector<double> ones{1, -1, 3};
+    CHECK(kiln::run(kiln::all(x), x = kiln::view(ones.data(), {3}))() == true);
+    CHECK(kiln::run(kiln::any(x), x = kiln::view(ones.data(), {0}))() == false);
+    CHECK(kiln::run(kiln::all(x), x = kiln::view(ones.data(), {0}))() == true);
+}

@@ -30,26 +30,6 @@ tensor reduce(const tensor& x, const ops::reduce_attrs& a) {
     return apply_structural<ops::reduce<K>, N>(a, x);
 }
 
-inline tensor arg_extremum(const tensor& x, int axis, bool keepdims, bool is_max, const char* op) {
-    x.check_valid(op);
-    const reduction_shape r = reduced_shape(x, {axis}, keepdims, op);
-    if (r.count == 0)
-        throw value_error("kiln: value_error in '" + std::string(op) + "': cannot reduce over an empty dimension (shape " +
-                          to_string(x.shape()) + ", " + std::string(name(x.dtype())) + ")");
-    const int ax = axis < 0 ? axis + x.dim() : axis;
-    if (active_tracer) [[unlikely]]
-        return active_tracer->record(op, "axis=" + std::to_string(ax) + (keepdims ? " keepdims=true" : " keepdims=false"),
-                                     std::span<const tensor>(&x, 1), [ax, keepdims, is_max, op](std::span<const tensor> in, auto) {
-                                         return arg_extremum(in[0], ax, keepdims, is_max, op);
-                                     });
-    tensor out(dtype::int64, r.keep);
-    dispatch(x.dtype(), [&]<class T>() {
-        backend::cpu_device::arg_reduce(is_max, strided<const T>(static_cast<const T*>(x.raw_data()), x.shape(), x.strides()),
-                                        r.keep, out.data<std::int64_t>());
-    });
-    return out.reshape(r.result);
-}
-
 }  // namespace detail
 
 inline tensor sum(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
@@ -78,11 +58,14 @@ tensor mean(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) 
     const detail::dependent_tensor<N> s = detail::reduce<ops::reduction::sum, N>(xf, a);
     return s / static_cast<double>(n);
 }
+// The position of the first maximum (minimum) along `axis`, int64 (ops::arg_reduce).
 inline tensor argmax(const tensor& x, int axis, bool keepdims = false) {
-    return detail::arg_extremum(x, axis, keepdims, true, "argmax");
+    const int ax = axis < 0 && x.valid() ? axis + x.dim() : axis;  // a trace records the axis counted from the front
+    return detail::apply_structural<ops::arg_reduce<true>>(ops::arg_attrs{ax < 0 ? axis : ax, keepdims}, x);
 }
 inline tensor argmin(const tensor& x, int axis, bool keepdims = false) {
-    return detail::arg_extremum(x, axis, keepdims, false, "argmin");
+    const int ax = axis < 0 && x.valid() ? axis + x.dim() : axis;
+    return detail::apply_structural<ops::arg_reduce<false>>(ops::arg_attrs{ax < 0 ? axis : ax, keepdims}, x);
 }
 
 }  // namespace kiln

@@ -246,6 +246,57 @@ struct reduce {
     }
 };
 
+// The position of the first maximum (minimum) along one axis, int64; NaN counts as the largest and the smallest
+// (the first NaN wins), as in NumPy. No gradient.
+struct arg_attrs {
+    int axis = 0;
+    bool keepdims = false;
+    friend constexpr bool operator==(const arg_attrs&, const arg_attrs&) = default;
+};
+
+template <bool Max>
+struct arg_reduce {
+    static constexpr std::string_view name = Max ? "argmax" : "argmin";
+    static constexpr int arity = 1;
+    using attributes = arg_attrs;
+
+    static constexpr reduce_attrs as_reduction(const arg_attrs& a) {
+        reduce_attrs r;
+        r.axes[0] = a.axis;
+        r.naxes = 1;
+        r.keepdims = a.keepdims;
+        return r;
+    }
+    template <arg_attrs A, class S>
+    using static_shape = typename reduced_static_shape<as_reduction(A), S>::type;
+    // An empty axis has no first extremum: refused by the shape rule, as NumPy refuses it.
+    static detail::reduction_shape shape(const arg_attrs& a, const dims& x, std::string_view dtype_name = {}) {
+        const detail::reduction_shape r = reduce_shape(as_reduction(a), x, name, dtype_name);
+        if (r.count == 0)
+            throw value_error(detail::error_prefix("value_error", name) + "cannot reduce over an empty dimension (shape " +
+                              to_string(x) + (dtype_name.empty() ? std::string() : ", " + std::string(dtype_name)) + ")");
+        return r;
+    }
+    static dims result_shape(const arg_attrs& a, const dims& x, std::string_view dtype_name = {}) {
+        return shape(a, x, dtype_name).result;
+    }
+    template <class T>
+    using result_type = std::int64_t;
+    template <class T>
+    using graph_result_type = std::int64_t;  // graph mode's node type (reductions keep their operand's)
+    static std::string attrs_text(const arg_attrs& a) {
+        return "axis=" + std::to_string(a.axis) + (a.keepdims ? " keepdims=true" : " keepdims=false");
+    }
+    template <class Device, class X>
+    static void compute(const arg_attrs& a, std::int64_t* out, const X& x, std::string_view dtype_name = {}) {
+        Device::arg_reduce(Max, x, shape(a, x.shape, dtype_name).keep, out);
+    }
+    template <class A, class X, class Y, class G>
+    static constexpr auto gradient(const A&, const X&, const Y&, const G&) {
+        return detail::grads(detail::no_grad{});
+    }
+};
+
 // The number of elements a reduction with these attributes folds into each result, as a rank-0 value of the
 // operand's element type. Only its operand's shape is read.
 struct count {

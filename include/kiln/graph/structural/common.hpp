@@ -144,6 +144,17 @@ constexpr auto expand(const G& g, const R& ref);
 
 namespace ops {
 
+// The element type of a graph-mode node of Op on operands of type X: X, unless the op says otherwise
+// (graph_result_type: argmax gives int64).
+template <class Op, class X, class = void>
+struct graph_result {
+    using type = X;
+};
+template <class Op, class X>
+struct graph_result<Op, X, std::void_t<typename Op::template graph_result_type<X>>> {
+    using type = typename Op::template graph_result_type<X>;
+};
+
 // Graph mode's node op for a mode-neutral op with attributes (ops/structural.hpp): the attribute value A is part
 // of the node's type, and shape, kernel and gradient are the op's own, given A.
 template <class Op, auto A>
@@ -154,7 +165,7 @@ struct with_attrs {
     static constexpr int arity = Op::arity;
     static constexpr bool structural = true;
     template <class X>
-    static X apply(const X&);  // the element type; never called
+    static typename graph_result<Op, X>::type apply(const X&);  // the element type; never called
     template <class S>
     using static_shape = typename Op::template static_shape<A, S>;
     static dims shape(const dims& x) { return Op::result_shape(A, x); }

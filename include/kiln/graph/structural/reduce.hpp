@@ -54,6 +54,52 @@ KILN_GRAPH_REDUCTION(max, max)
 KILN_GRAPH_REDUCTION(min, min)
 #undef KILN_GRAPH_REDUCTION
 
+// Whether any (all) element over Axes is nonzero, as bool (NaN counts as nonzero); every axis when none. An empty
+// reduction gives false for any and true for all, as in NumPy: both count the elements that decide.
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto any(const E& e) {
+    return kiln::greater(kiln::sum<Axes...>(kiln::cast<std::int64_t>(kiln::not_equal(e, c<0>))), c<0>);
+}
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto any(const E& e, keep_dims_t) {
+    return kiln::greater(kiln::sum<Axes...>(kiln::cast<std::int64_t>(kiln::not_equal(e, c<0>)), keep_dims), c<0>);
+}
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto all(const E& e) {
+    return kiln::equal(kiln::sum<Axes...>(kiln::cast<std::int64_t>(kiln::equal(e, c<0>))), c<0>);
+}
+template <int... Axes, class E>
+    requires is_graph_v<E>
+constexpr auto all(const E& e, keep_dims_t) {
+    return kiln::equal(kiln::sum<Axes...>(kiln::cast<std::int64_t>(kiln::equal(e, c<0>)), keep_dims), c<0>);
+}
+
+// The position of the first maximum (minimum) along Axis, int64: kiln::argmax<1>(x), kiln::argmin<0>(x,
+// kiln::keep_dims). No gradient flows through it.
+template <int Axis, class E>
+    requires is_graph_v<E>
+constexpr auto argmax(const E& e) {
+    return detail::structural<ops::with_attrs<ops::arg_reduce<true>, ops::arg_attrs{Axis, false}>>(e);
+}
+template <int Axis, class E>
+    requires is_graph_v<E>
+constexpr auto argmax(const E& e, keep_dims_t) {
+    return detail::structural<ops::with_attrs<ops::arg_reduce<true>, ops::arg_attrs{Axis, true}>>(e);
+}
+template <int Axis, class E>
+    requires is_graph_v<E>
+constexpr auto argmin(const E& e) {
+    return detail::structural<ops::with_attrs<ops::arg_reduce<false>, ops::arg_attrs{Axis, false}>>(e);
+}
+template <int Axis, class E>
+    requires is_graph_v<E>
+constexpr auto argmin(const E& e, keep_dims_t) {
+    return detail::structural<ops::with_attrs<ops::arg_reduce<false>, ops::arg_attrs{Axis, true}>>(e);
+}
+
 // Graph-mode variance and standard deviation over Axes (every axis when none), unbiased (dividing by N - 1, as
 // torch.var and eager mode's default): kiln::var<1>(x), kiln::std<1>(x, kiln::keep_dims). Differentiable through
 // the vocabulary's own mean, sum and sqrt.
