@@ -390,3 +390,65 @@ TEST_CASE("apply records on gradient tapes like the ops it names") {
     CHECK(values(*g[0]) == std::vector<double>{1, 2, 3});
     CHECK(values(*g[1]) == std::vector<double>{1, 2, 3});
 }
+
+// ---- adding an op: one struct, then every mode and the registry have it (docs/internals.md, section 1) ----------
+
+namespace user_ops {
+// x^3, written as a user of kiln would write a new op: a name, an arity, a kernel, a gradient rule.
+struct cube {
+    static constexpr std::string_view name = "cube";
+    static constexpr int arity = 1;
+    template <class A>
+    KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
+        return a * a * a;
+    }
+    template <class A, class Y, class G>
+    static constexpr auto gradient(const A& a, const Y&, const G& g) {
+        return kiln::detail::grads(g * kiln::c<3> * kiln::square(a));
+    }
+};
+template <class A>
+constexpr auto cube_of(const A& a) {
+    return kiln::detail::make<cube>(a);
+}
+}  // namespace user_ops
+
+TEST_CASE("an op added as one struct reaches graph mode, grad, eager mode, the tape, printing and the registry") {
+    using namespace kiln::literals;
+    const kiln::input<"x", double> x{};
+    std::vector<double> xv{-1.5, 0.5, 2.0};
+    const auto X = kiln::view(xv.data(), {3});
+    // Graph mode and its compile-time gradient.
+    const auto y = kiln::run(user_ops::cube_of(x) + 1_c, x = X);
+    CHECK(std::vector<double>(y.begin(), y.end()) == std::vector<double>{-2.375, 1.125, 9.0});
+    const auto g = kiln::run(kiln::grad(kiln::sum(user_ops::cube_of(x)), x), x = X);
+    CHECK(std::vector<double>(g.begin(), g.end()) == std::vector<double>{6.75, 0.75, 12.0});
+    CHECK(kiln::to_string(user_ops::cube_of(x) * 2_c) == "cube(x) * 2");
+    // Eager mode (with PyTorch's promotion: int32 stays int32) and the tape.
+    const kiln::tensor t = f64({-1.5, 0.5, 2.0}, {3});
+    CHECK(values(user_ops::cube_of(t)) == std::vector<double>{-3.375, 0.125, 8.0});
+    CHECK(user_ops::cube_of(kiln::from_values<std::int32_t>({2, -3}, {2})).dtype() == kiln::int32);
+    {
+        kiln::variable v(t);
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::sum(user_ops::cube_of(v));
+        CHECK(values(tape.gradient(loss, v)) == std::vector<double>{6.75, 0.75, 12.0});
+    }
+    // The registry, once the program registers it; a second registration of the name is refused.
+    CHECK(kiln::find_op_or_null("cube") == nullptr);
+    const kiln::op_schema& s = kiln::register_op<user_ops::cube>("x cubed");
+    CHECK(&kiln::find_op("cube") == &s);
+    CHECK(s.min_inputs == 1);
+    CHECK(s.differentiable);
+    CHECK(values(kiln::apply("cube", {t})) == std::vector<double>{-3.375, 0.125, 8.0});
+    const kiln::tensor_spec spec = kiln::infer("cube", {{kiln::float32, {4, 5}}});
+    CHECK(spec.dtype == kiln::float32);
+    CHECK(spec.shape == kiln::dims{4, 5});
+    const auto vjp = kiln::op_gradient("cube", {t}, kiln::ones({3}, kiln::float64));
+    REQUIRE(vjp[0].has_value());
+    CHECK(values(*vjp[0]) == std::vector<double>{6.75, 0.75, 12.0});
+    CHECK_THROWS_WITH_AS(kiln::register_op<user_ops::cube>("again"),
+                         "kiln: value_error in 'register_op': an op named 'cube' is already registered", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::register_op<kiln::ops::exp>("again"),
+                         "kiln: value_error in 'register_op': an op named 'exp' is already registered", kiln::value_error);
+}

@@ -15,7 +15,10 @@
 // calls the registry compiles none of its kernels.
 //
 // The schema types (attr_value, attributes, tensor_spec, op_schema, parse_attribute) are in registry/schema.hpp.
+#include <deque>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -544,19 +547,57 @@ std::vector<op_schema> build_registry() {
 
 }  // namespace detail
 
-// Every registered op, in a fixed order.
+// Every built-in op, in a fixed order (ops a program adds with register_op are found by name, not listed here).
 template <int N = 0>
 const std::vector<op_schema>& registered_ops() {
     static const std::vector<op_schema> table = detail::build_registry<N>();
     return table;
 }
 
-// The op named `name`, or nullptr.
+namespace detail {
+// Ops registered by a program (kiln::register_op): a deque, so that the schemas' addresses stay valid as it grows.
+struct added_ops {
+    std::shared_mutex mutex;
+    std::deque<op_schema> ops;
+};
+template <int N = 0>
+added_ops& program_ops() {
+    static added_ops table;
+    return table;
+}
+}  // namespace detail
+
+// The op named `name` (built in, or registered by the program with kiln::register_op), or nullptr.
 template <int N = 0>
 const op_schema* find_op_or_null(std::string_view name) noexcept {
     for (const op_schema& o : registered_ops<N>())
         if (o.name == name) return &o;
+    detail::added_ops& added = detail::program_ops<N>();
+    std::shared_lock lock(added.mutex);
+    for (const op_schema& o : added.ops)
+        if (o.name == name) return &o;
     return nullptr;
+}
+
+// Registers an elementwise op struct of the program's own (the op protocol of ops/op_base.hpp: a name, an arity,
+// an apply, a gradient rule) under Op::name, so that find_op, apply, infer and op_gradient reach it as they reach
+// the built-in ops. A name that is already taken is a kiln::value_error. Thread-safe; the schema lives as long as
+// the program.
+template <class Op, int N = 0>
+const op_schema& register_op(std::string summary) {
+    static_assert(detail::elementwise_op<Op>,
+                  "kiln::register_op: the op must be an elementwise op struct (a name, an arity and an apply taking "
+                  "that many numbers; the op protocol in kiln/ops/op_base.hpp).");
+    op_schema s = detail::elementwise_entry<Op, N>(std::move(summary));
+    detail::added_ops& added = detail::program_ops<N>();
+    std::unique_lock lock(added.mutex);
+    bool taken = false;
+    for (const op_schema& o : registered_ops<N>()) taken = taken || o.name == s.name;
+    for (const op_schema& o : added.ops) taken = taken || o.name == s.name;
+    if (taken)
+        throw value_error("kiln: value_error in 'register_op': an op named '" + s.name + "' is already registered");
+    added.ops.push_back(std::move(s));
+    return added.ops.back();
 }
 
 // The op named `name`; a kiln::value_error naming the closest names when there is none.
@@ -565,6 +606,11 @@ const op_schema& find_op(std::string_view name) {
     if (const op_schema* o = find_op_or_null<N>(name)) return *o;
     std::vector<std::string> known;
     for (const op_schema& o : registered_ops<N>()) known.push_back(o.name);
+    {
+        detail::added_ops& added = detail::program_ops<N>();
+        std::shared_lock lock(added.mutex);
+        for (const op_schema& o : added.ops) known.push_back(o.name);
+    }
     throw value_error("kiln: value_error in 'find_op': no op named '" + std::string(name) +
                       "'; closest: " + detail::closest_text(name, std::move(known)));
 }

@@ -139,7 +139,11 @@ constexpr auto gradients(const Loss&, const Params&...) {
         constexpr std::size_t root = index_of<Loss, List>::value;
         using start = typename seed_list<root, std::make_index_sequence<N>>::type;
         using adj = typename backprop<List, start, N>::type;
-        // Adjoints are pure: their types are their values (see detail::grads on building tuples of them).
+        // Adjoints are pure: their types are their values (see detail::grads on building tuples of them). A rule
+        // that put a C++ number into an adjoint would lose its value here, so it is refused.
+        static_assert((is_pure<decltype(adjoint_of<adj, List, Params>())>::value && ...),
+                      "kiln::grad: an op's gradient rule holds a run-time number (such as g * 3.0); graph-mode "
+                      "gradients are types, so write the rule's constants as kiln constants (3_c, kiln::c<1, 2>).");
         return std::tuple<decltype(adjoint_of<adj, List, Params>())...>{};
     }
 }
