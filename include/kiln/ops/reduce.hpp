@@ -219,7 +219,7 @@ struct reduce {
     static void compute(const reduce_attrs& a, U* out, const X& x, std::string_view dtype_name = {}) {
         const detail::reduction_shape r = shape(a, x.shape, dtype_name);
         if constexpr (extremum) {
-            if (r.count == 0 && r.keep.size() > 0)
+            if (r.count == 0)  // no identity to start from, even when the result is empty too (NumPy refuses it)
                 throw value_error(detail::error_prefix("value_error", name) + "cannot reduce over an empty dimension (shape " +
                                   to_string(x.shape) + (dtype_name.empty() ? std::string() : ", " + std::string(dtype_name)) + ")");
         }
