@@ -185,6 +185,50 @@ tensor_spec scan_shape_rule(std::span<const tensor_spec> in, const attributes& a
     return {op::result_dtype(at, in[0].dtype), op::result_shape(at, in[0].shape)};
 }
 
+// The layout and indexing ops' closed rules: the ops' own shape rules (ops/layout.hpp, ops/gather.hpp).
+inline ops::sort_attrs sort_attrs_of(const attributes& a) { return {int_attr(a, "axis"), a.boolean("descending")}; }
+inline tensor_spec sort_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {in[0].dtype, ops::argsort::result_shape(sort_attrs_of(a), in[0].shape)};
+}
+inline tensor_spec argsort_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {dtype::int64, ops::argsort::result_shape(sort_attrs_of(a), in[0].shape)};
+}
+inline tensor_spec tile_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    const std::vector<std::int64_t> v = a.integers("reps");
+    return {in[0].dtype, ops::tile::result_shape(ops::make_tile_attrs(std::vector<std::ptrdiff_t>(v.begin(), v.end())), in[0].shape)};
+}
+inline tensor_spec repeat_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    if (a.has("axis")) return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), int_attr(a, "axis")}, in[0].shape)};
+    return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), 0}, dims{in[0].shape.size()})};
+}
+inline std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> pad_widths_of(const attributes& a) {
+    const std::vector<std::int64_t> w = a.integers("widths");
+    if (w.size() % 2 != 0)
+        throw value_error("kiln: value_error in 'pad': 'widths' holds (before, after) pairs, got " + std::to_string(w.size()) +
+                          " numbers");
+    std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> p;
+    for (std::size_t i = 0; i < w.size(); i += 2) p.emplace_back(w[i], w[i + 1]);
+    return p;
+}
+inline tensor_spec pad_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {in[0].dtype, ops::pad::result_shape(ops::make_pad_attrs(pad_widths_of(a), a.number("value")), in[0].shape)};
+}
+inline void check_index_spec(const tensor_spec& index, const char* op) {
+    if (index.dtype != dtype::int32 && index.dtype != dtype::int64)
+        throw dtype_error("kiln: dtype_error in '" + std::string(op) + "': indices must be int32 or int64, not " +
+                          std::string(name(index.dtype)));
+}
+inline tensor_spec index_select_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    if (in[1].shape.rank != 1)
+        throw shape_error("kiln: shape_error in 'index_select': the index must be 1-D, got shape " + to_string(in[1].shape));
+    check_index_spec(in[1], "index_select");
+    return {in[0].dtype, ops::take::result_shape({int_attr(a, "axis")}, in[0].shape, in[1].shape)};
+}
+inline tensor_spec take_along_axis_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    check_index_spec(in[1], "take_along_axis");
+    return {in[0].dtype, ops::take_along_axis::result_shape({int_attr(a, "axis")}, in[0].shape, in[1].shape)};
+}
+
 template <fixed_string Name>
 tensor_spec arg_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     const bool keep = a.boolean("keepdims");
@@ -465,6 +509,11 @@ std::vector<op_schema> build_registry() {
         r.push_back(structural(std::move(n), f, arity, arity, std::move(attrs), diff, shape_rule::evaluated, k,
                                nullptr, std::move(summary)));
     };
+    auto closed = [&](op_kernel k, std::string n, op_family f, int arity, std::vector<attr_spec> attrs, bool diff,
+                      std::string summary, auto rule) {
+        r.push_back(structural(std::move(n), f, arity, arity, std::move(attrs), diff, shape_rule::closed, k, rule,
+                               std::move(summary)));
+    };
     evaluated([](std::span<const tensor> in, const attributes&) { return kiln::outer(in[0], in[1]); }, 
         "outer", op_family::linalg, 2, {}, true, "the outer product of two vectors");
     evaluated([](std::span<const tensor> in, const attributes& a) {
@@ -486,43 +535,37 @@ std::vector<op_schema> build_registry() {
                            &scan_shape_rule<ops::scan_kind::prod>, "running products along an axis (integers and bools give int64)"));
     const std::vector<attr_spec> sort_attrs{axis_attr(attr_value(-1), "the axis to sort along"),
                                             {"descending", ar::boolean, false, attr_value(false), "largest first"}};
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+    closed([](std::span<const tensor> in, const attributes& a) {
         return kiln::sort(in[0], int_attr(a, "axis"), a.boolean("descending"));
-    }, "sort", op_family::indexing, 1, sort_attrs, true, "sorted along an axis (stable; NaN last)");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+    }, "sort", op_family::indexing, 1, sort_attrs, true, "sorted along an axis (stable; NaN last)", &sort_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
         return kiln::argsort(in[0], int_attr(a, "axis"), a.boolean("descending"));
-    }, "argsort", op_family::indexing, 1, sort_attrs, false, "the indices that sort along an axis (int64)");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+    }, "argsort", op_family::indexing, 1, sort_attrs, false, "the indices that sort along an axis (int64)", &argsort_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
         const std::vector<std::int64_t> v = a.integers("reps");
         return kiln::tile(in[0], std::vector<std::ptrdiff_t>(v.begin(), v.end()));
     }, "tile", op_family::join, 1, {{"reps", ar::integers, true, std::nullopt, "repetitions per axis"}}, true,
-       "the tensor repeated as whole blocks (numpy.tile)");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+       "the tensor repeated as whole blocks (numpy.tile)", &tile_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
         return a.has("axis") ? kiln::repeat(in[0], a.integer("repeats"), int_attr(a, "axis")) : kiln::repeat(in[0], a.integer("repeats"));
     }, "repeat", op_family::join, 1,
        {{"repeats", ar::integer, true, std::nullopt, "copies of each element"},
         {"axis", ar::integer, false, std::nullopt, "the axis; the flattened tensor when absent"}},
-       true, "each element repeated (numpy.repeat)");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
-        const std::vector<std::int64_t> w = a.integers("widths");
-        if (w.size() % 2 != 0)
-            throw value_error("kiln: value_error in 'pad': 'widths' holds (before, after) pairs, got " +
-                              std::to_string(w.size()) + " numbers");
-        std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> p;
-        for (std::size_t i = 0; i < w.size(); i += 2) p.emplace_back(w[i], w[i + 1]);
-        return kiln::pad(in[0], p, a.number("value"));
+       true, "each element repeated (numpy.repeat)", &repeat_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::pad(in[0], pad_widths_of(a), a.number("value"));
     }, "pad", op_family::join, 1,
        {{"widths", ar::integers, true, std::nullopt, "before, after pairs for the leading axes"},
         {"value", ar::number, false, attr_value(0.0), "the fill value"}},
-       true, "constant padding (numpy.pad)");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+       true, "constant padding (numpy.pad)", &pad_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
         return kiln::index_select(in[0], int_attr(a, "axis"), in[1]);
     }, "index_select", op_family::indexing, 2, {axis_attr(std::nullopt, "the axis to gather along")}, true,
-       "the entries at an integer index tensor along an axis (inputs x, index)");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+       "the entries at an integer index tensor along an axis (inputs x, index)", &index_select_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
         return kiln::take_along_axis(in[0], in[1], int_attr(a, "axis"));
     }, "take_along_axis", op_family::indexing, 2, {axis_attr(std::nullopt, "the axis to gather along")}, true,
-       "gathers with an index of the input's rank (inputs x, index)");
+       "gathers with an index of the input's rank (inputs x, index)", &take_along_axis_shape_rule);
     evaluated([](std::span<const tensor> in, const attributes& a) {
         return kiln::scatter_add(in[0], int_attr(a, "axis"), in[1], in[2]);
     }, "scatter_add", op_family::indexing, 3, {axis_attr(std::nullopt, "the axis to scatter along")}, true,

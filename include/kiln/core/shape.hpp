@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,11 @@ namespace kiln {
 
 // The largest rank kiln handles; fixed so that shapes live on the stack and running a graph never allocates.
 inline constexpr int max_rank = 8;
+
+// For slices that run to the end in either direction: t.slice(0, kiln::slice_end, kiln::slice_begin, -1) reverses
+// (start past the end clamps to the last element; stop before the start means "through the first").
+inline constexpr std::ptrdiff_t slice_begin = std::numeric_limits<std::ptrdiff_t>::min() / 2;
+inline constexpr std::ptrdiff_t slice_end = std::numeric_limits<std::ptrdiff_t>::max() / 2;
 
 // A dimension whose extent is known only at run time.
 inline constexpr std::ptrdiff_t dyn = -1;

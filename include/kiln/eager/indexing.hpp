@@ -17,7 +17,10 @@
 #include "factories.hpp"
 #include "linalg.hpp"
 #include "reduce.hpp"
+#include "structural.hpp"
 #include "tape.hpp"
+#include "../ops/gather.hpp"
+#include "../ops/layout.hpp"
 
 namespace kiln {
 namespace detail {
@@ -61,6 +64,15 @@ inline std::vector<std::int64_t> checked_indices(const tensor& index, std::ptrdi
                               " is out of range for a dimension of size " + std::to_string(n));
     }
     return out;
+}
+
+// An index operand as the gather ops take it: int32 or int64, as int64.
+inline tensor index_operand(const tensor& index, const char* op) {
+    index.check_valid(op);
+    if (index.dtype() != dtype::int32 && index.dtype() != dtype::int64)
+        throw dtype_error("kiln: dtype_error in '" + std::string(op) + "': indices must be int32 or int64, not " +
+                          std::string(name(index.dtype())));
+    return index.dtype() == dtype::int64 ? index : index.to(dtype::int64);
 }
 
 // out[.., idx[k], ..] += src[.., k, ..] along `axis` of a contiguous `out` (the gradient of index_select).
@@ -147,19 +159,16 @@ struct tape_pause {
 // ---- views --------------------------------------------------------------------------------------------------
 
 // x with the order of the elements reversed along `axes` (every axis when empty): a view with negative strides.
+// x reversed along `axes` (every axis when empty): a view with negative strides, as NumPy's flip (writes go
+// through to x). Its shape rule and messages are ops::flip's, graph mode's op, which copies.
 template <int = 0>
-tensor flip(const tensor& x, std::vector<int> axes = {}) {
-    if (axes.empty())
-        for (int i = 0; i < x.dim(); ++i) axes.push_back(i);
+tensor flip(const tensor& x, const std::vector<int>& axes = {}) {
+    x.check_valid("flip");
+    (void)ops::flip::result_shape(ops::make_flip_attrs(axes), x.shape());
+    const ops::axis_mask m = ops::reduced_axes(ops::flip::as_axes(ops::make_flip_attrs(axes)), x.dim());
     tensor y = x;
-    std::vector<bool> seen(static_cast<std::size_t>(x.dim()), false);
-    for (int a : axes) {
-        const int ax = detail::checked_axis(x, a, "flip");
-        if (seen[static_cast<std::size_t>(ax)])
-            throw value_error("kiln: value_error in 'flip': axis " + std::to_string(a) + " repeats");
-        seen[static_cast<std::size_t>(ax)] = true;
-        y = y.slice(ax, slice_end, slice_begin, -1);  // recorded: the gradient flips back
-    }
+    for (int ax = 0; ax < x.dim(); ++ax)
+        if (m.reduced[static_cast<std::size_t>(ax)]) y = y.slice(ax, slice_end, slice_begin, -1);  // recorded
     return y;
 }
 
@@ -167,54 +176,20 @@ tensor flip(const tensor& x, std::vector<int> axes = {}) {
 
 // The entries of x at `index` (a 1-D int32/int64 tensor; negative entries count from the end) along `axis`:
 // numpy.take(x, index, axis), torch.index_select. A copy; the gradient adds into the selected positions.
-template <int = 0>
+template <int N = 0>
 tensor index_select(const tensor& x, int axis, const tensor& index) {
-    const int ax = detail::checked_axis(x, axis, "index_select");
     if (index.dim() != 1)
         throw shape_error("kiln: shape_error in 'index_select': the index must be 1-D, got shape " +
                           to_string(index.shape()));
-    detail::tape_pause pause;
-    const std::vector<std::int64_t> idx = detail::checked_indices(index, x.shape()[ax], "index_select");
-    dims s = x.shape();
-    s[ax] = static_cast<std::ptrdiff_t>(idx.size());
-    tensor out(x.dtype(), s);
-    detail::gather_along<true>(x, out, ax, [&](std::ptrdiff_t, std::ptrdiff_t j, std::ptrdiff_t) {
-        return idx[static_cast<std::size_t>(j)];
-    });
-    if (pause.saved > 0)
-        detail::record_entry({{x}, out, [x, ax, idx](const tensor& g) {
-                                  tensor z = zeros(x.shape(), g.dtype());
-                                  detail::index_add_into(z, ax, idx, g);
-                                  return detail::one_gradient(z);
-                              }});
-    return out;
+    return detail::apply_structural<ops::take, N>(ops::axis_attrs{axis}, x, detail::index_operand(index, "index_select"));
 }
 
 // out[i][j] = x[index[i][j]][j] along `axis` (numpy.take_along_axis, torch.gather): `index` has x's rank and
 // x's extents except along `axis`. The gradient scatters back with scatter_add.
-template <int = 0>
+template <int N = 0>
 tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
-    const int ax = detail::checked_axis(x, axis, "take_along_axis");
-    bool ok = index.dim() == x.dim();
-    for (int i = 0; ok && i < x.dim(); ++i) ok = i == ax || index.shape()[i] == x.shape()[i];
-    if (!ok)
-        throw shape_error("kiln: shape_error in 'take_along_axis': the index " + to_string(index.shape()) +
-                          " must have the shape of x " + to_string(x.shape()) + " except along axis " +
-                          std::to_string(ax));
-    detail::tape_pause pause;
-    const std::vector<std::int64_t> idx = detail::checked_indices(index, x.shape()[ax], "take_along_axis");
-    tensor out(x.dtype(), index.shape());
-    const std::ptrdiff_t length = index.shape()[ax], inner = detail::split_at(index.shape(), ax).inner;
-    detail::gather_along<false>(x, out, ax, [&](std::ptrdiff_t a, std::ptrdiff_t j, std::ptrdiff_t i) {
-        return idx[static_cast<std::size_t>((a * length + j) * inner + i)];
-    });
-    if (pause.saved > 0)
-        detail::record_entry({{x}, out, [x, index, ax](const tensor& g) {
-                                  tensor z = zeros(x.shape(), g.dtype());
-                                  detail::scatter_add_into(z, ax, index, g);
-                                  return detail::one_gradient(z);
-                              }});
-    return out;
+    return detail::apply_structural<ops::take_along_axis, N>(ops::axis_attrs{axis}, x,
+                                                             detail::index_operand(index, "take_along_axis"));
 }
 
 // A copy of x with src added at `index` along `axis` (torch.scatter_add): out[index[i][j]][j] += src[i][j].

@@ -17,42 +17,17 @@ namespace kiln {
 // ---- shape ops --------------------------------------------------------------------------------------------------
 
 // x repeated reps[i] times along each dimension (numpy.tile): reps longer than x's rank adds leading dimensions.
-template <int = 0>
+// The op is ops::tile (ops/layout.hpp): its gradient sums g over the repetitions.
+template <int N = 0>
 tensor tile(const tensor& x, const std::vector<std::ptrdiff_t>& reps) {
-    for (std::ptrdiff_t r : reps)
-        if (r < 0) throw value_error("kiln: value_error in 'tile': repetitions must be non-negative");
-    const int rank = std::max(x.dim(), static_cast<int>(reps.size()));
-    if (2 * rank > max_rank)
-        throw value_error("kiln: value_error in 'tile': at most rank " + std::to_string(max_rank / 2) + " is supported");
-    dims xs, inter, wide, out;
-    xs.rank = rank;
-    for (int i = 0; i < rank; ++i) {
-        const int j = i - (rank - x.dim());
-        xs[i] = j >= 0 ? x.shape()[j] : 1;
-    }
-    inter.rank = wide.rank = 2 * rank;
-    out.rank = rank;
-    for (int i = 0; i < rank; ++i) {
-        const int j = i - (rank - static_cast<int>(reps.size()));
-        const std::ptrdiff_t r = j >= 0 ? reps[static_cast<std::size_t>(j)] : 1;
-        inter[2 * i] = 1, inter[2 * i + 1] = xs[i];
-        wide[2 * i] = r, wide[2 * i + 1] = xs[i];
-        out[i] = r * xs[i];
-    }
-    return x.reshape(inter).broadcast_to(wide).contiguous().reshape(out);
+    return detail::apply_structural<ops::tile, N>(ops::make_tile_attrs(reps), x);
 }
 
 // Each element repeated `repeats` times along `axis` (numpy.repeat; the flattened tensor when axis is omitted).
-template <int = 0>
+template <int N = 0>
 tensor repeat(const tensor& x, std::ptrdiff_t repeats, std::optional<int> axis = std::nullopt) {
-    if (repeats < 0) throw value_error("kiln: value_error in 'repeat': repetitions must be non-negative");
-    if (!axis) return repeat(x.reshape({-1}), repeats, 0);
-    const int ax = detail::checked_axis(x, *axis, "repeat");
-    if (x.dim() == max_rank) throw value_error("kiln: value_error in 'repeat': the tensor has the largest rank");
-    dims wide = x.unsqueeze(ax + 1).shape(), out = x.shape();
-    wide[ax + 1] = repeats;
-    out[ax] = x.shape()[ax] * repeats;
-    return x.unsqueeze(ax + 1).broadcast_to(wide).contiguous().reshape(out);
+    if (!axis) return repeat<N>(x.reshape({-1}), repeats, 0);
+    return detail::apply_structural<ops::repeat, N>(ops::repeat_attrs{repeats, *axis}, x);
 }
 
 // Views of consecutive parts of x along `axis`: `sections` equal parts (which must divide the extent) ...
@@ -86,24 +61,10 @@ std::vector<tensor> split(const tensor& x, const std::vector<std::ptrdiff_t>& si
 }
 
 // x with `widths[i] = {before, after}` elements of `value` added around dimension i (numpy.pad, constant mode);
-// fewer widths than dimensions pad the leading ones.
-template <int = 0>
-tensor pad(const tensor& x, const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& widths,
-                  double value = 0) {
-    if (static_cast<int>(widths.size()) > x.dim())
-        throw value_error("kiln: value_error in 'pad': " + std::to_string(widths.size()) +
-                          " pad widths for a tensor of rank " + std::to_string(x.dim()));
-    tensor y = x;
-    for (int ax = 0; ax < static_cast<int>(widths.size()); ++ax) {
-        const auto [before, after] = widths[static_cast<std::size_t>(ax)];
-        if (before < 0 || after < 0) throw value_error("kiln: value_error in 'pad': pad widths must be non-negative");
-        if (before == 0 && after == 0) continue;
-        dims b = y.shape(), a = y.shape();
-        b[ax] = before;
-        a[ax] = after;
-        y = concat({full(b, value, y.dtype()), y, full(a, value, y.dtype())}, ax);
-    }
-    return y;
+// fewer widths than dimensions pad the leading ones. The op is ops::pad: its gradient is the interior of g.
+template <int N = 0>
+tensor pad(const tensor& x, const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& widths, double value = 0) {
+    return detail::apply_structural<ops::pad, N>(ops::make_pad_attrs(widths, value), x);
 }
 
 // The outer product of two tensors, flattened: out[i][j] = a[i] * b[j].

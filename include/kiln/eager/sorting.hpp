@@ -15,48 +15,16 @@ namespace kiln {
 
 // ---- sorting --------------------------------------------------------------------------------------------------
 
-namespace detail {
-// A stable order of each line along `axis`: NaN last, as NumPy sorts.
-template <int = 0>
-tensor sort_order(const tensor& x, int ax, bool descending) {
-    tape_pause pause;
-    const tensor src = dense(x);
-    tensor order(dtype::int64, x.shape());
-    const axis_split o = split_at(x.shape(), ax);
-    std::int64_t* out = order.data<std::int64_t>();
-    dispatch(x.dtype(), [&]<class T>() {
-        const T* v = src.data<const T>();
-        std::vector<std::int64_t> line(static_cast<std::size_t>(o.length));
-        for (std::ptrdiff_t a = 0; a < o.outer; ++a)
-            for (std::ptrdiff_t i = 0; i < o.inner; ++i) {
-                const T* base = v + a * o.length * o.inner + i;
-                std::iota(line.begin(), line.end(), std::int64_t{0});
-                std::stable_sort(line.begin(), line.end(), [&](std::int64_t p, std::int64_t q) {
-                    const T x1 = base[p * o.inner], x2 = base[q * o.inner];
-                    if (kernels::is_nan(x2)) return !kernels::is_nan(x1);
-                    if (kernels::is_nan(x1)) return false;
-                    return descending ? x2 < x1 : x1 < x2;
-                });
-                for (std::ptrdiff_t k = 0; k < o.length; ++k)
-                    out[(a * o.length + k) * o.inner + i] = line[static_cast<std::size_t>(k)];
-            }
-    });
-    return order;
-}
-}  // namespace detail
-
 // The indices that sort x along `axis` (stable; NaN last; largest first when `descending`), int64.
-template <int = 0>
+template <int N = 0>
 tensor argsort(const tensor& x, int axis = -1, bool descending = false) {
-    const int ax = detail::checked_axis(x, axis, "argsort");
-    return detail::sort_order(x, ax, descending);
+    return detail::apply_structural<ops::argsort, N>(ops::sort_attrs{axis, descending}, x);
 }
 
-// x sorted along `axis`; the gradient flows back to the positions the values came from.
-template <int = 0>
+// x sorted along `axis`: take_along_axis of argsort, so the gradient flows back to where each value came from.
+template <int N = 0>
 tensor sort(const tensor& x, int axis = -1, bool descending = false) {
-    const int ax = detail::checked_axis(x, axis, "sort");
-    return take_along_axis(x, detail::sort_order(x, ax, descending), ax);
+    return take_along_axis<N>(x, argsort<N>(x, axis, descending), axis);
 }
 
 // ---- cumulative ops -------------------------------------------------------------------------------------------

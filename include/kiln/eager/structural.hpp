@@ -1,14 +1,18 @@
 #pragma once
-// Eager mode's seam for the mode-neutral structural ops (ops/structural.hpp: reductions, scans): one function runs
-// any of them on a tensor with the op's own shape rule, dtype rule and kernel, records it on the gradient tapes
-// with the op's own gradient rule, and records it in a trace when a function is being traced. A new structural
-// op needs no eager code of its own beyond the public function that names it.
+// Eager mode's seam for the mode-neutral structural ops (ops/structural.hpp: reductions, scans, gathers, flips,
+// tiles and pads): one function runs any of them on tensors with the op's own shape rule, dtype rule and kernel,
+// records it on the gradient tapes with the op's own gradient rule, and records it in a trace when a function is
+// being traced. A new structural op needs no eager code of its own beyond the public function that names it.
 //
-// What the seam asks of a unary op Op beyond the protocol: result_shape(attrs, dims, dtype_name),
-// result_type<T> (the element type of its result for operand type T), attrs_text(attrs) (how a trace and a saved
-// function write its attributes), and compute<Device>(attrs, out, strided operand, dtype_name).
+// What the seam asks of an op Op beyond the protocol: result_shape(attrs, dims...), result_type<T> (the element
+// type of its result for a first operand of type T), attrs_text(attrs) (how a trace and a saved function write its
+// attributes), and compute<Device>(attrs, out, strided operands...). A unary op's result_shape and compute also get
+// the operand's dtype name (for messages). Operands after the first have the first one's element type unless the
+// op says otherwise with operand_type<I, T> (a gather's index is int64); the public function converts them.
+#include <array>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "../backend/cpu/device.hpp"
 #include "elementwise.hpp"
@@ -17,33 +21,68 @@ namespace kiln {
 namespace detail {
 
 // Records Op with attributes `a` on the active tapes: its gradient is the op's own rule (defined with the tape).
-template <class Op, int N = 0>
-void record_structural(const typename Op::attributes& a, const dependent_tensor<N>& x, const dependent_tensor<N>& y);
+template <class Op, int N = 0, class... X>
+void record_structural(const typename Op::attributes& a, const dependent_tensor<N>& y, const X&... x);
 
-// Op's values on x, not recorded on tapes (recorded in a trace while one is being made).
-template <class Op>
-tensor structural_values(const typename Op::attributes& a, const tensor& x) {
+// The element type Op wants for operand I when its first operand has type T.
+template <class Op, std::size_t I, class T, class = void>
+struct structural_operand_type {
+    using type = T;
+};
+template <class Op, std::size_t I, class T>
+struct structural_operand_type<Op, I, T, std::void_t<typename Op::template operand_type<I, T>>> {
+    using type = typename Op::template operand_type<I, T>;
+};
+
+template <class Op, std::size_t I, class T>
+strided<const typename structural_operand_type<Op, I, T>::type> structural_operand(const tensor& x) {
+    using U = typename structural_operand_type<Op, I, T>::type;
+    if (x.dtype() != dtype_of<U>())
+        throw dtype_error(error_prefix("dtype_error", Op::name) + "operand " + std::to_string(I) + " is " +
+                          std::string(name(x.dtype())) + ", not " + std::string(name(dtype_of<U>())));
+    return strided<const U>(static_cast<const U*>(x.raw_data()), x.shape(), x.strides());
+}
+
+// Op's values on its operands, not recorded on tapes (recorded in a trace while one is being made).
+template <class Op, class... More>
+tensor structural_values(const typename Op::attributes& a, const tensor& x, const More&... more) {
     x.check_valid(Op::name.data());
-    const dims shape = Op::result_shape(a, x.shape(), name(x.dtype()));
-    if (active_tracer) [[unlikely]]
-        return active_tracer->record(Op::name, Op::attrs_text(a), std::span<const tensor>(&x, 1),
-                                     [a](std::span<const tensor> in, auto) { return structural_values<Op>(a, in[0]); });
+    (more.check_valid(Op::name.data()), ...);
+    const dims shape = [&] {
+        if constexpr (sizeof...(More) == 0) return Op::result_shape(a, x.shape(), name(x.dtype()));
+        else return Op::result_shape(a, x.shape(), more.shape()...);
+    }();
+    if (active_tracer) [[unlikely]] {
+        const std::array<tensor, 1 + sizeof...(More)> in{x, more...};
+        return active_tracer->record(Op::name, Op::attrs_text(a), std::span<const tensor>(in),
+                                     [a](std::span<const tensor> v, auto) {
+                                         return [&]<std::size_t... I>(std::index_sequence<I...>) {
+                                             return structural_values<Op>(a, v[I]...);
+                                         }(std::make_index_sequence<1 + sizeof...(More)>{});
+                                     });
+    }
     tensor out;
     dispatch(x.dtype(), [&]<class T>() {
         using U = typename Op::template result_type<T>;
         out = tensor(dtype_of<U>(), shape);
-        Op::template compute<backend::cpu_device>(a, out.data<U>(),
-                                                  strided<const T>(static_cast<const T*>(x.raw_data()), x.shape(), x.strides()),
-                                                  name(x.dtype()));
+        const strided<const T> xs(static_cast<const T*>(x.raw_data()), x.shape(), x.strides());
+        if constexpr (sizeof...(More) == 0) {
+            Op::template compute<backend::cpu_device>(a, out.data<U>(), xs, name(x.dtype()));
+        } else {
+            [&]<std::size_t... I>(std::index_sequence<I...>) {
+                Op::template compute<backend::cpu_device>(a, out.data<U>(), xs,
+                                                          structural_operand<Op, I + 1, T>(more)...);
+            }(std::index_sequence_for<More...>{});
+        }
     });
     return out;
 }
 
-// Op on x, recorded on the active tapes.
-template <class Op, int N = 0>
-tensor apply_structural(const typename Op::attributes& a, const tensor& x) {
-    const dependent_tensor<N> y = structural_values<Op>(a, x);
-    if (recording_tapes > 0) record_structural<Op, N>(a, x, y);
+// Op on its operands, recorded on the active tapes.
+template <class Op, int N = 0, class... More>
+tensor apply_structural(const typename Op::attributes& a, const tensor& x, const More&... more) {
+    const dependent_tensor<N> y = structural_values<Op>(a, x, more...);
+    if (recording_tapes > 0) record_structural<Op, N>(a, y, x, static_cast<const tensor&>(more)...);
     return y;
 }
 

@@ -349,6 +349,11 @@ struct structural_fns<tensor> {
     static tensor scan(const scan_attrs& a, const tensor& x) {
         return detail::apply_structural<ops::scan<K>>(a, x);
     }
+    // Any mode-neutral op with attributes (flip, tile, pad, gathers and their gradients' ops).
+    template <class Op, class... X>
+    static tensor apply(const typename Op::attributes& a, const tensor& x, const X&... more) {
+        return detail::apply_structural<Op>(a, x, static_cast<const tensor&>(more)...);
+    }
 };
 
 }  // namespace ops
@@ -443,12 +448,15 @@ void record_op(const tensor& y, const Args&... args) {
     record_entry(tape_entry{std::move(inputs), y, {}, &op_rule<Op, Args...>, numbers});
 }
 
-template <class Op, int N>
-void record_structural(const typename Op::attributes& a, const dependent_tensor<N>& x, const dependent_tensor<N>& y) {
-    if (!watched_by_a_tape(x)) return;
-    record_entry({{x}, y, [a, x, y](const dependent_tensor<N>& g) {
-                      const auto r = Op::gradient(a, x, y, g);
-                      return gradient_list{operand_gradient(x, std::get<0>(r))};
+template <class Op, int N, class... X>
+void record_structural(const typename Op::attributes& a, const dependent_tensor<N>& y, const X&... x) {
+    if (!(watched_by_a_tape(x) || ...)) return;
+    record_entry({{x...}, y, [a, x..., y](const dependent_tensor<N>& g) {
+                      const auto r = Op::gradient(a, x..., y, g);
+                      const auto xs = std::forward_as_tuple(x...);
+                      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+                          return gradient_list{operand_gradient(std::get<I>(xs), std::get<I>(r))...};
+                      }(std::index_sequence_for<X...>{});
                   }});
 }
 

@@ -23,11 +23,6 @@
 
 namespace kiln {
 
-// For slices that run to the end in either direction: t.slice(0, kiln::slice_end, kiln::slice_begin, -1) reverses
-// (start past the end clamps to the last element; stop before the start means "through the first").
-inline constexpr std::ptrdiff_t slice_begin = std::numeric_limits<std::ptrdiff_t>::min() / 2;
-inline constexpr std::ptrdiff_t slice_end = std::numeric_limits<std::ptrdiff_t>::max() / 2;
-
 class tensor;
 
 namespace detail {

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../core/strided.hpp"
 #include "unique_nodes.hpp"
 
 namespace kiln {
@@ -50,17 +51,6 @@ view_t<T> view(T* data, dims shape, dims strides) {
 
 namespace detail {
 
-// What a loop needs of one operand: where it starts and how to step through it.
-template <class T>
-struct strided {
-    // User-provided, so that value-initialization (as in std::tuple's default constructor) does not zero the
-    // whole view first: that memset, and the store-forwarding stall after it, cost more than a small loop.
-    strided() noexcept {}
-    strided(T* d, const dims& s, const dims& st) noexcept : data(d), shape(s), strides(st) {}
-    T* data = nullptr;
-    dims shape;
-    dims strides;
-};
 
 template <class C>
 struct container_element {

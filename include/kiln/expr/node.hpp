@@ -215,6 +215,13 @@ constexpr int condition_position() {
     else return -1;
 }
 
+// An operand of its own element type (a gather's integer index), which does not join the others'.
+template <class Op>
+constexpr int index_position() {
+    if constexpr (requires { Op::index_arg; }) return Op::index_arg;
+    else return -1;
+}
+
 template <class Op, class T1, class T2>
 struct incompatible_element_types {
     static_assert(sizeof(Op) == 0,
@@ -254,14 +261,15 @@ struct join_all<Op, Acc, T, Ts...> {
     using type = typename join_all<Op, typename join_types<Op, Acc, T>::type, Ts...>::type;
 };
 
-// The type in which a node's operands are evaluated (its condition operand excluded).
+// The type in which a node's operands are evaluated (its condition or index operand excluded).
 template <class Op, class Seq, class... A>
 struct operand_type_impl;
 template <class Op, std::size_t... I, class... A>
 struct operand_type_impl<Op, std::index_sequence<I...>, A...> {
     using type = typename join_all<
         Op, weak,
-        std::conditional_t<static_cast<int>(I) == condition_position<Op>(), weak, typename value_type_of<A>::type>...>::
+        std::conditional_t<static_cast<int>(I) == condition_position<Op>() || static_cast<int>(I) == index_position<Op>(),
+                           weak, typename value_type_of<A>::type>...>::
         type;
 };
 template <class N>

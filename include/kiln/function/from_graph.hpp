@@ -144,9 +144,21 @@ private:
         return reduce_to(g, ref.shape());
     }
     // A mode-neutral structural op (ops/structural.hpp) runs through eager mode's seam with the node's attributes.
-    template <class Op, auto At, class A>
-    static tensor structural_apply(const ops::with_attrs<Op, At>*, const A& a) {
-        return detail::apply_structural<Op>(At, a);
+    template <class Op, auto At, class... A>
+    static tensor structural_apply(const ops::with_attrs<Op, At>*, const A&... a) {
+        return detail::apply_structural<Op>(At, a...);
+    }
+    // A graph-mode slice is eager mode's slice view (traced with its bounds as parameters).
+    template <ops::slice_attrs At, class A>
+    static tensor structural_apply(const ops::with_attrs<ops::slice, At>*, const A& a) {
+        (void)ops::slice::result_shape(At, a.shape());
+        if constexpr (At.parts > 0) {
+            const int ax = At.axis < 0 ? At.axis + a.dim() : At.axis;
+            const ops::slice_range r = ops::slice_of(At, a.shape()[ax]);
+            return a.slice(ax, r.first, r.first + r.count);
+        } else {
+            return a.slice(At.axis, At.start, At.stop, At.step);
+        }
     }
     // Eager mode's mean is a sum and a division.
     template <ops::reduce_attrs At, class A>

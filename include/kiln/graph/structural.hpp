@@ -20,4 +20,5 @@
 #include "structural/views.hpp"
 #include "structural/matmul.hpp"
 #include "structural/scan.hpp"
+#include "structural/layout.hpp"
 #include "structural/fns.hpp"

@@ -3,6 +3,7 @@
 // the tracer prints them, and parameters), as kiln::load (io/function_file.hpp) and the ONNX export read them: each
 // through the vocabulary, the elementwise ops by the registry's kernels and the others by eager mode's functions.
 #include <bit>
+#include <cstdlib>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -51,11 +52,12 @@ inline std::int64_t attr_int(const std::map<std::string, std::string>& a, const 
     std::size_t i = 0;
     const bool neg = !s.empty() && s[0] == '-';
     if (neg) ++i;
-    if (i >= s.size() || s.size() - i > 18) throw value_error(std::string("attribute '") + key + "' is not an integer");
+    if (i >= s.size() || s.size() - i > 19) throw value_error(std::string("attribute '") + key + "' is not an integer");
     std::int64_t v = 0;
     for (; i < s.size(); ++i) {
         if (s[i] < '0' || s[i] > '9') throw value_error(std::string("attribute '") + key + "' is not an integer");
-        v = v * 10 + (s[i] - '0');
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v))
+            throw value_error(std::string("attribute '") + key + "' is out of range");
     }
     return neg ? -v : v;
 }
@@ -136,6 +138,100 @@ inline dtype number_operand_dtype(bool is_float, std::optional<dtype> d) {
     return d && *d != dtype::boolean ? *d : dtype::int64;
 }
 
+// A list of integers of any size ("2,3"; "" is empty), at most kiln::max_rank of them.
+inline std::vector<std::int64_t> attr_ints(const std::map<std::string, std::string>& a, const char* key) {
+    const auto it = a.find(key);
+    if (it == a.end()) throw value_error(std::string("attribute '") + key + "' is missing");
+    std::vector<std::int64_t> out;
+    std::string_view s = it->second;
+    while (!s.empty()) {
+        const std::size_t c = s.find(',');
+        if (out.size() >= static_cast<std::size_t>(max_rank)) throw value_error(std::string("attribute '") + key + "' lists too many values");
+        out.push_back(attr_int({{key, std::string(s.substr(0, c))}}, key));
+        if (c == std::string_view::npos) break;
+        s.remove_prefix(c + 1);
+        if (s.empty()) throw value_error(std::string("attribute '") + key + "' ends with a comma");
+    }
+    return out;
+}
+
+inline double attr_number(const std::map<std::string, std::string>& a, const char* key) {
+    const auto it = a.find(key);
+    if (it == a.end()) throw value_error(std::string("attribute '") + key + "' is missing");
+    const std::string& s = it->second;
+    char* end = nullptr;
+    const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size()) throw value_error(std::string("attribute '") + key + "' is not a number");
+    return v;
+}
+
+// The mode-neutral structural ops (ops/layout.hpp, ops/gather.hpp) rebuilt from their attributes: each runs
+// through eager mode's seam, as it ran when it was traced.
+template <class Op>
+replay_fn structural_replay(const typename Op::attributes& at, std::size_t inputs) {
+    if (inputs != static_cast<std::size_t>(Op::arity))
+        throw value_error("takes " + std::to_string(Op::arity) + " inputs, not " + std::to_string(inputs));
+    return [at](auto in, auto) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return detail::apply_structural<Op>(at, in[I]...);
+        }(std::make_index_sequence<Op::arity>{});
+    };
+}
+
+inline std::optional<replay_fn> rebuild_layout_op(const std::string& op, const std::map<std::string, std::string>& a,
+                                                  std::size_t inputs) {
+    auto axis_op = [&]<class Op>() {
+        attrs_only(a, {"axis"});
+        return structural_replay<Op>(ops::axis_attrs{attr_axis(a, "axis")}, inputs);
+    };
+    if (op == "take_along_axis") return axis_op.template operator()<ops::take_along_axis>();
+    if (op == "scatter_add_along") return axis_op.template operator()<ops::scatter_add_along>();
+    if (op == "index_select") return axis_op.template operator()<ops::take>();
+    if (op == "index_add") return axis_op.template operator()<ops::take_add>();
+    if (op == "argsort") {
+        attrs_only(a, {"axis", "descending"});
+        return structural_replay<ops::argsort>(ops::sort_attrs{attr_axis(a, "axis"), attr_bool(a, "descending")}, inputs);
+    }
+    if (op == "flip") {
+        attrs_only(a, {"axes"});
+        return structural_replay<ops::flip>(ops::make_flip_attrs(attr_axes(a, "axes")), inputs);
+    }
+    if (op == "tile" || op == "untile") {
+        attrs_only(a, {"reps"});
+        const auto r = attr_ints(a, "reps");
+        const auto at = ops::make_tile_attrs(std::vector<std::ptrdiff_t>(r.begin(), r.end()));
+        return op == "tile" ? structural_replay<ops::tile>(at, inputs) : structural_replay<ops::untile>(at, inputs);
+    }
+    if (op == "repeat" || op == "unrepeat") {
+        attrs_only(a, {"repeats", "axis"});
+        const ops::repeat_attrs at{attr_int(a, "repeats"), attr_axis(a, "axis")};
+        return op == "repeat" ? structural_replay<ops::repeat>(at, inputs) : structural_replay<ops::unrepeat>(at, inputs);
+    }
+    if (op == "pad" || op == "crop") {
+        attrs_only(a, {"before", "after", "value"});
+        const auto b = attr_ints(a, "before"), e = attr_ints(a, "after");
+        if (b.size() != e.size()) throw value_error("attributes 'before' and 'after' differ in length");
+        std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> w;
+        for (std::size_t i = 0; i < b.size(); ++i) w.emplace_back(b[i], e[i]);
+        const auto at = ops::make_pad_attrs(w, attr_number(a, "value"));
+        return op == "pad" ? structural_replay<ops::pad>(at, inputs) : structural_replay<ops::crop>(at, inputs);
+    }
+    if (op == "unslice") {
+        ops::slice_attrs at;
+        if (a.count("parts")) {
+            attrs_only(a, {"axis", "parts", "part"});
+            const auto parts = attr_int(a, "parts"), part = attr_int(a, "part");
+            if (parts <= 0 || parts > 1 << 30 || part < 0 || part >= parts) throw value_error("attribute 'part' is out of range");
+            at = ops::slice_attrs{attr_axis(a, "axis"), 0, 0, 1, static_cast<int>(parts), static_cast<int>(part)};
+        } else {
+            attrs_only(a, {"axis", "start", "stop", "step"});
+            at = ops::slice_attrs{attr_axis(a, "axis"), attr_int(a, "start"), attr_int(a, "stop"), attr_int(a, "step"), 0, 0};
+        }
+        return structural_replay<ops::unslice>(at, inputs);
+    }
+    return std::nullopt;
+}
+
 template <int N = 0>
 replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::size_t inputs, const op_params& params) {
     const std::map<std::string, std::string> a = split_attrs(attrs_text);
@@ -147,6 +243,10 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         if (np != nparams)
             throw value_error("takes " + std::to_string(nparams) + " parameters, not " + std::to_string(np));
     };
+    if (auto f = rebuild_layout_op(op, a, inputs)) {
+        if (np != 0) throw value_error("takes no parameters, not " + std::to_string(np));
+        return *f;
+    }
     if (op == "matmul") {
         need(2, 2, 0);
         attrs_only(a, {});

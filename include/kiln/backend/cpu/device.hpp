@@ -1,12 +1,13 @@
 #pragma once
 // kiln::backend::cpu_device: the CPU's implementation of the device interface (backend/device.hpp). Its kernels
 // are the CPU backend's only ones: one matrix product (matmul.hpp), one reduction engine (reduce.hpp), one scan
-// (scan.hpp), one strided copy (copy.hpp), memory from the caching allocator and work spread by the thread pool.
+// (scan.hpp), one strided copy (copy.hpp), the gathers, scatters and sort order of gather.hpp, memory from the caching allocator and work spread by the thread pool.
 #include <cstring>
 
 #include "../../core/allocator.hpp"
 #include "../device.hpp"
 #include "copy.hpp"
+#include "gather.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"
 #include "scan.hpp"
@@ -53,6 +54,43 @@ struct cpu_device {
     template <class U, class T>
     static void copy_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
         detail::strided_copy(out, in);
+    }
+
+    // Every element of `out` set to v.
+    template <class U>
+    static void fill(const detail::strided<U>& out, U v) {
+        dims none{};  // zero strides: v repeated
+        none.rank = out.shape.rank;
+        detail::strided_copy(out, detail::strided<const U>(&v, out.shape, none));
+    }
+
+    // take_along_axis and its gradient (a scatter-add into a zeroed `shape`); take (numpy.take along an axis) and
+    // its gradient. Indices are checked (negative ones count from the end); `op` names the op in the error.
+    template <class T, class I, class U>
+    static void gather_along(const detail::strided<const T>& x, const detail::strided<const I>& index, int axis, U* out,
+                             std::string_view op) {
+        detail::gather_along_into(x, index, axis, out, op);
+    }
+    template <class T, class I, class U>
+    static void scatter_add_along(const detail::strided<const T>& g, const detail::strided<const I>& index, int axis,
+                                  const dims& shape, U* out, std::string_view op) {
+        detail::scatter_add_along_into(g, index, axis, shape, out, op);
+    }
+    template <class T, class I, class U>
+    static void take(const detail::strided<const T>& x, const detail::strided<const I>& index, int axis, U* out,
+                     std::string_view op) {
+        detail::take_into(x, index, axis, out, op);
+    }
+    template <class T, class I, class U>
+    static void take_add(const detail::strided<const T>& g, const detail::strided<const I>& index, int axis,
+                         const dims& shape, U* out, std::string_view op) {
+        detail::take_add_into(g, index, axis, shape, out, op);
+    }
+
+    // The stable order of each line along `axis` (argsort): NaN last; largest first when descending.
+    template <class T>
+    static void sort_order(const detail::strided<const T>& x, int axis, bool descending, std::int64_t* out) {
+        detail::sort_order_into(x, axis, descending, out);
     }
 };
 

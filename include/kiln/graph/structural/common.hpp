@@ -156,7 +156,31 @@ struct graph_result<Op, X, std::void_t<typename Op::template graph_result_type<X
 };
 
 // Graph mode's node op for a mode-neutral op with attributes (ops/structural.hpp): the attribute value A is part
-// of the node's type, and shape, kernel and gradient are the op's own, given A.
+// of the node's type, and shape, kernel, view and gradient are the op's own, given A. Unary, binary and ternary
+// ops (a gather's index, a gradient's shape reference) take the same path.
+template <class Op>
+constexpr int op_shape_only_arg() {
+    if constexpr (requires { Op::shape_only_arg; }) return Op::shape_only_arg;
+    else return -1;
+}
+
+// Op's static shape rule given A, for one to three operand shapes (an alias template cannot take a pack expansion
+// for its fixed parameters).
+template <class Op, auto A, class... S>
+struct op_static_shape;
+template <class Op, auto A, class S0>
+struct op_static_shape<Op, A, S0> {
+    using type = typename Op::template static_shape<A, S0>;
+};
+template <class Op, auto A, class S0, class S1>
+struct op_static_shape<Op, A, S0, S1> {
+    using type = typename Op::template static_shape<A, S0, S1>;
+};
+template <class Op, auto A, class S0, class S1, class S2>
+struct op_static_shape<Op, A, S0, S1, S2> {
+    using type = typename Op::template static_shape<A, S0, S1, S2>;
+};
+
 template <class Op, auto A>
 struct with_attrs {
     using op = Op;
@@ -164,18 +188,36 @@ struct with_attrs {
     static constexpr std::string_view name = Op::name;
     static constexpr int arity = Op::arity;
     static constexpr bool structural = true;
-    template <class X>
-    static typename graph_result<Op, X>::type apply(const X&);  // the element type; never called
-    template <class S>
-    using static_shape = typename Op::template static_shape<A, S>;
-    static dims shape(const dims& x) { return Op::result_shape(A, x); }
-    template <class Device, class T, class X>
-    static void compute(T* out, const dims&, const X& x) {
-        Op::template compute<Device>(A, out, x);
+    static constexpr int shape_only_arg = op_shape_only_arg<Op>();
+    static constexpr int index_arg = detail::index_position<Op>();
+    template <class X, class... R>
+    static typename graph_result<Op, X>::type apply(const X&, const R&...);  // the element type; never called
+    template <class... S>
+    using static_shape = typename op_static_shape<Op, A, S...>::type;
+    template <class... D>
+    static dims shape(const dims& x, const D&... more) {
+        return Op::result_shape(A, x, more...);
+    }
+    template <class Device, class T, class... X>
+    static void compute(T* out, const dims&, const X&... x) {
+        Op::template compute<Device>(A, out, x...);
+    }
+    template <class T, class... X>
+        requires requires(detail::strided<const T>& o, const X&... x) { Op::try_view(A, o, x...); }
+    static bool try_view(detail::strided<const T>& out, const X&... x) {
+        return Op::try_view(A, out, x...);
     }
     template <class X, class Y, class G>
     static constexpr auto gradient(const X& x, const Y& y, const G& g) {
         return Op::gradient(attrs_c<A>{}, x, y, g);
+    }
+    template <class X0, class X1, class Y, class G>
+    static constexpr auto gradient(const X0& x0, const X1& x1, const Y& y, const G& g) {
+        return Op::gradient(attrs_c<A>{}, x0, x1, y, g);
+    }
+    template <class X0, class X1, class X2, class Y, class G>
+    static constexpr auto gradient(const X0& x0, const X1& x1, const X2& x2, const Y& y, const G& g) {
+        return Op::gradient(attrs_c<A>{}, x0, x1, x2, y, g);
     }
 };
 

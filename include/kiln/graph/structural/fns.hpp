@@ -44,6 +44,11 @@ struct structural_fns<V, std::enable_if_t<is_graph_v<V>>> {
     static constexpr auto scan(attrs_c<A>, const X& x) {
         return detail::structural<with_attrs<ops::scan<K>, A>>(x);
     }
+    // Any mode-neutral op with attributes (flip, tile, pad, gathers and their gradients' ops).
+    template <class Op, auto A, class... X>
+    static constexpr auto apply(attrs_c<A>, const X&... x) {
+        return detail::structural<with_attrs<Op, A>>(x...);
+    }
     template <class X>
     static constexpr auto matrix_transpose(const X& x) {
         return kiln::transpose(x);  // a matrix: its axes reversed

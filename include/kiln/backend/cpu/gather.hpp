@@ -1,0 +1,151 @@
+#pragma once
+// The CPU's gathers and scatters along one axis (take, take_along_axis and their gradients), its stable sort
+// order (argsort) and its fill: kernels over strided operands into contiguous results, behind cpu_device.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "../../core/error.hpp"
+#include "../../expr/feed.hpp"
+#include "../../ops/op_base.hpp"
+
+namespace kiln {
+namespace detail {
+
+// Calls f(index) for every multi-index of `shape` in row-major order.
+template <class F>
+void for_each_index(const dims& shape, F&& f) {
+    if (shape.size() == 0) return;
+    std::array<std::ptrdiff_t, max_rank> i{};
+    for (;;) {
+        f(i);
+        int d = shape.rank - 1;
+        for (; d >= 0; --d) {
+            if (++i[static_cast<std::size_t>(d)] < shape[d]) break;
+            i[static_cast<std::size_t>(d)] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+template <class T>
+std::ptrdiff_t offset_of(const strided<T>& v, const std::array<std::ptrdiff_t, max_rank>& i) {
+    std::ptrdiff_t off = 0;
+    for (int d = 0; d < v.shape.rank; ++d) off += i[static_cast<std::size_t>(d)] * v.strides[d];
+    return off;
+}
+
+// An index read from an integer operand, checked against an extent of n (a negative one counts from the end).
+template <class I>
+std::ptrdiff_t checked_index(I raw, std::ptrdiff_t n, std::string_view op) {
+    static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>, "kiln: indices are integers.");
+    auto v = static_cast<std::ptrdiff_t>(raw);
+    if (v < 0) v += n;
+    if (v < 0 || v >= n)
+        throw value_error(error_prefix("value_error", op) + "index " + std::to_string(static_cast<long long>(raw)) +
+                          " is out of range for a dimension of size " + std::to_string(n));
+    return v;
+}
+
+// out (row-major, index's shape) = x[.., index[.., j, ..], ..] along `axis` (take_along_axis). With Add, the
+// scatter that is its gradient: out (row-major, x's shape, zeroed here) += g at the indexed positions.
+template <class T, class I, class U>
+void gather_along_into(const strided<const T>& x, const strided<const I>& index, int axis, U* out, std::string_view op) {
+    std::ptrdiff_t k = 0;
+    const std::ptrdiff_t n = x.shape[axis];
+    for_each_index(index.shape, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
+        std::ptrdiff_t off = 0;
+        for (int d = 0; d < x.shape.rank; ++d)
+            if (d != axis) off += i[static_cast<std::size_t>(d)] * x.strides[d];
+        off += checked_index(index.data[offset_of(index, i)], n, op) * x.strides[axis];
+        out[k++] = static_cast<U>(x.data[off]);
+    });
+}
+template <class T, class I, class U>
+void scatter_add_along_into(const strided<const T>& g, const strided<const I>& index, int axis, const dims& shape, U* out,
+                            std::string_view op) {
+    std::fill(out, out + shape.size(), U(0));
+    const dims cs = contiguous_strides(shape);
+    const std::ptrdiff_t n = shape[axis];
+    for_each_index(index.shape, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
+        std::ptrdiff_t off = 0;
+        for (int d = 0; d < shape.rank; ++d)
+            if (d != axis) off += i[static_cast<std::size_t>(d)] * cs[d];
+        off += checked_index(index.data[offset_of(index, i)], n, op) * cs[axis];
+        out[off] += static_cast<U>(g.data[offset_of(g, i)]);
+    });
+}
+
+// out (row-major, x's shape before axis + index's shape + x's shape after it) = x with `axis` indexed by every
+// entry of index (numpy.take, torch.index_select for a 1-D index); with Add, its gradient into x's shape.
+template <class T, class I, class U>
+void take_into(const strided<const T>& x, const strided<const I>& index, int axis, U* out, std::string_view op) {
+    const int ri = index.shape.rank;
+    dims os;
+    os.rank = x.shape.rank - 1 + ri;
+    for (int d = 0; d < axis; ++d) os[d] = x.shape[d];
+    for (int d = 0; d < ri; ++d) os[axis + d] = index.shape[d];
+    for (int d = axis + 1; d < x.shape.rank; ++d) os[d - 1 + ri] = x.shape[d];
+    std::ptrdiff_t k = 0;
+    const std::ptrdiff_t n = x.shape[axis];
+    for_each_index(os, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
+        std::ptrdiff_t off = 0, ioff = 0;
+        for (int d = 0; d < axis; ++d) off += i[static_cast<std::size_t>(d)] * x.strides[d];
+        for (int d = 0; d < ri; ++d) ioff += i[static_cast<std::size_t>(axis + d)] * index.strides[d];
+        for (int d = axis + 1; d < x.shape.rank; ++d) off += i[static_cast<std::size_t>(d - 1 + ri)] * x.strides[d];
+        off += checked_index(index.data[ioff], n, op) * x.strides[axis];
+        out[k++] = static_cast<U>(x.data[off]);
+    });
+}
+template <class T, class I, class U>
+void take_add_into(const strided<const T>& g, const strided<const I>& index, int axis, const dims& shape, U* out,
+                   std::string_view op) {
+    std::fill(out, out + shape.size(), U(0));
+    const dims cs = contiguous_strides(shape);
+    const int ri = index.shape.rank;
+    const std::ptrdiff_t n = shape[axis];
+    for_each_index(g.shape, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
+        std::ptrdiff_t off = 0, ioff = 0;
+        for (int d = 0; d < axis; ++d) off += i[static_cast<std::size_t>(d)] * cs[d];
+        for (int d = 0; d < ri; ++d) ioff += i[static_cast<std::size_t>(axis + d)] * index.strides[d];
+        for (int d = axis + 1; d < shape.rank; ++d) off += i[static_cast<std::size_t>(d - 1 + ri)] * cs[d];
+        off += checked_index(index.data[ioff], n, op) * cs[axis];
+        out[off] += static_cast<U>(g.data[offset_of(g, i)]);
+    });
+}
+
+// out (row-major int64, x's shape) = the stable order of each line of x along `axis`: NaN last, as NumPy sorts;
+// largest first when descending (ties and NaN keep their order).
+template <class T>
+void sort_order_into(const strided<const T>& x, int axis, bool descending, std::int64_t* out) {
+    const dims& s = x.shape;
+    const std::ptrdiff_t len = s[axis];
+    if (s.size() == 0) return;
+    dims lines = s;
+    lines[axis] = 1;
+    const dims cs = contiguous_strides(s);
+    std::vector<std::int64_t> line(static_cast<std::size_t>(len));
+    for_each_index(lines, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
+        const T* base = x.data + offset_of(x, i);
+        std::ptrdiff_t obase = 0;
+        for (int d = 0; d < s.rank; ++d) obase += i[static_cast<std::size_t>(d)] * cs[d];
+        const std::ptrdiff_t step = x.strides[axis];
+        std::iota(line.begin(), line.end(), std::int64_t{0});
+        std::stable_sort(line.begin(), line.end(), [&](std::int64_t p, std::int64_t q) {
+            const T a = base[p * step], b = base[q * step];
+            if (kernels::is_nan(b)) return !kernels::is_nan(a);
+            if (kernels::is_nan(a)) return false;
+            return descending ? b < a : a < b;
+        });
+        for (std::ptrdiff_t k = 0; k < len; ++k) out[obase + k * cs[axis]] = line[static_cast<std::size_t>(k)];
+    });
+}
+
+}  // namespace detail
+}  // namespace kiln

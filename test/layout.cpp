@@ -1,0 +1,283 @@
+// The mode-neutral layout and indexing ops (ops/layout.hpp, ops/gather.hpp): flip, slice, split, tile, repeat, pad,
+// take_along_axis, index_select, argsort, sort and outer in graph mode, against hand-computed values, against
+// eager mode (the same op), against central differences for their gradients, on the tape, and traced.
+#include <kiln/io.hpp>
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "check.hpp"
+#include "graph_check.hpp"
+#include "tensor_check.hpp"
+
+using namespace kiln::literals;
+using kiln_test::check_all_close;
+using kiln_test::check_gradient;
+using kiln_test::flat;
+using kiln_test::x;
+
+namespace {
+
+constexpr kiln::input<"i", std::int64_t> idx{};
+
+const std::vector<double> xv{0.3, -1.2, 0.7, 2.0, -0.5, 0.1};
+const kiln::dims xs{2, 3};
+
+template <class Loss>
+std::vector<double> graph_gradient(const Loss& loss) {
+    std::vector<double> v = xv;
+    return flat(kiln::run(kiln::grad(loss, x), x = kiln::view(v.data(), xs)));
+}
+
+// The tape's gradient of loss_fn(x) with respect to x at xv.
+template <class F>
+std::vector<double> tape_gradient(F loss_fn) {
+    kiln::variable xt(kiln::from_values<double>({0.3, -1.2, 0.7, 2.0, -0.5, 0.1}, xs));
+    kiln::gradient_tape tape;
+    const kiln::tensor loss = loss_fn(kiln::tensor(xt));
+    return kiln_test::values(tape.gradient(loss, xt));
+}
+
+}  // namespace
+
+TEST_CASE("flip in graph mode: the same op as eager mode's, its gradient the flip of g") {
+    std::vector<double> v{1, 2, 3, 4, 5, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(flat(kiln::run(kiln::flip(x), x = X6)) == std::vector<double>{6, 5, 4, 3, 2, 1});
+    CHECK(flat(kiln::run(kiln::flip<1>(x), x = X6)) == std::vector<double>{3, 2, 1, 6, 5, 4});
+    CHECK(flat(kiln::run(kiln::flip<-2>(x), x = X6)) == std::vector<double>{4, 5, 6, 1, 2, 3});
+    CHECK(kiln_test::values(kiln::flip(t, {1})) == std::vector<double>{3, 2, 1, 6, 5, 4});
+    // Static shapes flow through; a bad axis is one sentence in both modes.
+    using S = kiln::detail::shape_of_t<decltype(kiln::flip<0>(kiln::input<"a", float, kiln::shape<4, 5>>{}))>;
+    static_assert(std::is_same_v<S, kiln::shape<4, 5>>);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::flip<2>(x), x = X6), "kiln: value_error in 'flip': axis 2 is out of range for shape (2, 3)",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::flip(t, {0, -2}), "kiln: value_error in 'flip': axis -2 repeats (axes {0, -2} on shape (2, 3))",
+                         kiln::value_error);
+    const std::vector<double> wv{1, 2, 3, 4, 5, 6};
+    const auto weights = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    (void)wv;
+    check_gradient(kiln::sum(kiln::flip<1>(x) * kiln::cumsum<1>(x)), xv, xs);
+    check_all_close(tape_gradient([](const kiln::tensor& a) { return kiln::sum(kiln::flip(a, {1}) * kiln::cumsum(a, 1)); }),
+                    graph_gradient(kiln::sum(kiln::flip<1>(x) * kiln::cumsum<1>(x))), 1e-15, 1e-15);
+    (void)weights;
+}
+
+TEST_CASE("slice and split in graph mode: views with Python's rules, gradients back into place") {
+    std::vector<double> v{1, 2, 3, 4, 5, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    CHECK(flat(kiln::run(kiln::slice<1, 1>(x), x = X6)) == std::vector<double>{2, 3, 5, 6});
+    CHECK(flat(kiln::run(kiln::slice<1, 0, kiln::slice_end, 2>(x), x = X6)) == std::vector<double>{1, 3, 4, 6});
+    CHECK(flat(kiln::run(kiln::slice<1, -1, kiln::slice_begin, -1>(x), x = X6)) == std::vector<double>{3, 2, 1, 6, 5, 4});
+    CHECK(flat(kiln::run(kiln::slice<0, -1>(x), x = X6)) == std::vector<double>{4, 5, 6});
+    CHECK(flat(kiln::run(kiln::slice<1, 5, 9>(x), x = X6)).empty());  // clamped, as Python
+    // A slice of a static shape is static.
+    using S = kiln::detail::shape_of_t<decltype(kiln::slice<1, 1, 4>(kiln::input<"a", float, kiln::shape<2, 6>>{}))>;
+    static_assert(std::is_same_v<S, kiln::shape<2, 3>>);
+    const auto [a, b, c] = kiln::split<3, 1>(x);
+    CHECK(flat(kiln::run(a, x = X6)) == std::vector<double>{1, 4});
+    CHECK(flat(kiln::run(c, x = X6)) == std::vector<double>{3, 6});
+    const auto [top, bottom] = kiln::split<2>(x);
+    CHECK(flat(kiln::run(bottom - top, x = X6)) == std::vector<double>{3, 3, 3});
+    CHECK_THROWS_WITH_AS(kiln::run(std::get<0>(kiln::split<2, 1>(x)), x = X6),
+                         "kiln: value_error in 'split': the parts do not divide the extent (shape (2, 3))", kiln::value_error);
+    // Gradients: each part's gradient lands where the part came from.
+    check_gradient(kiln::sum(kiln::square(kiln::slice<1, 0, kiln::slice_end, 2>(x))), xv, xs);
+    check_gradient(kiln::sum(kiln::slice<1, -1, kiln::slice_begin, -1>(x) * x), xv, xs);
+    check_gradient(kiln::sum(a * b + kiln::square(c)), xv, xs);
+}
+
+TEST_CASE("tile and repeat in graph mode: numpy's values, gradients summed over the copies") {
+    std::vector<double> v{1, 2, 3, 4, 5, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    // numpy.tile(x, (2, 1)), numpy.tile(x, 2), numpy.tile(x, (2, 1, 1)).
+    const std::vector<double> rows{1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6}, cols{1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6};
+    CHECK(flat(kiln::run(kiln::tile<2, 1>(x), x = X6)) == rows);
+    CHECK(flat(kiln::run(kiln::tile<2>(x), x = X6)) == cols);
+    const auto lead = kiln::run(kiln::tile<2, 1, 1>(x), x = X6);
+    CHECK(lead.shape().size() == 3);
+    CHECK(flat(lead) == rows);
+    CHECK(kiln_test::values(kiln::tile(t, {2, 1})) == rows);
+    // numpy.repeat(x, 2, axis=1) and numpy.repeat(x, 2).
+    const std::vector<double> rep1{1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6};
+    CHECK(flat(kiln::run(kiln::repeat<2, 1>(x), x = X6)) == rep1);
+    CHECK(flat(kiln::run(kiln::repeat<2>(x), x = X6)) == rep1);
+    CHECK(flat(kiln::run(kiln::repeat<2, 0>(x), x = X6)) == std::vector<double>{1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6});
+    CHECK(kiln_test::values(kiln::repeat(t, 2, 1)) == rep1);
+    using S = kiln::detail::shape_of_t<decltype(kiln::tile<3, 2>(kiln::input<"a", float, kiln::shape<2, 5>>{}))>;
+    static_assert(std::is_same_v<S, kiln::shape<6, 10>>);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::repeat<2, 2>(x), x = X6),
+                         "kiln: value_error in 'repeat': the axis is out of range (shape (2, 3))", kiln::value_error);
+    // Gradients (weights make each copy count differently).
+    check_gradient(kiln::sum(kiln::square(kiln::tile<2, 2>(x)) * kiln::cumsum<1>(kiln::tile<2, 2>(x))), xv, xs);
+    check_gradient(kiln::sum(kiln::cumsum<0>(kiln::repeat<3, 0>(x)) * kiln::repeat<3, 0>(x)), xv, xs);
+    check_gradient(kiln::sum(kiln::cumsum<0>(kiln::repeat<2>(x)) * kiln::repeat<2>(x)), xv, xs);
+    check_all_close(tape_gradient([](const kiln::tensor& a) { return kiln::sum(kiln::cumsum(kiln::repeat(a, 3, 0), 0) * kiln::repeat(a, 3, 0)); }),
+                    graph_gradient(kiln::sum(kiln::cumsum<0>(kiln::repeat<3, 0>(x)) * kiln::repeat<3, 0>(x))), 1e-14, 1e-14);
+    check_all_close(tape_gradient([](const kiln::tensor& a) { return kiln::sum(kiln::square(kiln::tile(a, {2, 1, 2}))); }),
+                    graph_gradient(kiln::sum(kiln::square(kiln::tile<2, 1, 2>(x)))), 1e-14, 1e-14);
+}
+
+TEST_CASE("pad in graph mode: constant padding, its gradient the interior of g") {
+    std::vector<double> v{1, 2, 3, 4, 5, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    // numpy.pad(x, ((1, 0), (0, 1)))
+    const std::vector<double> padded{0, 0, 0, 0, 1, 2, 3, 0, 4, 5, 6, 0};
+    CHECK(flat(kiln::run(kiln::pad<kiln::width{1, 0}, kiln::width{0, 1}>(x), x = X6)) == padded);
+    CHECK(kiln_test::values(kiln::pad(t, {{1, 0}, {0, 1}})) == padded);
+    // numpy.pad(x, ((0, 1),), constant_values=2.5): fewer widths pad the leading dimensions.
+    CHECK(flat(kiln::run(kiln::pad<kiln::width{0, 1}>(x, 2.5_c), x = X6)) == std::vector<double>{1, 2, 3, 4, 5, 6, 2.5, 2.5, 2.5});
+    CHECK(kiln_test::values(kiln::pad(t, {{0, 1}}, 2.5)) == std::vector<double>{1, 2, 3, 4, 5, 6, 2.5, 2.5, 2.5});
+    using S = kiln::detail::shape_of_t<decltype(kiln::pad<kiln::width{1, 2}>(kiln::input<"a", float, kiln::shape<2, 5>>{}))>;
+    static_assert(std::is_same_v<S, kiln::shape<5, 5>>);
+    CHECK_THROWS_WITH_AS(kiln::pad(t, {{-1, 0}}), "kiln: value_error in 'pad': pad widths must be non-negative (shape (2, 3))",
+                         kiln::value_error);
+    check_gradient(kiln::sum(kiln::cumsum<1>(kiln::pad<kiln::width{1, 1}, kiln::width{2, 0}>(x, 3_c)) * kiln::pad<kiln::width{1, 1}, kiln::width{2, 0}>(x)),
+                   xv, xs);
+    check_all_close(tape_gradient([](const kiln::tensor& a) { return kiln::sum(kiln::cumsum(kiln::pad(a, {{1, 1}, {2, 0}}), 1)); }),
+                    graph_gradient(kiln::sum(kiln::cumsum<1>(kiln::pad<kiln::width{1, 1}, kiln::width{2, 0}>(x)))), 1e-15, 1e-15);
+}
+
+TEST_CASE("take_along_axis, index_select, argsort and sort in graph mode: integer indices, checked at run time") {
+    std::vector<double> v{3, 1, 2, 6, 5, 4};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({3, 1, 2, 6, 5, 4}, {2, 3});
+    std::vector<std::int64_t> iv{2, 0, 1, -1};
+    // take_along_axis with a (2, 2) index along axis 1.
+    const auto along = kiln::run(kiln::take_along_axis<1>(x, idx), x = X6, idx = kiln::view(iv.data(), {2, 2}));
+    CHECK(flat(along) == std::vector<double>{2, 3, 5, 4});
+    // index_select: numpy.take(x, [2, 0, 1, -1], axis=1).
+    CHECK(flat(kiln::run(kiln::index_select<1>(x, idx), x = X6, idx = kiln::view(iv.data(), {4}))) ==
+          std::vector<double>{2, 3, 1, 2, 4, 6, 5, 4});
+    CHECK(kiln_test::values(kiln::index_select(t, 1, kiln::from_values<std::int64_t>({2, 0, 1, -1}, {4}))) ==
+          std::vector<double>{2, 3, 1, 2, 4, 6, 5, 4});
+    std::vector<std::int64_t> bad{0, 3};
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::index_select<1>(x, idx), x = X6, idx = kiln::view(bad.data(), {2})),
+                         "kiln: value_error in 'index_select': index 3 is out of range for a dimension of size 3", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::take_along_axis<1>(x, idx), x = X6, idx = kiln::view(bad.data(), {2})),
+                         "kiln: shape_error in 'take_along_axis': the index (2,) must have the shape of x (2, 3) except along axis 1",
+                         kiln::shape_error);
+    // argsort and sort, ascending and descending (stable; NaN last).
+    const auto order = kiln::run(kiln::argsort<1>(x), x = X6);
+    static_assert(std::is_same_v<std::decay_t<decltype(order(0, 0))>, std::int64_t>);
+    CHECK(flat(order) == std::vector<double>{1, 2, 0, 2, 1, 0});
+    CHECK(flat(kiln::run(kiln::sort<1>(x), x = X6)) == std::vector<double>{1, 2, 3, 4, 5, 6});
+    CHECK(flat(kiln::run(kiln::sort<0>(x, kiln::descending), x = X6)) == std::vector<double>{6, 5, 4, 3, 1, 2});
+    CHECK(kiln_test::values(kiln::argsort(t, 1)) == flat(order));
+    std::vector<double> n{2, NAN, 1, 2};
+    CHECK(flat(kiln::run(kiln::argsort<0>(x), x = kiln::view(n.data(), {4}))) == std::vector<double>{2, 0, 3, 1});
+    // Gradients: the scatter-add of take_along_axis and index_select (a repeated index adds twice).
+    std::vector<std::int64_t> rep{1, 1, 0, 2, 2, 2};
+    const auto feeds = idx = kiln::view(rep.data(), {2, 3});
+    check_gradient(kiln::sum(kiln::square(kiln::take_along_axis<1>(x, idx))), xv, xs, feeds);
+    std::vector<std::int64_t> cols{2, 2, 0};
+    check_gradient(kiln::sum(kiln::cumsum<1>(kiln::index_select<1>(x, idx)) * kiln::index_select<1>(x, idx)), xv, xs,
+                   idx = kiln::view(cols.data(), {3}));
+    check_gradient(kiln::sum(kiln::cumsum<1>(kiln::sort<1>(x)) * kiln::sort<1>(x)), xv, xs);
+    check_all_close(tape_gradient([](const kiln::tensor& a) { return kiln::sum(kiln::cumsum(kiln::sort(a, 1), 1) * kiln::sort(a, 1)); }),
+                    graph_gradient(kiln::sum(kiln::cumsum<1>(kiln::sort<1>(x)) * kiln::sort<1>(x))), 1e-15, 1e-15);
+}
+
+TEST_CASE("outer in graph mode, and the new ops traced: kiln::trace of graph expressions and kiln::function of eager code") {
+    std::vector<double> v{1, 2, 3, 4, 5, 6};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    constexpr kiln::input<"y", double> y{};
+    std::vector<double> yv{1, 10};
+    CHECK(flat(kiln::run(kiln::outer(x, y), x = X6, y = kiln::view(yv.data(), {2}))) ==
+          std::vector<double>{1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60});
+    check_gradient(kiln::sum(kiln::square(kiln::outer(x, y))), xv, xs, y = kiln::view(yv.data(), {2}));
+
+    const kiln::tensor t = kiln::from_values<double>({3, 1, 2, 6, 5, 4}, {2, 3});
+    // Eager code with these ops traces (argsort and the gathers read no data while tracing) and replays.
+    auto f = kiln::function([](const kiln::tensor& a) {
+        return kiln::sort(a, 1) + kiln::flip(kiln::tile(a, {1, 1}), {0}) + kiln::pad(a, {{0, 0}, {0, 0}}) +
+               kiln::repeat(a, 1, 1);
+    });
+    const auto expect = [](const kiln::tensor& a) {
+        return kiln_test::values(kiln::sort(a, 1) + kiln::flip(a, {0}) + a + a);
+    };
+    CHECK(kiln_test::values(f(t)) == expect(t));
+    const kiln::tensor t2 = kiln::from_values<double>({0, 9, 8, 7, -1, 2}, {2, 3});
+    CHECK(kiln_test::values(f(t2)) == expect(t2));
+    CHECK(f.trace_count() == 1);
+    auto g = kiln::function([](const kiln::tensor& a, const kiln::tensor& i) { return kiln::index_select(a, 1, i); });
+    CHECK(kiln_test::values(g(t, kiln::from_values<std::int64_t>({2, 0}, {2}))) == std::vector<double>{2, 3, 4, 6});
+    CHECK(kiln_test::values(g(t, kiln::from_values<std::int64_t>({1, 1}, {2}))) == std::vector<double>{1, 1, 5, 5});
+    CHECK(g.trace_count() == 1);
+    CHECK_THROWS_AS(g(t, kiln::from_values<std::int64_t>({1, 7}, {2})), kiln::value_error);
+    // A graph-mode expression traces to the same ops.
+    auto traced = kiln::trace(kiln::sort<1>(x) + kiln::pad<kiln::width{0, 0}>(kiln::flip<0>(x)));
+    CHECK(kiln_test::values(traced(t)) == kiln_test::values(kiln::sort(t, 1) + kiln::flip(t, {0})));
+}
+
+TEST_CASE("a traced training-style function with these ops and their gradients is saved, loaded and replayed") {
+    // Gradients inside the trace bring the gradient ops (untile, unrepeat, crop, scatter_add_along, index_add).
+    auto step = kiln::function([](const kiln::tensor& a, const kiln::tensor& i) {
+        kiln::gradient_tape tape;
+        tape.watch(a);
+        const kiln::tensor loss = kiln::sum(kiln::square(kiln::tile(a, {2, 1}))) +
+                                  kiln::sum(kiln::cumsum(kiln::pad(a, {{1, 0}, {0, 2}}, 0.5), 1)) +
+                                  kiln::sum(kiln::cumsum(kiln::sort(a, 1), 1)) +
+                                  kiln::sum(kiln::cumsum(kiln::repeat(a, 2, 0), 0) * kiln::cumsum(kiln::repeat(a, 2, 0), 1)) +
+                                  kiln::sum(kiln::square(kiln::index_select(a, 1, i)));
+        return std::tuple(loss, tape.gradient(loss, a));
+    });
+    const kiln::tensor a = kiln::from_values<float>({0.3f, -1.2f, 0.7f, 2.0f, -0.5f, 0.1f}, {2, 3});
+    const kiln::tensor i = kiln::from_values<std::int64_t>({2, 2, 0}, {3});
+    const auto [loss, grad] = step(a, i);
+    // The same step eagerly.
+    kiln::tensor want_loss, want_grad;
+    {
+        kiln::variable av(a.clone());
+        kiln::gradient_tape tape;
+        const kiln::tensor x = av;
+        want_loss = kiln::sum(kiln::square(kiln::tile(x, {2, 1}))) + kiln::sum(kiln::cumsum(kiln::pad(x, {{1, 0}, {0, 2}}, 0.5), 1)) +
+                    kiln::sum(kiln::cumsum(kiln::sort(x, 1), 1)) +
+                    kiln::sum(kiln::cumsum(kiln::repeat(x, 2, 0), 0) * kiln::cumsum(kiln::repeat(x, 2, 0), 1)) +
+                    kiln::sum(kiln::square(kiln::index_select(x, 1, i)));
+        want_grad = tape.gradient(want_loss, av);
+    }
+    check_all_close(kiln_test::values(loss), kiln_test::values(want_loss), 1e-6, 1e-6);
+    check_all_close(kiln_test::values(grad), kiln_test::values(want_grad), 1e-6, 1e-6);
+    const std::string path = "layout_ops_step.kfn";
+    kiln::save(step, {kiln::spec(kiln::float32, {2, 3}), kiln::spec(kiln::int64, {3})}, path);
+    const kiln::loaded_function f = kiln::load(path);
+    std::remove(path.c_str());
+    const auto out = f({a, i});
+    REQUIRE(out.size() == 2);
+    check_all_close(kiln_test::values(out[0]), kiln_test::values(want_loss), 1e-6, 1e-6);
+    check_all_close(kiln_test::values(out[1]), kiln_test::values(want_grad), 1e-6, 1e-6);
+}
+
+TEST_CASE("the registry infers these ops' shapes with the ops' own rules (closed: nothing computed)") {
+    for (const char* name : {"tile", "repeat", "pad", "sort", "argsort", "index_select", "take_along_axis"}) {
+        INFO(name);
+        CHECK(kiln::find_op(name).rule == kiln::shape_rule::closed);
+    }
+    const kiln::tensor_spec t = kiln::infer("tile", {{kiln::float32, {2, 3}}}, {{"reps", std::vector<std::int64_t>{2, 1, 2}}});
+    CHECK(t.dtype == kiln::float32);
+    CHECK(t.shape == kiln::dims{2, 2, 6});  // numpy.tile(ones((2, 3)), (2, 1, 2)).shape
+    CHECK(kiln::infer("repeat", {{kiln::int32, {2, 3}}}, {{"repeats", 3}}).shape == kiln::dims{18});
+    CHECK(kiln::infer("pad", {{kiln::float64, {2, 3}}}, {{"widths", std::vector<std::int64_t>{1, 0, 0, 2}}}).shape == kiln::dims{3, 5});
+    CHECK(kiln::infer("argsort", {{kiln::float64, {2, 3}}}, {}).dtype == kiln::int64);
+    CHECK(kiln::infer("index_select", {{kiln::float64, {2, 3}}, {kiln::int32, {5}}}, {{"axis", 1}}).shape == kiln::dims{2, 5});
+    CHECK(kiln::infer("take_along_axis", {{kiln::float64, {2, 3}}, {kiln::int64, {2, 7}}}, {{"axis", 1}}).shape == kiln::dims{2, 7});
+    // The errors are apply's.
+    const kiln::tensor x = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    const kiln::tensor fi = kiln::from_values<double>({0, 1}, {2});
+    CHECK_THROWS_WITH_AS(kiln::infer("index_select", {{kiln::float64, {2, 3}}, {kiln::float64, {2}}}, {{"axis", 1}}),
+                         "kiln: dtype_error in 'index_select': indices must be int32 or int64, not float64", kiln::dtype_error);
+    CHECK_THROWS_WITH_AS(kiln::apply("index_select", {x, fi}, {{"axis", 1}}),
+                         "kiln: dtype_error in 'index_select': indices must be int32 or int64, not float64", kiln::dtype_error);
+    CHECK_THROWS_WITH_AS(kiln::infer("tile", {{kiln::float32, {2, 3}}}, {{"reps", std::vector<std::int64_t>{-1}}}),
+                         "kiln: value_error in 'tile': repetitions must be non-negative (shape (2, 3))", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::apply("tile", {x}, {{"reps", std::vector<std::int64_t>{-1}}}),
+                         "kiln: value_error in 'tile': repetitions must be non-negative (shape (2, 3))", kiln::value_error);
+}
