@@ -281,3 +281,44 @@ TEST_CASE("the registry infers these ops' shapes with the ops' own rules (closed
     CHECK_THROWS_WITH_AS(kiln::apply("tile", {x}, {{"reps", std::vector<std::int64_t>{-1}}}),
                          "kiln: value_error in 'tile': repetitions must be non-negative (shape (2, 3))", kiln::value_error);
 }
+
+TEST_CASE("einsum in graph mode: the same op as eager mode's, gradients per operand (summed letters broadcast back)") {
+    constexpr kiln::input<"y", double> y{};
+    std::vector<double> v{1, 2, 3, 4, 5, 6}, u{1, -1, 2, 0.5, 3, -2};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    const kiln::tensor s = kiln::from_values<double>({1, -1, 2, 0.5, 3, -2}, {3, 2});
+    const auto Y32 = y = kiln::view(u.data(), {3, 2});
+    // A product, a transposed product, a trace-like contraction, an outer product, a sum of one operand's letter.
+    CHECK(flat(kiln::run(kiln::einsum<"ij,jk->ik">(x, y), x = X6, Y32)) == kiln_test::values(kiln::matmul(t, s)));
+    CHECK(flat(kiln::run(kiln::einsum<"ij,jk->ki">(x, y), x = X6, Y32)) == kiln_test::values(kiln::matmul(t, s).transpose(0, 1)));
+    CHECK(kiln::run(kiln::einsum<"ij,ji->">(x, y), x = X6, Y32)() == 1 * 1 + 2 * 2 + 3 * 3 + 4 * -1 + 5 * 0.5 + 6 * -2);
+    CHECK(flat(kiln::run(kiln::einsum<"ij,kl->ik">(x, y), x = X6, Y32)) ==
+          std::vector<double>{0, 6 * 2.5, 6 * 1, 0, 15 * 2.5, 15 * 1});
+    CHECK(kiln_test::values(kiln::einsum("ij,kl->ik", t, s)) == std::vector<double>{0, 6 * 2.5, 6 * 1, 0, 15 * 2.5, 15 * 1});
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::einsum<"ij,jk->ik">(x, y), x = X6, y = kiln::view(u.data(), {2, 3})),
+                         "kiln: value_error in 'einsum': 'ij,jk->ik': 'j' is 3 in one operand and 2 in the other", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::einsum("ij,jk->iz", t, s),
+                         "kiln: value_error in 'einsum': 'ij,jk->iz': an output subscript is in no operand ('z')", kiln::value_error);
+    // Gradients against central differences, with letters contracted, kept, batched and summed away.
+    const auto feeds = Y32;
+    check_gradient(kiln::sum(kiln::square(kiln::einsum<"ij,jk->ik">(x, y))), xv, xs, feeds);
+    check_gradient(kiln::sum(kiln::cumsum<0>(kiln::einsum<"ij,kl->ik">(x, y))), xv, xs, feeds);
+    check_gradient(kiln::sum(kiln::square(kiln::einsum<"ij,kj->ki">(kiln::transpose(y), x))), xv, xs, feeds);
+    check_gradient(kiln::square(kiln::einsum<"ij,ij->">(x, x)), xv, xs);
+    // The tape runs the same rule.
+    check_all_close(tape_gradient([&](const kiln::tensor& a) { return kiln::sum(kiln::square(kiln::einsum("ij,kl->ik", a, s))); }),
+                    [&] {
+                        std::vector<double> xm = xv;
+                        return flat(kiln::run(kiln::grad(kiln::sum(kiln::square(kiln::einsum<"ij,kl->ik">(x, y))), x),
+                                              x = kiln::view(xm.data(), xs), Y32));
+                    }(),
+                    1e-14, 1e-14);
+    // Traced: eager code and a graph-mode expression.
+    auto f = kiln::function([](const kiln::tensor& a, const kiln::tensor& b) { return kiln::einsum("ij,jk->ik", a, b); });
+    CHECK(kiln_test::values(f(t, s)) == kiln_test::values(kiln::matmul(t, s)));
+    auto traced = kiln::trace(kiln::einsum<"ij,jk->ki">(x, y));
+    CHECK(kiln_test::values(traced(t, s)) == kiln_test::values(kiln::matmul(t, s).transpose(0, 1)));
+    CHECK(kiln::infer("einsum", {{kiln::float32, {2, 3}}, {kiln::float64, {3, 5}}}, {{"equation", "ij,jk->ki"}}).shape ==
+          kiln::dims{5, 2});
+}

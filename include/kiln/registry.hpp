@@ -213,6 +213,10 @@ inline std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> pad_widths_of(cons
 inline tensor_spec pad_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     return {in[0].dtype, ops::pad::result_shape(ops::make_pad_attrs(pad_widths_of(a), a.number("value")), in[0].shape)};
 }
+inline tensor_spec einsum_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {promote(in[0].dtype, in[1].dtype),
+            ops::einsum::result_shape(ops::make_einsum_attrs(a.text("equation")), in[0].shape, in[1].shape)};
+}
 inline void check_index_spec(const tensor_spec& index, const char* op) {
     if (index.dtype != dtype::int32 && index.dtype != dtype::int64)
         throw dtype_error("kiln: dtype_error in '" + std::string(op) + "': indices must be int32 or int64, not " +
@@ -516,10 +520,10 @@ std::vector<op_schema> build_registry() {
     };
     evaluated([](std::span<const tensor> in, const attributes&) { return kiln::outer(in[0], in[1]); }, 
         "outer", op_family::linalg, 2, {}, true, "the outer product of two vectors");
-    evaluated([](std::span<const tensor> in, const attributes& a) {
+    closed([](std::span<const tensor> in, const attributes& a) {
         return kiln::einsum(a.text("equation"), in[0], in[1]);
     }, "einsum", op_family::linalg, 2, {{"equation", ar::text, true, std::nullopt, "the subscripts, as 'ij,jk->ik'"}},
-       true, "Einstein summation over two operands");
+       true, "Einstein summation over two operands", &einsum_shape_rule);
     // Scans: ops::scan's own shape and dtype rule (a closed rule: nothing computed).
     const std::vector<attr_spec> scan_attrs{axis_attr(std::nullopt, "the axis to scan"),
                                             {"reverse", ar::boolean, false, attr_value(false), "scan from the end of the axis"}};

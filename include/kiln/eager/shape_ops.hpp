@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "../ops/einsum.hpp"
 #include "indexing.hpp"
 
 namespace kiln {
@@ -74,90 +75,18 @@ tensor outer(const tensor& a, const tensor& b) {
     return x * b.reshape({-1}).unsqueeze(0);
 }
 
-// Einstein summation over two operands ("ij,jk->ik", "bij,bjk->bik", "i,i->", "ij->ji" needs one operand and is
-// not covered): letters in both operands and the output are batch dimensions, letters in both but not the output
-// are contracted, letters of one operand missing from the output are summed first. Computed with one (batched)
-// matmul; gradients come from the recorded views, sums and matmul. An output spec is required ("->").
-template <int = 0>
+// Einstein summation over two operands ("ij,jk->ik", "bij,bjk->bik", "i,i->", "i,j->ij"; one operand, as
+// "ij->ji", is not covered): letters in both operands and the output are batch dimensions, letters in both but not
+// the output are contracted, letters of one operand missing from the output are summed first. The op is
+// ops::einsum (ops/einsum.hpp), graph mode's kiln::einsum<"ij,jk->ik"> too: one batched matrix product, and its
+// gradient is an einsum per operand. The operands are promoted to one dtype first.
+template <int N = 0>
 tensor einsum(const std::string& spec, const tensor& a, const tensor& b) {
-    auto fail = [&](const std::string& why) -> tensor {
-        throw value_error("kiln: value_error in 'einsum': '" + spec + "': " + why);
-    };
-    const auto comma = spec.find(','), arrow = spec.find("->");
-    if (comma == std::string::npos || arrow == std::string::npos || arrow < comma) return fail("write \"ab,bc->ac\"");
-    const std::string sa = spec.substr(0, comma), sb = spec.substr(comma + 1, arrow - comma - 1),
-                      so = spec.substr(arrow + 2);
-    auto check = [&](const std::string& s, const tensor* t) {
-        std::string seen;
-        for (char c : s) {
-            if (c < 'a' || c > 'z') return fail("subscripts are lowercase letters");
-            if (seen.find(c) != std::string::npos) return fail(std::string("'") + c + "' repeats within one operand");
-            seen += c;
-        }
-        if (t && static_cast<int>(s.size()) != t->dim())
-            return fail("'" + s + "' has " + std::to_string(s.size()) + " subscripts for a tensor of rank " +
-                        std::to_string(t->dim()));
-        return tensor{};
-    };
-    check(sa, &a);
-    check(sb, &b);
-    check(so, nullptr);
-    std::map<char, std::ptrdiff_t> extent;
-    auto note = [&](const std::string& s, const tensor& t) {
-        for (std::size_t i = 0; i < s.size(); ++i) {
-            const auto n = t.shape()[static_cast<int>(i)];
-            auto [it, fresh] = extent.emplace(s[i], n);
-            if (!fresh && it->second != n)
-                fail(std::string("'") + s[i] + "' is " + std::to_string(it->second) + " in one operand and " +
-                     std::to_string(n) + " in the other");
-        }
-    };
-    note(sa, a);
-    note(sb, b);
-    for (char c : so)
-        if (!extent.count(c)) return fail(std::string("output subscript '") + c + "' is in no operand");
-    auto has = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
-    // Sum away what only one operand has and the output does not.
-    auto reduce_own = [&](const tensor& t, const std::string& s, const std::string& other, std::string& kept) {
-        std::vector<int> axes;
-        kept.clear();
-        for (std::size_t i = 0; i < s.size(); ++i) {
-            if (!has(other, s[i]) && !has(so, s[i])) axes.push_back(static_cast<int>(i));
-            else kept += s[i];
-        }
-        return axes.empty() ? t : sum(t, axes);
-    };
-    std::string ka, kb;
-    const tensor ta = reduce_own(a, sa, sb, ka), tb = reduce_own(b, sb, sa, kb);
-    std::string batch, contract, left, right;
-    for (char c : ka) {
-        if (has(kb, c)) (has(so, c) ? batch : contract) += c;
-        else left += c;
-    }
-    for (char c : kb)
-        if (!has(ka, c)) right += c;
-    auto arrange = [&](const tensor& t, const std::string& s, const std::string& order) {
-        if (order.empty()) return t;
-        std::array<int, max_rank> perm{};
-        for (std::size_t i = 0; i < order.size(); ++i) perm[i] = static_cast<int>(s.find(order[i]));
-        return t.permute_array(perm, static_cast<int>(order.size()));
-    };
-    auto count = [&](const std::string& s) {
-        std::ptrdiff_t n = 1;
-        for (char c : s) n *= extent[c];
-        return n;
-    };
-    const std::ptrdiff_t B = count(batch), M = count(left), K = count(contract), N = count(right);
-    const tensor am = arrange(ta, ka, batch + left + contract).reshape({B, M, K});
-    const tensor bm = arrange(tb, kb, batch + contract + right).reshape({B, K, N});
-    const tensor prod = matmul(am, bm);  // (B, M, N)
-    const std::string have = batch + left + right;
-    dims full_shape;
-    full_shape.rank = static_cast<int>(have.size());
-    for (std::size_t i = 0; i < have.size(); ++i) full_shape[static_cast<int>(i)] = extent[have[i]];
-    const tensor r = prod.reshape(full_shape);
-    if (so.size() != have.size()) return fail("every output subscript must appear once");
-    return arrange(r, have, so);
+    const ops::einsum_attrs at = ops::make_einsum_attrs(spec);
+    a.check_valid("einsum");
+    b.check_valid("einsum");
+    const dtype d = detail::promote(a.dtype(), b.dtype());
+    return detail::apply_structural<ops::einsum, N>(at, a.to(d), b.to(d));
 }
 
 // softmax and log_softmax along an axis (kiln::nn's, reachable from kiln:: as in PyTorch's torch.softmax).

@@ -216,6 +216,11 @@ inline std::optional<replay_fn> rebuild_layout_op(const std::string& op, const s
         const auto at = ops::make_pad_attrs(w, attr_number(a, "value"));
         return op == "pad" ? structural_replay<ops::pad>(at, inputs) : structural_replay<ops::crop>(at, inputs);
     }
+    if (op == "einsum" || op == "einsum_to") {
+        attrs_only(a, {"equation"});
+        const auto at = ops::make_einsum_attrs(a.count("equation") ? a.at("equation") : "");
+        return op == "einsum" ? structural_replay<ops::einsum>(at, inputs) : structural_replay<ops::einsum_to>(at, inputs);
+    }
     if (op == "unslice") {
         ops::slice_attrs at;
         if (a.count("parts")) {

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "../../core/constant.hpp"
+#include "../../core/fixed_string.hpp"
+#include "../../ops/einsum.hpp"
 #include "../../ops/gather.hpp"
 #include "../../ops/layout.hpp"
 #include "views.hpp"
@@ -170,6 +172,21 @@ template <class A, class B>
     requires(is_graph_v<A> && is_graph_v<B>)
 constexpr auto outer(const A& a, const B& b) {
     return kiln::reshape<dyn, 1>(a) * kiln::reshape<1, dyn>(b);
+}
+
+// Einstein summation over two operands, the subscripts at compile time: kiln::einsum<"ij,jk->ik">(a, b) (letters
+// in both operands and the output are batch dimensions, letters in both but not the output are contracted, letters
+// of one operand that the output lacks are summed). The same op as eager mode's kiln::einsum; differentiable.
+template <fixed_string Spec, class A, class B>
+    requires(is_graph_v<A> && is_graph_v<B>)
+constexpr auto einsum(const A& a, const B& b) {
+    detail::check_layout_operand<A>();
+    detail::check_layout_operand<B>();
+    constexpr ops::einsum_parse p = ops::parse_einsum(Spec.view());
+    static_assert(p.why == nullptr,
+                  "kiln::einsum: the subscripts are not valid: write both operands' lowercase letters and the result's, "
+                  "as \"ij,jk->ik\" (no letter twice in one operand; each output letter in an operand).");
+    return detail::structural<ops::with_attrs<ops::einsum, p.attrs>>(a, b);
 }
 
 }  // namespace kiln
