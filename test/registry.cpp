@@ -3,11 +3,13 @@
 //   - kiln::infer gives the dtype and shape that apply gives,
 //   - kiln::op_gradient agrees with central differences (for the differentiable ops);
 // plus lookups, attribute checks and their messages, parsing attributes from text, and recording on a tape.
+#include <kiln/io.hpp>
 #include <kiln/kiln.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -453,4 +455,128 @@ TEST_CASE("an op added as one struct reaches graph mode, grad, eager mode, the t
                          "kiln: value_error in 'register_op': an op named 'cube' is already registered", kiln::value_error);
     CHECK_THROWS_WITH_AS(kiln::register_op<kiln::ops::exp>("again"),
                          "kiln: value_error in 'register_op': an op named 'exp' is already registered", kiln::value_error);
+}
+
+namespace user_ops {
+// numpy.roll along one axis, as a program would add it: one mode-neutral structural op struct (ops/structural.hpp).
+struct roll_attrs {
+    int axis = 0;
+    std::int64_t shift = 0;
+    friend constexpr bool operator==(const roll_attrs&, const roll_attrs&) = default;
+};
+// The gradient rolls back: the attributes negated, as a value (eager mode) or at compile time (graph mode).
+constexpr roll_attrs back(roll_attrs a) {
+    a.shift = -a.shift;
+    return a;
+}
+template <roll_attrs A>
+constexpr kiln::ops::attrs_c<back(A)> back(kiln::ops::attrs_c<A>) {
+    return {};
+}
+struct roll {
+    static constexpr std::string_view name = "roll";
+    static constexpr int arity = 1;
+    using attributes = roll_attrs;
+    template <roll_attrs A, class S>
+    using static_shape = S;
+    static kiln::dims result_shape(const roll_attrs& a, const kiln::dims& x, std::string_view = {}) {
+        if (a.axis < 0 || a.axis >= x.rank)
+            throw kiln::value_error("kiln: value_error in 'roll': axis " + std::to_string(a.axis) + " is out of range for shape " +
+                                    kiln::to_string(x));
+        return x;
+    }
+    template <class T>
+    using result_type = T;
+    static std::string attrs_text(const roll_attrs& a) {
+        return "axis=" + std::to_string(a.axis) + " shift=" + std::to_string(a.shift);
+    }
+    // Two strided copies on the device: out[s:] = x[:n - s] and out[:s] = x[n - s:] along the axis.
+    template <class Device, class U, class X>
+    static void compute(const roll_attrs& a, U* out, const X& x, std::string_view = {}) {
+        const std::ptrdiff_t n = x.shape[a.axis];
+        const kiln::dims cs = kiln::detail::contiguous_strides(x.shape);
+        if (n == 0 || x.shape.size() == 0) return;
+        const std::ptrdiff_t s = ((a.shift % n) + n) % n;
+        auto part = [&](std::ptrdiff_t to, std::ptrdiff_t from, std::ptrdiff_t len) {
+            kiln::dims shape = x.shape;
+            shape[a.axis] = len;
+            Device::copy_strided(kiln::detail::strided<U>(out + to * cs[a.axis], shape, cs),
+                                 X(x.data + from * x.strides[a.axis], shape, x.strides));
+        };
+        if (n - s > 0) part(s, 0, n - s);
+        if (s > 0) part(0, n - s, s);
+    }
+    template <class A, class X, class Y, class G>
+    static constexpr auto gradient(const A& a, const X&, const Y&, const G& g) {
+        return kiln::detail::grads(kiln::ops::structural_fns<X>::template apply<roll>(back(a), g));
+    }
+    // For kiln::register_op: the attributes by name.
+    static std::vector<kiln::attr_spec> registry_attrs() {
+        return {{"axis", kiln::attr_kind::integer, true, std::nullopt, "the axis to roll"},
+                {"shift", kiln::attr_kind::integer, false, kiln::attr_value(1), "places to move each element"}};
+    }
+    static roll_attrs from_registry(const kiln::attributes& a) {
+        return {static_cast<int>(a.integer("axis")), a.integer("shift")};
+    }
+};
+}  // namespace user_ops
+
+namespace {
+template <class A>
+std::vector<double> flat(const A& a) {
+    return std::vector<double>(a.begin(), a.end());
+}
+}  // namespace
+
+TEST_CASE("a structural op added as one struct reaches graph mode, grad, eager mode, the tape, traces, files and the registry") {
+    using namespace kiln::literals;
+    const kiln::input<"x", double> x{};
+    std::vector<double> xv{1, 2, 3, 4, 5, 6};
+    const auto X = kiln::view(xv.data(), {2, 3});
+    const std::vector<double> rolled{3, 1, 2, 6, 4, 5};  // numpy.roll(x, 1, axis=1)
+    // Graph mode: a node of the op with its attributes; its gradient by the op's rule, against central differences.
+    constexpr auto node = kiln::graph_op<user_ops::roll, user_ops::roll_attrs{1, 1}>(x);
+    CHECK(flat(kiln::run(node, x = X)) == rolled);
+    CHECK(flat(kiln::run(kiln::graph_op<user_ops::roll, user_ops::roll_attrs{0, -3}>(x), x = X)) ==
+          std::vector<double>{4, 5, 6, 1, 2, 3});
+    const auto g = kiln::run(kiln::grad(kiln::sum(kiln::cumsum<1>(node) * x), x), x = X);
+    // d/dx of sum(cumsum(roll(x)) * x): by hand, roll(x) = (3, 1, 2), cumsum = (3, 4, 6); the cumsum's gradient
+    // w.r.t. its input is the reversed cumsum of x, (6, 5, 3), rolled back: (5, 3, 6); plus cumsum itself.
+    CHECK(flat(g) == std::vector<double>{3 + 5, 4 + 3, 6 + 6, 6 + 11, 10 + 6, 15 + 15});
+    CHECK(kiln::to_string(node * 2_c).find("roll") != std::string::npos);
+    // Eager mode and the tape: the same op, the same rule.
+    const kiln::tensor t = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(values(kiln::eager_op<user_ops::roll>({1, 1}, t)) == rolled);
+    {
+        kiln::variable v(t.clone());
+        kiln::gradient_tape tape;
+        const kiln::tensor tv = v;
+        const kiln::tensor loss = kiln::sum(kiln::cumsum(kiln::eager_op<user_ops::roll>({1, 1}, tv), 1) * tv);
+        CHECK(values(tape.gradient(loss, v)) == flat(g));
+    }
+    CHECK_THROWS_WITH_AS(kiln::eager_op<user_ops::roll>({2, 1}, t), "kiln: value_error in 'roll': axis 2 is out of range for shape (2, 3)",
+                         kiln::value_error);
+    // Traced: a function records the op and replays it.
+    auto f = kiln::function([](const kiln::tensor& a) { return kiln::eager_op<user_ops::roll>({1, 2}, a); });
+    CHECK(values(f(t)) == std::vector<double>{2, 3, 1, 5, 6, 4});
+    CHECK(values(f(t * 2.0)) == std::vector<double>{4, 6, 2, 10, 12, 8});
+    CHECK(f.trace_count() == 1);
+    // The registry, once registered: apply, infer (closed: the op's own rule), op_gradient.
+    CHECK(kiln::find_op_or_null("roll") == nullptr);
+    const kiln::op_schema& s = kiln::register_op<user_ops::roll>("numpy.roll along an axis");
+    CHECK(&kiln::find_op("roll") == &s);
+    CHECK(s.rule == kiln::shape_rule::closed);
+    CHECK(values(kiln::apply("roll", {t}, {{"axis", 1}})) == rolled);
+    CHECK(kiln::infer("roll", {{kiln::int32, {4, 5}}}, {{"axis", 0}, {"shift", 7}}).shape == kiln::dims{4, 5});
+    CHECK_THROWS_WITH_AS(kiln::infer("roll", {{kiln::int32, {4, 5}}}, {{"axis", 2}}),
+                         "kiln: value_error in 'roll': axis 2 is out of range for shape (4, 5)", kiln::value_error);
+    const auto vjp = kiln::op_gradient("roll", {t}, f64({1, 0, 0, 0, 0, 2}, {2, 3}), {{"axis", 1}});
+    REQUIRE(vjp[0].has_value());
+    CHECK(values(*vjp[0]) == std::vector<double>{0, 0, 1, 0, 2, 0});
+    // A saved function that holds the op loads in a program that registered it (its attributes in their text forms).
+    const std::string path = "registry_roll.kfn";
+    kiln::save(f, {kiln::spec(kiln::float64, {2, 3})}, path);
+    const kiln::loaded_function loaded = kiln::load(path);
+    std::remove(path.c_str());
+    CHECK(values(loaded({t})[0]) == std::vector<double>{2, 3, 1, 5, 6, 4});
 }

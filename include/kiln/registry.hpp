@@ -626,16 +626,58 @@ const op_schema* find_op_or_null(std::string_view name) noexcept {
     return nullptr;
 }
 
-// Registers an elementwise op struct of the program's own (the op protocol of ops/op_base.hpp: a name, an arity,
-// an apply, a gradient rule) under Op::name, so that find_op, apply, infer and op_gradient reach it as they reach
-// the built-in ops. A name that is already taken is a kiln::value_error. Thread-safe; the schema lives as long as
-// the program.
+namespace detail {
+// A mode-neutral structural op (ops/structural.hpp) that also states its attributes for the registry:
+//   static std::vector<attr_spec> registry_attrs();                  the schema (names, kinds, defaults)
+//   static typename Op::attributes from_registry(const attributes&); its attribute value from them
+// Its attrs_text must write the same names in parse_attribute's forms ("axis=1 shift=2"), so that a saved
+// function that holds it loads in a program that registered it.
+template <class Op>
+concept registrable_structural_op = requires(const attributes& a) {
+    typename Op::attributes;
+    { Op::registry_attrs() } -> std::convertible_to<std::vector<attr_spec>>;
+    { Op::from_registry(a) } -> std::convertible_to<typename Op::attributes>;
+};
+
+template <class Op>
+tensor structural_registry_kernel(std::span<const tensor> in, const attributes& a) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return apply_structural<Op>(Op::from_registry(a), in[I]...);
+    }(std::make_index_sequence<Op::arity>{});
+}
+
+template <class Op>
+tensor_spec structural_registry_shape(std::span<const tensor_spec> in, const attributes& a) {
+    const auto at = Op::from_registry(a);
+    dtype d = in[0].dtype;
+    dispatch(in[0].dtype, [&]<class T>() { d = dtype_of<typename Op::template result_type<T>>(); });
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return tensor_spec{d, Op::result_shape(at, in[I].shape...)};
+    }(std::make_index_sequence<Op::arity>{});
+}
+
+template <class Op, int N>
+op_schema structural_entry(std::string summary) {
+    return structural(std::string(Op::name), op_family::join, Op::arity, Op::arity, Op::registry_attrs(), true,
+                      shape_rule::closed, &structural_registry_kernel<Op>, &structural_registry_shape<Op>,
+                      std::move(summary));
+}
+}  // namespace detail
+
+// Registers an op struct of the program's own under Op::name, so that find_op, apply, infer and op_gradient reach
+// it as they reach the built-in ops: an elementwise op (the op protocol of ops/op_base.hpp: a name, an arity, an
+// apply, a gradient rule), or a mode-neutral structural op (ops/structural.hpp) that states registry_attrs() and
+// from_registry() (docs/internals.md walks through one). A name that is already taken is a kiln::value_error.
+// Thread-safe; the schema lives as long as the program.
 template <class Op, int N = 0>
 const op_schema& register_op(std::string summary) {
-    static_assert(detail::elementwise_op<Op>,
+    static_assert(detail::elementwise_op<Op> || detail::registrable_structural_op<Op>,
                   "kiln::register_op: the op must be an elementwise op struct (a name, an arity and an apply taking "
-                  "that many numbers; the op protocol in kiln/ops/op_base.hpp).");
-    op_schema s = detail::elementwise_entry<Op, N>(std::move(summary));
+                  "that many numbers; the op protocol in kiln/ops/op_base.hpp), or a structural op struct with "
+                  "attributes, registry_attrs() and from_registry() (kiln/ops/structural.hpp).");
+    op_schema s;
+    if constexpr (detail::registrable_structural_op<Op>) s = detail::structural_entry<Op, N>(std::move(summary));
+    else s = detail::elementwise_entry<Op, N>(std::move(summary));
     detail::added_ops& added = detail::program_ops<N>();
     std::unique_lock lock(added.mutex);
     bool taken = false;

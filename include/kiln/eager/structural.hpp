@@ -87,4 +87,13 @@ tensor apply_structural(const typename Op::attributes& a, const tensor& x, const
 }
 
 }  // namespace detail
+
+// A mode-neutral structural op of the program's own (ops/structural.hpp) run eagerly with attributes `a`: its shape
+// rule, its kernel on the CPU device, its gradient rule on the active tapes, and a node in a trace.
+template <class Op, class... More>
+tensor eager_op(const typename Op::attributes& a, const tensor& x, const More&... more) {
+    static_assert((std::is_base_of_v<tensor, More> && ...), "kiln::eager_op: the operands are kiln::tensor values.");
+    return detail::apply_structural<Op>(a, x, static_cast<const tensor&>(more)...);
+}
+
 }  // namespace kiln

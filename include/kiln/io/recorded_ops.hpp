@@ -2,6 +2,7 @@
 // The ops of a traced function's graph rebuilt from what a file holds of them (their registry names, attributes as
 // the tracer prints them, and parameters), as kiln::load (io/function_file.hpp) and the ONNX export read them: each
 // through the vocabulary, the elementwise ops by the registry's kernels and the others by eager mode's functions.
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstdint>
@@ -373,6 +374,17 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
     // Elementwise ops of the vocabulary, from the registry: tensor operands are inputs, number operands
     // ("operand<k>=...") parameters.
     const op_schema* s = find_op_or_null<N>(op);
+    // A program's own structural op (kiln::register_op): its attributes in the registry's text forms.
+    if (s && s->family == op_family::join && s->rule == shape_rule::closed && s->kernel &&
+        !std::any_of(registered_ops<N>().begin(), registered_ops<N>().end(), [&](const op_schema& o) { return &o == s; })) {
+        if (inputs != static_cast<std::size_t>(s->min_inputs))
+            throw value_error("takes " + std::to_string(s->min_inputs) + " inputs, not " + std::to_string(inputs));
+        if (np != 0) throw value_error("takes no parameters, not " + std::to_string(np));
+        attributes given;
+        for (const auto& [k, v] : a) given.set(k, parse_attribute(*s, k, v));
+        const attributes resolved = s->resolve(given);
+        return [kernel = s->kernel, resolved](auto in, auto) { return kernel(in, resolved); };
+    }
     if (!s || (s->family != op_family::elementwise && s->family != op_family::activation) || s->min_inputs != s->max_inputs)
         throw value_error("is not an op kiln can load (no such op in this kiln's vocabulary, or one that cannot be saved)");
     const std::size_t arity = static_cast<std::size_t>(s->min_inputs);

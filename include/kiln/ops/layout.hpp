@@ -32,7 +32,8 @@ struct shape_or_error {
 // (Built by assignment: GCC 12 does not treat a dims copied in an aggregate initializer as a constant.)
 constexpr shape_or_error shape_ok(const dims& s) {
     shape_or_error r;
-    r.shape = s;
+    r.shape.rank = s.rank;
+    for (int i = 0; i < s.rank; ++i) r.shape[i] = s[i];  // (only the meaningful extents: the rest may be unset)
     return r;
 }
 constexpr shape_or_error shape_fail(const char* why) {
@@ -117,7 +118,10 @@ struct flip {
     using result_type = T;
     static std::string attrs_text(const flip_attrs& a) {
         std::string s = "axes=";
-        for (int i = 0; i < a.naxes; ++i) s += (i ? "," : "") + std::to_string(a.axes[static_cast<std::size_t>(i)]);
+        for (int i = 0; i < a.naxes; ++i) {
+            if (i) s += ',';
+            s += std::to_string(a.axes[static_cast<std::size_t>(i)]);
+        }
         return s;
     }
 
@@ -338,7 +342,10 @@ struct tile {
     using result_type = T;
     static std::string attrs_text(const tile_attrs& a) {
         std::string s = "reps=";
-        for (int i = 0; i < a.nreps; ++i) s += (i ? "," : "") + std::to_string(a.reps[static_cast<std::size_t>(i)]);
+        for (int i = 0; i < a.nreps; ++i) {
+            if (i) s += ',';
+            s += std::to_string(a.reps[static_cast<std::size_t>(i)]);
+        }
         return s;
     }
     template <class Device, class U, class X>
@@ -566,8 +573,9 @@ struct pad {
     static std::string attrs_text(const pad_attrs& a) {
         std::string b = "before=", e = " after=";
         for (int i = 0; i < a.n; ++i) {
-            b += (i ? "," : "") + std::to_string(a.before[static_cast<std::size_t>(i)]);
-            e += (i ? "," : "") + std::to_string(a.after[static_cast<std::size_t>(i)]);
+            if (i) b += ',', e += ',';
+            b += std::to_string(a.before[static_cast<std::size_t>(i)]);
+            e += std::to_string(a.after[static_cast<std::size_t>(i)]);
         }
         return b + e + " value=" + to_string_exact(a.value());
     }

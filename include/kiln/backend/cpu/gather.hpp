@@ -82,27 +82,59 @@ void scatter_add_along_into(const strided<const T>& g, const strided<const I>& i
     });
 }
 
+// The dimensions of a view after `axis` as one run of `n` elements `stride` apart, when their strides allow
+// (row-major among themselves); n is 0 when they do not.
+template <class T>
+void inner_run(const strided<T>& v, int axis, std::ptrdiff_t& n, std::ptrdiff_t& stride) {
+    n = 1;
+    stride = 1;
+    for (int d = v.shape.rank - 1; d > axis; --d) {
+        if (v.shape[d] == 1) continue;
+        if (n > 1 && v.strides[d] != stride * n) {
+            n = 0;
+            return;
+        }
+        if (n == 1) stride = v.strides[d];
+        n *= v.shape[d];
+    }
+}
+
 // out (row-major, x's shape before axis + index's shape + x's shape after it) = x with `axis` indexed by every
-// entry of index (numpy.take, torch.index_select for a 1-D index); with Add, its gradient into x's shape.
+// entry of index (numpy.take, torch.index_select for a 1-D index). Rows after the axis are copied as runs (an
+// embedding lookup copies whole rows).
 template <class T, class I, class U>
 void take_into(const strided<const T>& x, const strided<const I>& index, int axis, U* out, std::string_view op) {
-    const int ri = index.shape.rank;
-    dims os;
-    os.rank = x.shape.rank - 1 + ri;
-    for (int d = 0; d < axis; ++d) os[d] = x.shape[d];
-    for (int d = 0; d < ri; ++d) os[axis + d] = index.shape[d];
-    for (int d = axis + 1; d < x.shape.rank; ++d) os[d - 1 + ri] = x.shape[d];
-    std::ptrdiff_t k = 0;
     const std::ptrdiff_t n = x.shape[axis];
-    for_each_index(os, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
-        std::ptrdiff_t off = 0, ioff = 0;
-        for (int d = 0; d < axis; ++d) off += i[static_cast<std::size_t>(d)] * x.strides[d];
-        for (int d = 0; d < ri; ++d) ioff += i[static_cast<std::size_t>(axis + d)] * index.strides[d];
-        for (int d = axis + 1; d < x.shape.rank; ++d) off += i[static_cast<std::size_t>(d - 1 + ri)] * x.strides[d];
-        off += checked_index(index.data[ioff], n, op) * x.strides[axis];
-        out[k++] = static_cast<U>(x.data[off]);
+    dims before{}, after{};
+    before.rank = axis;
+    for (int d = 0; d < axis; ++d) before[d] = x.shape[d];
+    after.rank = x.shape.rank - axis - 1;
+    for (int d = axis + 1; d < x.shape.rank; ++d) after[d - axis - 1] = x.shape[d];
+    std::ptrdiff_t run = 0, step = 1;
+    inner_run(x, axis, run, step);
+    const std::ptrdiff_t inner = after.size();
+    if (inner == 0 || index.shape.size() == 0) return;
+    std::ptrdiff_t k = 0;
+    for_each_index(before, [&](const std::array<std::ptrdiff_t, max_rank>& b) {
+        std::ptrdiff_t base = 0;
+        for (int d = 0; d < axis; ++d) base += b[static_cast<std::size_t>(d)] * x.strides[d];
+        for_each_index(index.shape, [&](const std::array<std::ptrdiff_t, max_rank>& j) {
+            const std::ptrdiff_t row = base + checked_index(index.data[offset_of(index, j)], n, op) * x.strides[axis];
+            if (run > 0) {
+                const T* from = x.data + row;
+                for (std::ptrdiff_t i = 0; i < run; ++i) out[k + i] = static_cast<U>(from[i * step]);
+                k += run;
+            } else {
+                for_each_index(after, [&](const std::array<std::ptrdiff_t, max_rank>& a) {
+                    std::ptrdiff_t off = row;
+                    for (int d = 0; d < after.rank; ++d) off += a[static_cast<std::size_t>(d)] * x.strides[axis + 1 + d];
+                    out[k++] = static_cast<U>(x.data[off]);
+                });
+            }
+        });
     });
 }
+// Its gradient: out (row-major, `shape`, zeroed here) += g at the rows take read.
 template <class T, class I, class U>
 void take_add_into(const strided<const T>& g, const strided<const I>& index, int axis, const dims& shape, U* out,
                    std::string_view op) {

@@ -238,4 +238,14 @@ constexpr auto structural_with(ops::attrs_c<A>, const X&... x) {
 
 }  // namespace detail
 
+// A graph-mode node of a mode-neutral structural op of the program's own (ops/structural.hpp) with attributes A:
+// its static and run-time shape rules, its kernel and its gradient rule are the op's.
+template <class Op, auto A, class X, class... More>
+    requires(is_graph_v<X> && (is_graph_v<More> && ...))
+constexpr auto graph_op(const X& x, const More&... more) {
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(A)>, typename Op::attributes>,
+                  "kiln::graph_op: the attributes must have the op's attributes type.");
+    return detail::structural<ops::with_attrs<Op, A>>(x, more...);
+}
+
 }  // namespace kiln
