@@ -53,8 +53,8 @@ int main() {
         std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
         std::uniform_int_distribution<std::int64_t> pick(0, rows - 1);
         for (auto& i : idx) i = pick(rng);
-        const kiln::tensor t = kiln::from_values<float>(table, {rows, width});
-        const kiln::tensor it = kiln::from_values<std::int64_t>(idx, {n});
+        const kiln::tensor t = kiln::from_vector(table, kiln::dims{rows, width});
+        const kiln::tensor it = kiln::from_vector(idx, kiln::dims{n});
         std::vector<float> out(static_cast<std::size_t>(n * width));
         pair(
             "embedding lookup (4,096 rows of 64)", "memcpy per row",
@@ -73,7 +73,7 @@ int main() {
         const std::ptrdiff_t rows = 256, len = 1024;
         std::vector<float> data(static_cast<std::size_t>(rows * len));
         for (float& v : data) v = uni(rng);
-        const kiln::tensor t = kiln::from_values<float>(data, {rows, len});
+        const kiln::tensor t = kiln::from_vector(data, kiln::dims{rows, len});
         std::vector<float> out(data.size());
         pair(
             "sort 256 rows of 1,024", "copy + std::stable_sort per row",
@@ -108,7 +108,7 @@ int main() {
         const std::ptrdiff_t n = 512;
         std::vector<float> data(static_cast<std::size_t>(n * n));
         for (float& v : data) v = uni(rng);
-        const kiln::tensor t = kiln::from_values<float>(data, {n, n});
+        const kiln::tensor t = kiln::from_vector(data, kiln::dims{n, n});
         std::vector<float> out(data.size() * 4);
         pair(
             "tile 512 x 512 by (2, 2)", "memcpy per row",
@@ -130,7 +130,7 @@ int main() {
         std::vector<float> x(static_cast<std::size_t>(b * n * n)), y(x.size());
         for (float& v : x) v = uni(rng);
         for (float& v : y) v = uni(rng);
-        const kiln::tensor a = kiln::from_values<float>(x, {b, n, n}), c = kiln::from_values<float>(y, {b, n, n});
+        const kiln::tensor a = kiln::from_vector(x, kiln::dims{b, n, n}), c = kiln::from_vector(y, kiln::dims{b, n, n});
         pair(
             "batched product 16 x 64 x 64", "`matmul(a, c)`",
             [&] {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <random>
 #include <tuple>
 #include <vector>
 
@@ -321,4 +322,59 @@ TEST_CASE("einsum in graph mode: the same op as eager mode's, gradients per oper
     CHECK(kiln_test::values(traced(t, s)) == kiln_test::values(kiln::matmul(t, s).transpose(0, 1)));
     CHECK(kiln::infer("einsum", {{kiln::float32, {2, 3}}, {kiln::float64, {3, 5}}}, {{"equation", "ij,jk->ki"}}).shape ==
           kiln::dims{5, 2});
+}
+
+TEST_CASE("the gathers, scatters, sort order, tiles and pads read strided operands as they read contiguous ones") {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> u(-2, 2);
+    std::vector<double> xv20(20);
+    for (double& v : xv20) v = std::round(u(rng) * 4) / 4;  // ties, to check stability
+    const kiln::tensor x = kiln::from_vector(xv20, kiln::dims{4, 5});
+    const kiln::tensor xt = x.transpose(0, 1);  // (5, 4), not contiguous
+    REQUIRE_FALSE(xt.is_contiguous());
+    const kiln::tensor xc = xt.contiguous();
+    const kiln::tensor idx = kiln::from_values<std::int64_t>({0, -1, 2, 3, 1, 1, -4, 0, 2, 3, 3, 0, 1, 2, -2}, {5, 3});
+    const kiln::tensor idx_t = kiln::from_values<std::int64_t>({0, 3, 1, 2, 0, -1, 1, 0, 2, 3, 2, 1, 1, 0, -2}, {3, 5}).transpose(0, 1);
+    CHECK(kiln_test::values(kiln::take_along_axis(xt, idx, 1)) == kiln_test::values(kiln::take_along_axis(xc, idx, 1)));
+    CHECK(kiln_test::values(kiln::take_along_axis(xt, idx_t, 1)) == kiln_test::values(kiln::take_along_axis(xc, idx_t.contiguous(), 1)));
+    const kiln::tensor rows = kiln::from_values<std::int64_t>({4, 0, -1, 2}, {4});
+    CHECK(kiln_test::values(kiln::index_select(xt, 0, rows)) == kiln_test::values(kiln::index_select(xc, 0, rows)));
+    const kiln::tensor cols4 = kiln::from_values<std::int64_t>({3, 0, -1, 2}, {4});
+    CHECK(kiln_test::values(kiln::index_select(xt, 1, cols4)) == kiln_test::values(kiln::index_select(xc, 1, cols4)));
+    for (int axis : {0, 1}) {
+        CHECK(kiln_test::values(kiln::argsort(xt, axis)) == kiln_test::values(kiln::argsort(xc, axis)));
+        CHECK(kiln_test::values(kiln::sort(xt, axis, true)) == kiln_test::values(kiln::sort(xc, axis, true)));
+    }
+    // Stable: equal values keep their order (numpy.argsort(kind="stable") of [1, 0.5, 1, 0.5, 1]).
+    CHECK(kiln_test::values(kiln::argsort(kiln::from_values<double>({1, 0.5, 1, 0.5, 1}, {5}))) == std::vector<double>{1, 3, 0, 2, 4});
+    CHECK(kiln_test::values(kiln::argsort(kiln::from_values<double>({1, 0.5, 1, 0.5, 1}, {5}), 0, true)) ==
+          std::vector<double>{0, 2, 4, 1, 3});
+    CHECK(kiln_test::values(kiln::tile(xt, {2, 1, 3})) == kiln_test::values(kiln::tile(xc, {2, 1, 3})));
+    CHECK(kiln_test::values(kiln::repeat(xt, 3, 1)) == kiln_test::values(kiln::repeat(xc, 3, 1)));
+    CHECK(kiln_test::values(kiln::pad(xt, {{1, 2}, {0, 1}}, -1)) == kiln_test::values(kiln::pad(xc, {{1, 2}, {0, 1}}, -1)));
+    CHECK(kiln_test::values(kiln::einsum("ij,kj->ik", xt, xt)) == kiln_test::values(kiln::einsum("ij,kj->ik", xc, xc)));
+    // Gradients through the strided operand on the tape, and graph-mode gradients whose g is a broadcast (stride 0).
+    {
+        kiln::variable v(x.clone());
+        kiln::gradient_tape tape;
+        const kiln::tensor vt = kiln::tensor(v).transpose(0, 1);
+        const kiln::tensor loss = kiln::sum(kiln::square(kiln::take_along_axis(vt, idx, 1))) +
+                                  kiln::sum(kiln::cumsum(kiln::index_select(vt, 1, cols4), 1));
+        const kiln::tensor gv = tape.gradient(loss, v);
+        // By hand: each use of x[i][j] adds 2 x[i][j] (the squares) or its count of later positions (cumsum).
+        std::vector<double> want(20, 0.0);
+        const std::vector<std::int64_t> iv{0, -1, 2, 3, 1, 1, -4, 0, 2, 3, 3, 0, 1, 2, -2};
+        for (int r = 0; r < 5; ++r)
+            for (int c = 0; c < 3; ++c) {
+                const auto j = static_cast<int>((iv[static_cast<std::size_t>(r * 3 + c)] + 4) % 4);  // xt[r][j] = x[j][r]
+                want[static_cast<std::size_t>(j * 5 + r)] += 2 * xv20[static_cast<std::size_t>(j * 5 + r)];
+            }
+        const std::vector<int> cols{3, 0, 3, 2};  // {3, 0, -1, 2} along xt's axis 1 (extent 4): -1 is 3
+        for (int r = 0; r < 5; ++r)
+            for (int c = 0; c < 4; ++c) want[static_cast<std::size_t>(cols[static_cast<std::size_t>(c)] * 5 + r)] += 4 - c;
+        check_all_close(kiln_test::values(gv), want, 1e-12, 1e-12);
+    }
+    std::vector<std::int64_t> picks{2, 0, 0, -1};
+    check_gradient(kiln::sum(kiln::take_along_axis<0>(kiln::transpose(kiln_test::x), ::idx)), xv, xs,
+                   ::idx = kiln::view(picks.data(), {2, 2}));
 }

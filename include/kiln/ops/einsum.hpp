@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "../core/shape.hpp"
 #include "../core/strided.hpp"
@@ -173,18 +174,33 @@ detail::strided<T> arranged(const detail::strided<T>& v, const char* s, int n, c
     return r;
 }
 
-// A buffer from the device, handed back when the scope ends.
+// A buffer from the device, taken on first use and handed back when the scope ends.
 template <class Device, class T>
 struct scratch {
     T* p = nullptr;
     std::size_t bytes = 0;
-    explicit scratch(std::ptrdiff_t n) : bytes(static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(T)) {
+    scratch() = default;
+    T* get(std::ptrdiff_t n) {
+        bytes = static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(T);
         p = static_cast<T*>(Device::allocate(bytes));
+        return p;
     }
-    ~scratch() { Device::deallocate(p, bytes); }
+    ~scratch() {
+        if (p) Device::deallocate(p, bytes);
+    }
     scratch(const scratch&) = delete;
     scratch& operator=(const scratch&) = delete;
 };
+
+template <class T>
+bool row_major(const detail::strided<T>& v) {
+    std::ptrdiff_t expect = 1;
+    for (int d = v.shape.rank - 1; d >= 0; --d) {
+        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
+        expect *= v.shape[d];
+    }
+    return true;
+}
 
 // out (row-major, out subscripts, extents e) = the contraction of x and y.
 template <class Device, class U, class T>
@@ -209,9 +225,11 @@ void contract(const einsum_attrs& a, const extents& e, U* out, const detail::str
         return k;
     };
     const std::ptrdiff_t B = count(batch, nbatch), M = count(left, nleft), K = count(contr, ncontr), N = count(right, nright);
-    // Each operand summed over its own letters, then copied as (batch, rows, inner) row-major.
+    // Each operand summed over its own letters and arranged as (batch, rows, inner) row-major: read in place when
+    // its layout already is that, copied otherwise.
     auto prepare = [&](const detail::strided<const T>& v, const char* s, int n, const char* kept, int nkept, const char* rows,
-                       int nrows, const char* inner, int ninner, T* to) {
+                       int nrows, const char* inner, int ninner, scratch<Device, T>& sum_buf,
+                       scratch<Device, T>& buf) -> const T* {
         char order[max_rank];
         int m = 0;
         for (int i = 0; i < nbatch; ++i) order[m++] = batch[i];
@@ -220,41 +238,49 @@ void contract(const einsum_attrs& a, const extents& e, U* out, const detail::str
         dims shape{};
         shape.rank = m;
         for (int i = 0; i < m; ++i) shape[i] = e.of[static_cast<std::size_t>(order[i] - 'a')];
-        if (nkept == n) {
-            Device::copy_strided(detail::strided<T>(to, shape, detail::contiguous_strides(shape)), arranged(v, s, n, order, m));
-            return;
+        detail::strided<const T> src = v;
+        if (nkept != n) {
+            // Sum away the letters that are not kept (into a row-major buffer of v's shape with those extents 1).
+            dims keep = v.shape;
+            for (int i = 0; i < n; ++i) {
+                bool k = false;
+                for (int j = 0; j < nkept; ++j) k = k || kept[j] == s[i];
+                if (!k) keep[i] = 1;
+            }
+            T* p = sum_buf.get(keep.size());
+            Device::reduce(detail::fold_kind::sum, v, keep, p);
+            src = detail::strided<const T>(p, keep, detail::contiguous_strides(keep));
         }
-        // Sum away the letters that are not kept (into a row-major buffer of v's shape with those extents 1).
-        dims keep = v.shape;
-        for (int i = 0; i < n; ++i) {
-            bool k = false;
-            for (int j = 0; j < nkept; ++j) k = k || kept[j] == s[i];
-            if (!k) keep[i] = 1;
-        }
-        scratch<Device, T> summed(keep.size());
-        Device::reduce(detail::fold_kind::sum, v, keep, summed.p);
-        const detail::strided<const T> sv(summed.p, keep, detail::contiguous_strides(keep));
-        Device::copy_strided(detail::strided<T>(to, shape, detail::contiguous_strides(shape)), arranged(sv, s, n, order, m));
+        const detail::strided<const T> view = arranged(src, s, n, order, m);
+        if (row_major(view)) return view.data;
+        T* to = buf.get(shape.size());
+        Device::copy_strided(detail::strided<T>(to, shape, detail::contiguous_strides(shape)), view);
+        return to;
     };
-    scratch<Device, T> ax(B * M * K), by(B * K * N), prod(B * M * N);
-    prepare(x, a.a.data(), a.na, kx, nkx, left, nleft, contr, ncontr, ax.p);
-    prepare(y, a.b.data(), a.nb, ky, nky, contr, ncontr, right, nright, by.p);
-    for (std::ptrdiff_t i = 0; i < B; ++i)
-        Device::gemm(prod.p + i * M * N, M, N, K, detail::matrix_ref<T>{ax.p + i * M * K, K, 1},
-                     detail::matrix_ref<T>{by.p + i * K * N, N, 1});
-    // The product as (batch, left, right), viewed in the output's order; letters in neither operand (einsum_to)
-    // repeat by stride 0.
+    scratch<Device, T> sx, sy, ax, by, prod;
+    const T* pa = prepare(x, a.a.data(), a.na, kx, nkx, left, nleft, contr, ncontr, sx, ax);
+    const T* pb = prepare(y, a.b.data(), a.nb, ky, nky, contr, ncontr, right, nright, sy, by);
+    // The product as (batch, left, right); letters of the output in neither operand (einsum_to) repeat by stride 0.
     char have[3 * max_rank];
     int nhave = 0;
     for (int i = 0; i < nbatch; ++i) have[nhave++] = batch[i];
     for (int i = 0; i < nleft; ++i) have[nhave++] = left[i];
     for (int i = 0; i < nright; ++i) have[nhave++] = right[i];
+    bool direct = std::is_same_v<U, T> && nhave == a.nout;
+    for (int i = 0; direct && i < nhave; ++i) direct = have[i] == a.out[static_cast<std::size_t>(i)];
+    T* c = nullptr;
+    if constexpr (std::is_same_v<U, T>) c = direct ? out : prod.get(B * M * N);
+    else c = prod.get(B * M * N);
+    for (std::ptrdiff_t i = 0; i < B; ++i)
+        Device::gemm(c + i * M * N, M, N, K, detail::matrix_ref<T>{pa + i * M * K, K, 1},
+                     detail::matrix_ref<T>{pb + i * K * N, N, 1});
+    if (direct) return;
     dims hs{};
     hs.rank = nhave;
     for (int i = 0; i < nhave; ++i) hs[i] = e.of[static_cast<std::size_t>(have[i] - 'a')];
     const dims hst = detail::contiguous_strides(hs);
     const dims os = result_of(a, e);
-    detail::strided<const T> src(prod.p, os, dims{});
+    detail::strided<const T> src(c, os, dims{});
     src.strides.rank = os.rank;
     for (int i = 0; i < a.nout; ++i) {
         src.strides[i] = 0;

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../../core/error.hpp"
@@ -53,31 +54,77 @@ std::ptrdiff_t checked_index(I raw, std::ptrdiff_t n, std::string_view op) {
     return v;
 }
 
+// Calls f(offset_a, offset_b, k) for every multi-index of `shape` in row-major order (k counts them), with the
+// offsets of that index in two views of strides sa and sb, kept incrementally (the innermost loop is plain).
+template <class F>
+void walk2(const dims& shape, const dims& sa, const dims& sb, F&& f) {
+    if (shape.size() == 0) return;
+    const int r = shape.rank;
+    if (r == 0) {
+        f(std::ptrdiff_t{0}, std::ptrdiff_t{0}, std::ptrdiff_t{0});
+        return;
+    }
+    std::array<std::ptrdiff_t, max_rank> i{};
+    std::ptrdiff_t oa = 0, ob = 0, k = 0;
+    const std::ptrdiff_t n = shape[r - 1], da = sa[r - 1], db = sb[r - 1];
+    for (;;) {
+        for (std::ptrdiff_t j = 0; j < n; ++j) f(oa + j * da, ob + j * db, k++);
+        int d = r - 2;
+        for (; d >= 0; --d) {
+            oa += sa[d];
+            ob += sb[d];
+            if (++i[static_cast<std::size_t>(d)] < shape[d]) break;
+            oa -= sa[d] * shape[d];
+            ob -= sb[d] * shape[d];
+            i[static_cast<std::size_t>(d)] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+// x's strides with the axis's set to 0 (the index supplies the position along it), for a walk over index's shape.
+template <class T>
+dims strides_without(const strided<T>& x, int axis) {
+    dims s = x.strides;
+    s[axis] = 0;
+    return s;
+}
+
 // out (row-major, index's shape) = x[.., index[.., j, ..], ..] along `axis` (take_along_axis). With Add, the
 // scatter that is its gradient: out (row-major, x's shape, zeroed here) += g at the indexed positions.
 template <class T, class I, class U>
 void gather_along_into(const strided<const T>& x, const strided<const I>& index, int axis, U* out, std::string_view op) {
-    std::ptrdiff_t k = 0;
-    const std::ptrdiff_t n = x.shape[axis];
-    for_each_index(index.shape, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
-        std::ptrdiff_t off = 0;
-        for (int d = 0; d < x.shape.rank; ++d)
-            if (d != axis) off += i[static_cast<std::size_t>(d)] * x.strides[d];
-        off += checked_index(index.data[offset_of(index, i)], n, op) * x.strides[axis];
-        out[k++] = static_cast<U>(x.data[off]);
+    const std::ptrdiff_t n = x.shape[axis], step = x.strides[axis];
+    walk2(index.shape, strides_without(x, axis), index.strides, [&](std::ptrdiff_t ox, std::ptrdiff_t oi, std::ptrdiff_t k) {
+        out[k] = static_cast<U>(x.data[ox + checked_index(index.data[oi], n, op) * step]);
     });
 }
 template <class T, class I, class U>
 void scatter_add_along_into(const strided<const T>& g, const strided<const I>& index, int axis, const dims& shape, U* out,
                             std::string_view op) {
     std::fill(out, out + shape.size(), U(0));
-    const dims cs = contiguous_strides(shape);
-    const std::ptrdiff_t n = shape[axis];
+    dims cs = contiguous_strides(shape);
+    const std::ptrdiff_t n = shape[axis], step = cs[axis];
+    cs[axis] = 0;
+    // (g has the index's shape: its offsets come from a second walk in step with the first.)
+    const bool g_dense = [&] {
+        std::ptrdiff_t expect = 1;
+        for (int d = g.shape.rank - 1; d >= 0; --d) {
+            if (g.shape[d] != 1 && g.strides[d] != expect) return false;
+            expect *= g.shape[d];
+        }
+        return true;
+    }();
+    if (g_dense) {
+        walk2(index.shape, cs, index.strides, [&](std::ptrdiff_t oo, std::ptrdiff_t oi, std::ptrdiff_t k) {
+            out[oo + checked_index(index.data[oi], n, op) * step] += static_cast<U>(g.data[k]);
+        });
+        return;
+    }
     for_each_index(index.shape, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
         std::ptrdiff_t off = 0;
-        for (int d = 0; d < shape.rank; ++d)
-            if (d != axis) off += i[static_cast<std::size_t>(d)] * cs[d];
-        off += checked_index(index.data[offset_of(index, i)], n, op) * cs[axis];
+        for (int d = 0; d < shape.rank; ++d) off += i[static_cast<std::size_t>(d)] * cs[d];
+        off += checked_index(index.data[offset_of(index, i)], n, op) * step;
         out[off] += static_cast<U>(g.data[offset_of(g, i)]);
     });
 }
@@ -122,6 +169,13 @@ void take_into(const strided<const T>& x, const strided<const I>& index, int axi
             const std::ptrdiff_t row = base + checked_index(index.data[offset_of(index, j)], n, op) * x.strides[axis];
             if (run > 0) {
                 const T* from = x.data + row;
+                if constexpr (std::is_same_v<T, U>) {
+                    if (step == 1) {
+                        std::copy(from, from + run, out + k);
+                        k += run;
+                        return;
+                    }
+                }
                 for (std::ptrdiff_t i = 0; i < run; ++i) out[k + i] = static_cast<U>(from[i * step]);
                 k += run;
             } else {
@@ -162,20 +216,21 @@ void sort_order_into(const strided<const T>& x, int axis, bool descending, std::
     dims lines = s;
     lines[axis] = 1;
     const dims cs = contiguous_strides(s);
-    std::vector<std::int64_t> line(static_cast<std::size_t>(len));
+    // Each line as (value, position) pairs, sorted by value: comparisons read neighbouring memory, not x.
+    std::vector<std::pair<T, std::int64_t>> line(static_cast<std::size_t>(len));
     for_each_index(lines, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
         const T* base = x.data + offset_of(x, i);
         std::ptrdiff_t obase = 0;
         for (int d = 0; d < s.rank; ++d) obase += i[static_cast<std::size_t>(d)] * cs[d];
         const std::ptrdiff_t step = x.strides[axis];
-        std::iota(line.begin(), line.end(), std::int64_t{0});
-        std::stable_sort(line.begin(), line.end(), [&](std::int64_t p, std::int64_t q) {
-            const T a = base[p * step], b = base[q * step];
+        for (std::ptrdiff_t k = 0; k < len; ++k) line[static_cast<std::size_t>(k)] = {base[k * step], k};
+        std::stable_sort(line.begin(), line.end(), [&](const auto& p, const auto& q) {
+            const T a = p.first, b = q.first;
             if (kernels::is_nan(b)) return !kernels::is_nan(a);
             if (kernels::is_nan(a)) return false;
             return descending ? b < a : a < b;
         });
-        for (std::ptrdiff_t k = 0; k < len; ++k) out[obase + k * cs[axis]] = line[static_cast<std::size_t>(k)];
+        for (std::ptrdiff_t k = 0; k < len; ++k) out[obase + k * cs[axis]] = line[static_cast<std::size_t>(k)].second;
     });
 }
 
