@@ -19,6 +19,7 @@
 #include "../core/shape.hpp"
 #include "../core/allocator.hpp"
 #include "../core/device.hpp"
+#include "../ops/slicing.hpp"
 #include "trace_seam.hpp"
 
 namespace kiln {
@@ -411,25 +412,13 @@ public:
         if (step == 0) throw value_error("kiln: value_error in 'tensor::slice': the step must not be 0");
         if (step == std::numeric_limits<std::ptrdiff_t>::min())
             throw value_error("kiln: value_error in 'tensor::slice': the step is out of range");
-        const std::ptrdiff_t n = shape_[ax], raw_start = start, raw_stop = stop;
+        const std::ptrdiff_t raw_start = start, raw_stop = stop;
         dims s = shape_, st = strides_;
-        if (step > 0) {
-            auto clamp = [n](std::ptrdiff_t i) { return i < 0 ? std::max<std::ptrdiff_t>(i + n, 0) : std::min(i, n); };
-            start = clamp(start);
-            stop = clamp(stop);
-            s[ax] = stop > start ? (stop - start - 1) / step + 1 : 0;  // (no overflow for a huge step)
-        } else {
-            // Backwards: indices are clamped to [-1, n - 1], -1 meaning before the first element.
-            auto clamp = [n](std::ptrdiff_t i) {
-                if (i < 0) i = i < -n ? -1 : i + n;
-                return std::min(i, n - 1);
-            };
-            start = clamp(start);
-            stop = clamp(stop);
-            s[ax] = start > stop ? (start - stop - 1) / -step + 1 : 0;
-        }
+        const ops::slice_range r = ops::slice_of(ops::slice_attrs{ax, start, stop, step, 0, 0}, shape_[ax]);
+        s[ax] = r.count;
+        start = r.first;
         st[ax] = s[ax] > 1 ? strides_[ax] * step : strides_[ax];  // |step| < n here, so the product fits
-        const std::ptrdiff_t first = s[ax] > 0 ? start : 0;
+        const std::ptrdiff_t first = start;
         tensor v = detail::active_tracer
                        ? traced_view("slice",
                                      "axis=" + std::to_string(ax) + " start=" + std::to_string(raw_start) +
