@@ -290,6 +290,10 @@ TEST_CASE("einsum in graph mode: the same op as eager mode's, gradients per oper
     const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
     const kiln::tensor s = kiln::from_values<double>({1, -1, 2, 0.5, 3, -2}, {3, 2});
     const auto Y32 = y = kiln::view(u.data(), {3, 2});
+    // Static operand shapes give a static result shape.
+    using S = kiln::detail::shape_of_t<decltype(kiln::einsum<"bij,bjk->kib">(kiln::input<"p", float, kiln::shape<4, 2, 3>>{},
+                                                                              kiln::input<"q", float, kiln::shape<4, 3, 5>>{}))>;
+    static_assert(std::is_same_v<S, kiln::shape<5, 2, 4>>);
     // A product, a transposed product, a trace-like contraction, an outer product, a sum of one operand's letter.
     CHECK(flat(kiln::run(kiln::einsum<"ij,jk->ik">(x, y), x = X6, Y32)) == kiln_test::values(kiln::matmul(t, s)));
     CHECK(flat(kiln::run(kiln::einsum<"ij,jk->ki">(x, y), x = X6, Y32)) == kiln_test::values(kiln::matmul(t, s).transpose(0, 1)));

@@ -294,6 +294,52 @@ void contract(const einsum_attrs& a, const extents& e, U* out, const detail::str
 
 struct einsum_to;
 
+template <class SX, class SY, einsum_attrs A>
+struct einsum_static_shapes_do_not_fit {
+    static_assert(sizeof(SX) == 0,
+                  "kiln::einsum: the operands' static shapes do not fit the subscripts: a rank differs from its "
+                  "operand's number of letters, or a letter has two extents (see SX, SY and A above).");
+    using type = dynamic;
+};
+
+// The static shape rule: with both operands' shapes fully static, the result's is static (and a mismatch is a
+// static_assert at the call); otherwise dynamic.
+template <einsum_attrs A, class SX, class SY>
+struct einsum_static_shape {
+    using type = dynamic;
+};
+template <einsum_attrs A, std::ptrdiff_t... X, std::ptrdiff_t... Y>
+    requires(((X != dyn) && ...) && ((Y != dyn) && ...))
+struct einsum_static_shape<A, shape<X...>, shape<Y...>> {
+    struct letters {
+        std::array<std::ptrdiff_t, 26> of{};
+        bool ok = true;
+    };
+    static constexpr letters e = [] {
+        letters r;
+        std::array<bool, 26> seen{};
+        constexpr std::array<std::ptrdiff_t, sizeof...(X) + 1> xs{X..., 0};
+        constexpr std::array<std::ptrdiff_t, sizeof...(Y) + 1> ys{Y..., 0};
+        if (static_cast<int>(sizeof...(X)) != A.na || static_cast<int>(sizeof...(Y)) != A.nb) {
+            r.ok = false;
+            return r;
+        }
+        auto note = [&](char c, std::ptrdiff_t n) {
+            const auto k = static_cast<std::size_t>(c - 'a');
+            if (seen[k] && r.of[k] != n) r.ok = false;
+            seen[k] = true;
+            r.of[k] = n;
+        };
+        for (int i = 0; i < A.na; ++i) note(A.a[static_cast<std::size_t>(i)], xs[static_cast<std::size_t>(i)]);
+        for (int i = 0; i < A.nb; ++i) note(A.b[static_cast<std::size_t>(i)], ys[static_cast<std::size_t>(i)]);
+        return r;
+    }();
+    template <std::size_t... I>
+    static auto make(std::index_sequence<I...>) -> shape<e.of[static_cast<std::size_t>(A.out[I] - 'a')]...>;
+    using type = typename std::conditional_t<e.ok, std::type_identity<decltype(make(std::make_index_sequence<static_cast<std::size_t>(A.nout)>{}))>,
+                                             einsum_static_shapes_do_not_fit<shape<X...>, shape<Y...>, A>>::type;
+};
+
 // einsum(a, b) with subscripts "x,y->out": letters in both operands and the output are batch dimensions, letters
 // in both but not the output are contracted, letters of one operand that the output lacks are summed.
 struct einsum {
@@ -301,7 +347,7 @@ struct einsum {
     static constexpr int arity = 2;
     using attributes = einsum_attrs;
     template <einsum_attrs A, class SX, class SY>
-    using static_shape = dynamic;
+    using static_shape = typename einsum_static_shape<A, SX, SY>::type;
     static dims result_shape(const einsum_attrs& a, const dims& x, const dims& y) {
         return detail_einsum::result_of(a, detail_einsum::extents_of(a, x, y, nullptr, name));
     }
