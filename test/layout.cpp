@@ -382,3 +382,48 @@ TEST_CASE("the gathers, scatters, sort order, tiles and pads read strided operan
     check_gradient(kiln::sum(kiln::take_along_axis<0>(kiln::transpose(kiln_test::x), ::idx)), xv, xs,
                    ::idx = kiln::view(picks.data(), {2, 2}));
 }
+
+TEST_CASE("concat, stack, expand_dims and squeeze in graph mode: the same rule and sentences as eager mode's concat") {
+    constexpr kiln::input<"y", double> y{};
+    std::vector<double> v{1, 2, 3, 4, 5, 6}, u{7, 8, 9, 10};
+    const auto X6 = kiln::view(v.data(), {2, 3});
+    const auto Y4 = y = kiln::view(u.data(), {2, 2});
+    const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    const kiln::tensor s = kiln::from_values<double>({7, 8, 9, 10}, {2, 2});
+    // numpy.concatenate((x, y), axis=1), and three operands along axis 0.
+    CHECK(flat(kiln::run(kiln::concat<1>(x, y), x = X6, Y4)) == std::vector<double>{1, 2, 3, 7, 8, 4, 5, 6, 9, 10});
+    CHECK(flat(kiln::run(kiln::concat<-1>(x, y), x = X6, Y4)) == kiln_test::values(kiln::concat({t, s}, 1)));
+    CHECK(flat(kiln::run(kiln::concat<0>(x, x * 2_c, x), x = X6)) ==
+          std::vector<double>{1, 2, 3, 4, 5, 6, 2, 4, 6, 8, 10, 12, 1, 2, 3, 4, 5, 6});
+    // numpy.stack((x, 2x), axis=0) and axis=-1.
+    CHECK(flat(kiln::run(kiln::stack<0>(x, x * 2_c), x = X6)) == std::vector<double>{1, 2, 3, 4, 5, 6, 2, 4, 6, 8, 10, 12});
+    const auto last = kiln::run(kiln::stack<-1>(x, x * 2_c), x = X6);
+    CHECK(last.shape().size() == 3);
+    CHECK(last.shape()[2] == 2);
+    CHECK(flat(last) == std::vector<double>{1, 2, 2, 4, 3, 6, 4, 8, 5, 10, 6, 12});
+    // Static shapes: concat, expand_dims and squeeze keep them.
+    using A = kiln::input<"p", float, kiln::shape<2, 3>>;
+    using B = kiln::input<"q", float, kiln::shape<2, 5>>;
+    static_assert(std::is_same_v<kiln::detail::shape_of_t<decltype(kiln::concat<1>(A{}, B{}))>, kiln::shape<2, 8>>);
+    static_assert(std::is_same_v<kiln::detail::shape_of_t<decltype(kiln::expand_dims<1>(A{}))>, kiln::shape<2, 1, 3>>);
+    static_assert(std::is_same_v<kiln::detail::shape_of_t<decltype(kiln::squeeze<1>(kiln::expand_dims<1>(A{})))>, kiln::shape<2, 3>>);
+    // The sentences are eager mode's.
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::concat<0>(x, y), x = X6, Y4),
+                         "kiln: shape_error in 'concat': shapes (2, 3) and (2, 2) differ outside axis 0", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::concat({t, s}, 0), "kiln: shape_error in 'concat': shapes (2, 3) and (2, 2) differ outside axis 0",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::squeeze<0>(x), x = X6),
+                         "kiln: value_error in 'squeeze': the axis does not have extent 1 (shape (2, 3))", kiln::value_error);
+    // Gradients: each operand gets its part of g.
+    const auto feeds = Y4;
+    check_gradient(kiln::sum(kiln::cumsum<1>(kiln::concat<1>(x, y)) * kiln::concat<1>(y, x)), xv, xs, feeds);
+    check_gradient(kiln::sum(kiln::cumsum<0>(kiln::stack<0>(x, kiln::square(x), x))), xv, xs);
+    check_gradient(kiln::sum(kiln::square(kiln::squeeze<0>(kiln::expand_dims<0>(x)) * kiln::cumsum<1>(x))), xv, xs);
+    check_all_close(tape_gradient([](const kiln::tensor& a) {
+                        return kiln::sum(kiln::cumsum(kiln::stack({a, kiln::square(a), a}, 0), 0));
+                    }),
+                    graph_gradient(kiln::sum(kiln::cumsum<0>(kiln::stack<0>(x, kiln::square(x), x)))), 1e-14, 1e-14);
+    // Traced: a graph-mode expression becomes eager concat and unsqueeze nodes.
+    auto traced = kiln::trace(kiln::stack<1>(x, x * 2_c));
+    CHECK(kiln_test::values(traced(t)) == kiln_test::values(kiln::stack({t, t * 2.0}, 1)));
+}

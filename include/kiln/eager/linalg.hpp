@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../backend/cpu/device.hpp"
+#include "../ops/join.hpp"
 
 #include "elementwise.hpp"
 
@@ -63,20 +64,12 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
     for (const tensor& t : ts) t.check_valid("concat");
     if (ts.empty()) throw value_error("kiln: value_error in 'concat': no tensors to join");
     const tensor& first = ts.front();
-    const int r = first.dim();
-    const int ax = axis < 0 ? axis + r : axis;
-    if (ax < 0 || ax >= r)
-        throw value_error("kiln: value_error in 'concat': axis " + std::to_string(axis) + " is out of range for shape " +
-                          to_string(first.shape()));
+    const int ax = ops::concat_axis(axis, first.shape());  // ops::concat's rule and sentences (ops/join.hpp)
     dtype d = first.dtype();
     dims shape = first.shape();
     shape[ax] = 0;
     for (const tensor& t : ts) {
-        bool ok = t.dim() == r;
-        for (int i = 0; ok && i < r; ++i) ok = i == ax || t.shape()[i] == first.shape()[i];
-        if (!ok)
-            throw shape_error("kiln: shape_error in 'concat': shapes " + to_string(first.shape()) + " and " +
-                              to_string(t.shape()) + " differ outside axis " + std::to_string(ax));
+        ops::concat_check(ax, first.shape(), t.shape());
         shape[ax] += t.shape()[ax];
         d = detail::promote(d, t.dtype());
     }

@@ -217,6 +217,15 @@ inline std::optional<replay_fn> rebuild_layout_op(const std::string& op, const s
         const auto at = ops::make_pad_attrs(w, attr_number(a, "value"));
         return op == "pad" ? structural_replay<ops::pad>(at, inputs) : structural_replay<ops::crop>(at, inputs);
     }
+    if (op == "take_part" || op == "put_part") {
+        attrs_only(a, {"axis", "from_end"});
+        const ops::part_attrs at{attr_axis(a, "axis"), attr_bool(a, "from_end")};
+        return op == "take_part" ? structural_replay<ops::take_part>(at, inputs) : structural_replay<ops::put_part>(at, inputs);
+    }
+    if (op == "squeeze" && a.count("axis")) {
+        attrs_only(a, {"axis"});
+        return structural_replay<ops::squeeze>(ops::join_attrs{attr_axis(a, "axis")}, inputs);
+    }
     if (op == "einsum" || op == "einsum_to") {
         attrs_only(a, {"equation"});
         const auto at = ops::make_einsum_attrs(a.count("equation") ? a.at("equation") : "");

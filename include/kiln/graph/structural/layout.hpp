@@ -9,6 +9,7 @@
 #include "../../core/fixed_string.hpp"
 #include "../../ops/einsum.hpp"
 #include "../../ops/gather.hpp"
+#include "../../ops/join.hpp"
 #include "../../ops/layout.hpp"
 #include "views.hpp"
 
@@ -172,6 +173,40 @@ template <class A, class B>
     requires(is_graph_v<A> && is_graph_v<B>)
 constexpr auto outer(const A& a, const B& b) {
     return kiln::reshape<dyn, 1>(a) * kiln::reshape<1, dyn>(b);
+}
+
+// x with a new axis of extent 1 at Axis (numpy.expand_dims; -1 appends one), and x without its extent-1 axis
+// Axis: views. Differentiable.
+template <int Axis, class E>
+    requires is_graph_v<E>
+constexpr auto expand_dims(const E& e) {
+    detail::check_layout_operand<E>();
+    return detail::structural<ops::with_attrs<ops::expand_dims, ops::join_attrs{Axis}>>(e);
+}
+template <int Axis, class E>
+    requires is_graph_v<E>
+constexpr auto squeeze(const E& e) {
+    detail::check_layout_operand<E>();
+    return detail::structural<ops::with_attrs<ops::squeeze, ops::join_attrs{Axis}>>(e);
+}
+
+// Expressions joined along Axis (their other extents equal; numpy.concatenate): a chain of two-operand joins.
+// Each operand's gradient is its part of g.
+template <int Axis, class A, class B, class... More>
+    requires(is_graph_v<A> && is_graph_v<B> && (is_graph_v<More> && ...))
+constexpr auto concat(const A& a, const B& b, const More&... more) {
+    detail::check_layout_operand<A>();
+    detail::check_layout_operand<B>();
+    const auto ab = detail::structural<ops::with_attrs<ops::concat, ops::join_attrs{Axis}>>(a, b);
+    if constexpr (sizeof...(More) == 0) return ab;
+    else return kiln::concat<Axis>(ab, more...);
+}
+
+// Expressions of one shape joined along a new axis Axis of the result (numpy.stack; -1 is the last).
+template <int Axis, class A, class... More>
+    requires(is_graph_v<A> && (is_graph_v<More> && ...) && sizeof...(More) > 0)
+constexpr auto stack(const A& a, const More&... more) {
+    return kiln::concat<Axis>(kiln::expand_dims<Axis>(a), kiln::expand_dims<Axis>(more)...);
 }
 
 // Einstein summation over two operands, the subscripts at compile time: kiln::einsum<"ij,jk->ik">(a, b) (letters
