@@ -423,6 +423,16 @@ TEST_CASE("concat, stack, expand_dims and squeeze in graph mode: the same rule a
                         return kiln::sum(kiln::cumsum(kiln::stack({a, kiln::square(a), a}, 0), 0));
                     }),
                     graph_gradient(kiln::sum(kiln::cumsum<0>(kiln::stack<0>(x, kiln::square(x), x)))), 1e-14, 1e-14);
+    // permute: numpy.transpose(x, (1, 0)) and a rank-3 order, with its static shape and its gradient.
+    CHECK(flat(kiln::run(kiln::permute<1, 0>(x), x = X6)) == std::vector<double>{1, 4, 2, 5, 3, 6});
+    CHECK(flat(kiln::run(kiln::permute<2, 0, 1>(kiln::stack<0>(x, x * 2_c)), x = X6)) ==
+          kiln_test::values(kiln::stack({t, t * 2.0}, 0).permute({2, 0, 1})));
+    static_assert(std::is_same_v<kiln::detail::shape_of_t<decltype(kiln::permute<1, 2, 0>(kiln::expand_dims<0>(A{})))>,
+                                 kiln::shape<2, 3, 1>>);
+    CHECK_THROWS_WITH_AS(kiln::run(kiln::permute<0, 0>(x), x = X6),
+                         "kiln: value_error in 'permute': the order must name every axis once (shape (2, 3))", kiln::value_error);
+    check_gradient(kiln::sum(kiln::cumsum<0>(kiln::permute<1, 0>(x)) * kiln::permute<1, 0>(x)), xv, xs);
+    check_gradient(kiln::sum(kiln::cumsum<2>(kiln::permute<2, 0, 1>(kiln::stack<0>(x, kiln::square(x))))), xv, xs);
     // Traced: a graph-mode expression becomes eager concat and unsqueeze nodes.
     auto traced = kiln::trace(kiln::stack<1>(x, x * 2_c));
     CHECK(kiln_test::values(traced(t)) == kiln_test::values(kiln::stack({t, t * 2.0}, 1)));

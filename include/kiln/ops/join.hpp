@@ -284,5 +284,86 @@ constexpr auto expand_dims::gradient(const A& a, const X&, const Y&, const G& g)
     return detail::grads(structural_fns<X>::template apply<squeeze>(a, g));
 }
 
+// The new order of the axes: result axis i is operand axis perm[i] (numpy.transpose(x, axes)).
+struct permute_attrs {
+    std::array<int, max_rank> perm{};
+    int n = 0;
+    friend constexpr bool operator==(const permute_attrs&, const permute_attrs&) = default;
+};
+
+// The order that undoes a permutation (the gradient's), as a value or at compile time.
+constexpr permute_attrs inverse(const permute_attrs& a) {
+    permute_attrs r;
+    r.n = a.n;
+    for (int i = 0; i < a.n; ++i) {
+        const int p = a.perm[static_cast<std::size_t>(i)];
+        if (p >= 0 && p < a.n) r.perm[static_cast<std::size_t>(p)] = i;
+    }
+    return r;
+}
+template <permute_attrs A>
+constexpr attrs_c<inverse(A)> inverse(attrs_c<A>) {
+    return {};
+}
+
+// x with its axes in a new order; a view. Its gradient permutes g back.
+struct permute {
+    static constexpr std::string_view name = "permute";
+    static constexpr int arity = 1;
+    using attributes = permute_attrs;
+    static constexpr shape_or_error rule(const permute_attrs& a, const dims& x) {
+        if (a.n != x.rank) return shape_fail("the order must name every axis once");
+        std::array<bool, max_rank> seen{};
+        dims out{};
+        out.rank = x.rank;
+        for (int i = 0; i < a.n; ++i) {
+            const int p = a.perm[static_cast<std::size_t>(i)];
+            if (p < 0 || p >= x.rank || seen[static_cast<std::size_t>(p)]) return shape_fail("the order must name every axis once");
+            seen[static_cast<std::size_t>(p)] = true;
+            out[i] = x[p];
+        }
+        return shape_ok(out);
+    }
+    template <permute_attrs A, class S>
+    using static_shape = typename rule_static_shape<permute, A, S>::type;
+    static dims result_shape(const permute_attrs& a, const dims& x, std::string_view = {}) {
+        return detail_layout::throw_unless(rule(a, x), name, x);
+    }
+    template <class T>
+    using result_type = T;
+    static std::string attrs_text(const permute_attrs& a) {
+        std::string s = "dims=";
+        for (int i = 0; i < a.n; ++i) {
+            if (i) s += ',';
+            s += std::to_string(a.perm[static_cast<std::size_t>(i)]);
+        }
+        return s;
+    }
+    template <class T>
+    static detail::strided<T> view(const permute_attrs& a, const detail::strided<T>& x) {
+        detail::strided<T> v = x;
+        for (int i = 0; i < a.n; ++i) {
+            v.shape[i] = x.shape[a.perm[static_cast<std::size_t>(i)]];
+            v.strides[i] = x.strides[a.perm[static_cast<std::size_t>(i)]];
+        }
+        return v;
+    }
+    template <class T>
+    static bool try_view(const permute_attrs& a, detail::strided<const T>& out, const detail::strided<const T>& x) {
+        (void)result_shape(a, x.shape);
+        out = view(a, x);
+        return true;
+    }
+    template <class Device, class U, class X>
+    static void compute(const permute_attrs& a, U* out, const X& x, std::string_view = {}) {
+        const auto v = view(a, x);
+        Device::copy_strided(detail::strided<U>(out, v.shape, detail::contiguous_strides(v.shape)), v);
+    }
+    template <class A, class X, class Y, class G>
+    static constexpr auto gradient(const A& a, const X&, const Y&, const G& g) {
+        return detail::grads(structural_fns<X>::template apply<permute>(inverse(a), g));
+    }
+};
+
 }  // namespace ops
 }  // namespace kiln

@@ -190,6 +190,21 @@ constexpr auto squeeze(const E& e) {
     return detail::structural<ops::with_attrs<ops::squeeze, ops::join_attrs{Axis}>>(e);
 }
 
+// x with its axes in the order P (numpy.transpose(x, P): result axis i is x's axis P[i]); a view.
+// Differentiable: the gradient permutes back.
+template <int... P, class E>
+    requires(is_graph_v<E> && sizeof...(P) > 0)
+constexpr auto permute(const E& e) {
+    detail::check_layout_operand<E>();
+    static_assert(sizeof...(P) <= max_rank, "kiln::permute: more axes than a tensor has.");
+    constexpr ops::permute_attrs a = [] {
+        ops::permute_attrs r;
+        ((r.perm[static_cast<std::size_t>(r.n++)] = P), ...);
+        return r;
+    }();
+    return detail::structural<ops::with_attrs<ops::permute, a>>(e);
+}
+
 // Expressions joined along Axis (their other extents equal; numpy.concatenate): a chain of two-operand joins.
 // Each operand's gradient is its part of g.
 template <int Axis, class A, class B, class... More>
