@@ -14,6 +14,7 @@
 // the input's Shape. Captured tensors are initializers. An op with no mapping is a kiln::value_error naming it.
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -86,7 +87,7 @@ public:
 
     struct attr {
         std::string name;
-        enum { integer, integers, real, tensor_value } kind;
+        enum { integer, integers, real, tensor_value, text } kind;
         std::int64_t i = 0;
         std::vector<std::int64_t> ints;
         float f = 0;
@@ -96,6 +97,7 @@ public:
     static attr ints_attr(std::string n, std::vector<std::int64_t> v) { return {std::move(n), attr::integers, 0, std::move(v), 0, {}}; }
     static attr float_attr(std::string n, float v) { return {std::move(n), attr::real, 0, {}, v, {}}; }
     static attr tensor_attr(std::string n, std::string t) { return {std::move(n), attr::tensor_value, 0, {}, 0, std::move(t)}; }
+    static attr string_attr(std::string n, std::string t) { return {std::move(n), attr::text, 0, {}, 0, std::move(t)}; }
 
     // A NodeProto: inputs, outputs, name, op_type, attributes.
     void node(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
@@ -124,6 +126,10 @@ public:
                 case attr::tensor_value:
                     proto::bytes_field(p, 5, a.t);
                     proto::int_field(p, 20, 4);
+                    break;
+                case attr::text:  // AttributeProto.s, type STRING
+                    proto::bytes_field(p, 4, a.t);
+                    proto::int_field(p, 20, 3);
                     break;
             }
             proto::bytes_field(n, 5, p);
@@ -412,6 +418,59 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             out = b.op1("Gather", {in[0], index}, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
         } else if (op == "unsqueeze") {
             out = b.op1("Unsqueeze", {in[0], b.int64s({attr_axis(a, "axis")})});
+        } else if (op == "tile") {
+            // Tile, after Unsqueeze of the leading axes that more repetitions than dimensions add.
+            const std::vector<std::int64_t> reps = attr_ints(a, "reps");
+            const int r = in_rank(0), rank = std::max(r, static_cast<int>(reps.size()));
+            std::string x = in[0];
+            if (rank > r) {
+                std::vector<std::int64_t> lead;
+                for (int k = 0; k < rank - r; ++k) lead.push_back(k);
+                x = b.op1("Unsqueeze", {x, b.int64s(lead)});
+            }
+            std::vector<std::int64_t> all(static_cast<std::size_t>(rank), 1);
+            for (std::size_t k = 0; k < reps.size(); ++k) all[static_cast<std::size_t>(rank) - reps.size() + k] = reps[k];
+            out = b.op1("Tile", {x, b.int64s(all)});
+        } else if (op == "repeat") {
+            // Each element repeated: Unsqueeze after the axis, Tile along the new axis, Reshape to x's shape with the
+            // axis grown.
+            const int r = in_rank(0), raw = attr_axis(a, "axis"), ax = raw < 0 ? raw + r : raw;
+            const std::int64_t times = attr_int(a, "repeats");
+            std::vector<std::int64_t> reps(static_cast<std::size_t>(r + 1), 1), grow(static_cast<std::size_t>(r), 1);
+            reps[static_cast<std::size_t>(ax + 1)] = times;
+            grow[static_cast<std::size_t>(ax)] = times;
+            const std::string t = b.op1("Tile", {b.op1("Unsqueeze", {in[0], b.int64s({ax + 1})}), b.int64s(reps)});
+            out = b.op1("Reshape", {t, b.op1("Mul", {b.op1("Shape", {in[0]}), b.int64s(grow)})});
+        } else if (op == "pad") {
+            const std::vector<std::int64_t> before = attr_ints(a, "before"), after = attr_ints(a, "after");
+            const int r = in_rank(0);
+            std::vector<std::int64_t> pads(static_cast<std::size_t>(2 * r), 0);
+            for (std::size_t k = 0; k < before.size() && k < after.size(); ++k) {
+                pads[k] = before[k];
+                pads[static_cast<std::size_t>(r) + k] = after[k];
+            }
+            const std::string value = b.initializer(full(dims{}, attr_number(a, "value"), n.dtype), "n");
+            out = b.op1("Pad", {in[0], b.int64s(pads), value});
+        } else if (op == "einsum") {
+            out = b.op1("Einsum", {b.cast(in[0], in_dtype[0], n.dtype), b.cast(in[1], in_dtype[1], n.dtype)},
+                        {onnx_builder::string_attr("equation", a.count("equation") ? a.at("equation") : "")});
+        } else if (op == "index_select") {
+            out = b.op1("Gather", {in[0], in[1]}, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
+        } else if (op == "take_along_axis") {
+            out = b.op1("GatherElements", {in[0], in[1]}, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
+        } else if (op == "flip") {
+            // One Slice that walks the flipped axes backwards.
+            std::vector<int> axes = attr_axes(a, "axes");
+            if (axes.empty())
+                for (int k = 0; k < in_rank(0); ++k) axes.push_back(k);
+            std::vector<std::int64_t> ax, starts, ends, steps;
+            for (int k : axes) {
+                ax.push_back(k);
+                starts.push_back(-1);
+                ends.push_back(std::numeric_limits<std::int64_t>::min());
+                steps.push_back(-1);
+            }
+            out = b.op1("Slice", {in[0], b.int64s(starts), b.int64s(ends), b.int64s(ax), b.int64s(steps)});
         } else if (op == "full") {
             const std::size_t r = n.params.values.size() - 1;
             const std::string v = onnx_tensor("value", full(dims{1}, param_number(n.params.values[r]), n.dtype));

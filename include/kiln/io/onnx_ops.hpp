@@ -253,6 +253,47 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             return picked.reshape(s);
         };
     }
+    if (op == "GatherElements") {
+        lo = hi = 2;
+        const int axis = static_cast<int>(ai("axis", 0));
+        return [axis](auto in, auto) { return take_along_axis(in[0], in[1], axis); };
+    }
+    if (op == "Tile") {
+        lo = hi = 2;
+        return [](auto in, auto) {
+            const std::vector<std::int64_t> reps = int_values(in[1], "Tile's repeats");
+            if (static_cast<int>(reps.size()) != in[0].dim())
+                throw value_error("kiln: value_error in 'Tile': one repetition per dimension is needed");
+            return tile(in[0], std::vector<std::ptrdiff_t>(reps.begin(), reps.end()));
+        };
+    }
+    if (op == "Pad") {
+        lo = 2, hi = 3;
+        if (const onnx_attr* m = A("mode"); m && m->s != "constant") throw value_error("only Pad's constant mode is read");
+        return [](auto in, auto) {
+            const std::vector<std::int64_t> pads = int_values(in[1], "Pad's pads");
+            const int r = in[0].dim();
+            if (static_cast<int>(pads.size()) != 2 * r) throw value_error("kiln: value_error in 'Pad': pads must hold 2 x rank values");
+            std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> w;
+            for (int k = 0; k < r; ++k) w.emplace_back(pads[static_cast<std::size_t>(k)], pads[static_cast<std::size_t>(r + k)]);
+            double value = 0;
+            if (in.size() > 2 && in[2].valid()) {
+                if (in[2].numel() != 1) throw value_error("kiln: value_error in 'Pad': the constant value has more than one element");
+                value = in[2].to(dtype::float64).reshape(dims{}).template item<double>();
+            }
+            return pad(in[0], w, value);  // (negative pads, which ONNX allows for cropping, are a value_error)
+        };
+    }
+    if (op == "Einsum") {
+        lo = hi = 2;
+        std::string eq;
+        if (const onnx_attr* e = A("equation")) eq = e->s;
+        std::string spec;
+        for (char c : eq)
+            if (c != ' ') spec += c;
+        (void)ops::make_einsum_attrs(spec);  // a bad equation is refused when the model is read
+        return [spec](auto in, auto) { return einsum(spec, in[0], in[1]); };
+    }
     if (op == "Squeeze" || op == "Unsqueeze") {
         lo = op == "Squeeze" ? 1 : 2, hi = 2;
         const bool squeeze = op == "Squeeze";
