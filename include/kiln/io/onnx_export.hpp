@@ -440,7 +440,7 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             reps[static_cast<std::size_t>(ax + 1)] = times;
             grow[static_cast<std::size_t>(ax)] = times;
             const std::string t = b.op1("Tile", {b.op1("Unsqueeze", {in[0], b.int64s({ax + 1})}), b.int64s(reps)});
-            out = b.op1("Reshape", {t, b.op1("Mul", {b.op1("Shape", {in[0]}), b.int64s(grow)})});
+            out = b.op1("Reshape", {t, b.op1("Mul", {b.op1("Shape", {in[0]}), b.int64s(grow)})}, {onnx_builder::int_attr("allowzero", 1)});
         } else if (op == "pad") {
             const std::vector<std::int64_t> before = attr_ints(a, "before"), after = attr_ints(a, "after");
             const int r = in_rank(0);
