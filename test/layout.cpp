@@ -113,6 +113,13 @@ TEST_CASE("tile and repeat in graph mode: numpy's values, gradients summed over 
     CHECK(kiln_test::values(kiln::repeat(t, 2, 1)) == rep1);
     using S = kiln::detail::shape_of_t<decltype(kiln::tile<3, 2>(kiln::input<"a", float, kiln::shape<2, 5>>{}))>;
     static_assert(std::is_same_v<S, kiln::shape<6, 10>>);
+    // Sizes that overflow are refused by the rule, not wrapped.
+    CHECK_THROWS_WITH_AS(kiln::tile(t, {std::int64_t{1} << 62, 4}), "kiln: value_error in 'tile': the result is too large (shape (2, 3))",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::repeat(t, std::int64_t{1} << 62, 0), "kiln: value_error in 'repeat': the result is too large (shape (2, 3))",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::pad(t, {{std::int64_t{1} << 62, std::int64_t{1} << 62}}),
+                         "kiln: value_error in 'pad': the result is too large (shape (2, 3))", kiln::value_error);
     CHECK_THROWS_WITH_AS(kiln::run(kiln::repeat<2, 2>(x), x = X6),
                          "kiln: value_error in 'repeat': the axis is out of range (shape (2, 3))", kiln::value_error);
     // Gradients (weights make each copy count differently).

@@ -286,7 +286,8 @@ struct tile {
         if (2 * t.rank > max_rank) return shape_fail("at most rank 4 is supported");
         dims out{};
         out.rank = t.rank;
-        for (int i = 0; i < t.rank; ++i) out[i] = t.xs[i] * t.reps[i];
+        for (int i = 0; i < t.rank; ++i)
+            if (__builtin_mul_overflow(t.xs[i], t.reps[i], &out[i])) return shape_fail("the result is too large");
         return shape_ok(out);
     }
     template <tile_attrs A, class S>
@@ -378,7 +379,7 @@ struct repeat {
         if (a.repeats < 0) return shape_fail("repetitions must be non-negative");
         if (x.rank == max_rank) return shape_fail("the tensor has the largest rank");
         dims out = x;
-        out[ax] = x[ax] * a.repeats;
+        if (__builtin_mul_overflow(x[ax], a.repeats, &out[ax])) return shape_fail("the result is too large");
         return shape_ok(out);
     }
     template <repeat_attrs A, class S>
@@ -515,7 +516,8 @@ struct pad {
         for (int i = 0; i < a.n; ++i) {
             const auto b = a.before[static_cast<std::size_t>(i)], e = a.after[static_cast<std::size_t>(i)];
             if (b < 0 || e < 0) return shape_fail("pad widths must be non-negative");
-            out[i] = x[i] + b + e;
+            if (__builtin_add_overflow(x[i], b, &out[i]) || __builtin_add_overflow(out[i], e, &out[i]))
+                return shape_fail("the result is too large");
         }
         return shape_ok(out);
     }
