@@ -4,8 +4,8 @@
 // and eager/shape_ops.hpp share. Each is recorded on gradient tapes, either as a composition of recorded ops or
 // with its own backward rule below.
 //
-// (These are eager-mode functions. Graph mode gets them as structural op structs once the vocabulary is one set of
-// structs for both modes, issue #13.)
+// flip, index_select and take_along_axis are the mode-neutral ops of ops/layout.hpp and ops/gather.hpp (graph
+// mode's kiln::flip, kiln::index_select, kiln::take_along_axis); masked_select and scatter_add are eager mode's own.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -117,33 +117,6 @@ void scatter_add_into(tensor& out, int axis, const tensor& index, const tensor& 
 
 inline std::vector<std::optional<tensor>> one_gradient(tensor g) { return {std::move(g)}; }
 
-// The gathering that index_select and take_along_axis share: out[a][j][i] = x[a][index_at(a, j, i)][i] along
-// `ax` (a over the axes before it, i over those after it), out having x's extents except along `ax`. The indices
-// are checked already. With Rows, the index does not depend on i and whole rows of the inner extents are copied.
-template <bool Rows, class IndexAt>
-void gather_along(const tensor& x, tensor& out, int ax, IndexAt index_at) {
-    const tensor src = dense(x);
-    const axis_split from_split = split_at(x.shape(), ax), to_split = split_at(out.shape(), ax);
-    const std::ptrdiff_t inner = from_split.inner;
-    const std::size_t item = x.itemsize();
-    const auto* from = static_cast<const std::byte*>(src.raw_data());
-    auto* to = static_cast<std::byte*>(out.raw_data());
-    for (std::ptrdiff_t a = 0; a < to_split.outer; ++a)
-        for (std::ptrdiff_t j = 0; j < to_split.length; ++j) {
-            const std::ptrdiff_t out_row = (a * to_split.length + j) * inner;
-            if constexpr (Rows) {
-                const std::ptrdiff_t in_row = (a * from_split.length + index_at(a, j, 0)) * inner;
-                std::memcpy(to + static_cast<std::size_t>(out_row) * item, from + static_cast<std::size_t>(in_row) * item,
-                            static_cast<std::size_t>(inner) * item);
-            } else {
-                for (std::ptrdiff_t i = 0; i < inner; ++i) {
-                    const std::ptrdiff_t in = (a * from_split.length + index_at(a, j, i)) * inner + i;
-                    std::memcpy(to + static_cast<std::size_t>(out_row + i) * item, from + static_cast<std::size_t>(in) * item, item);
-                }
-            }
-        }
-}
-
 // Computes without recording on the tapes of this thread: for the internal steps of an op that records one entry
 // of its own (a recorded copy whose output the op then overwrites would send its gradient twice).
 struct tape_pause {
@@ -158,7 +131,6 @@ struct tape_pause {
 
 // ---- views --------------------------------------------------------------------------------------------------
 
-// x with the order of the elements reversed along `axes` (every axis when empty): a view with negative strides.
 // x reversed along `axes` (every axis when empty): a view with negative strides, as NumPy's flip (writes go
 // through to x). Its shape rule and messages are ops::flip's, graph mode's op, which copies.
 template <int = 0>

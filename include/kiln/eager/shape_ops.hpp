@@ -1,6 +1,7 @@
 #pragma once
-// Shape ops: tile, repeat, split, pad, outer and two-operand einsum. Each is recorded on gradient tapes as a
-// composition of recorded ops (views, concatenations, products).
+// Shape ops: tile, repeat, split, pad, outer and two-operand einsum. tile, repeat, pad and einsum are the
+// mode-neutral ops of ops/layout.hpp and ops/einsum.hpp, run through eager mode's seam (their gradient rules are the
+// ops' own); split is views and outer a product of views, recorded as such.
 //
 // (Eager-mode functions, as those of eager/indexing.hpp.)
 #include <algorithm>
