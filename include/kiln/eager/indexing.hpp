@@ -136,8 +136,9 @@ struct tape_pause {
 template <int = 0>
 tensor flip(const tensor& x, const std::vector<int>& axes = {}) {
     x.check_valid("flip");
-    (void)ops::flip::result_shape(ops::make_flip_attrs(axes), x.shape());
-    const ops::axis_mask m = ops::reduced_axes(ops::flip::as_axes(ops::make_flip_attrs(axes)), x.dim());
+    const ops::flip_attrs a = ops::make_flip_attrs(axes);
+    (void)ops::flip::result_shape(a, x.shape());
+    const ops::axis_mask m = ops::reduced_axes(ops::flip::as_axes(a), x.dim());
     tensor y = x;
     for (int ax = 0; ax < x.dim(); ++ax)
         if (m.reduced[static_cast<std::size_t>(ax)]) y = y.slice(ax, slice_end, slice_begin, -1);  // recorded

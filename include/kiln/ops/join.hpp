@@ -269,9 +269,9 @@ struct squeeze {
     }
     template <class Device, class U, class X>
     static void compute(const join_attrs& a, U* out, const X& x, std::string_view = {}) {
-        const dims s = result_shape(a, x.shape);
+        // (The same elements in the same order: the shape rule, already run, made the result's shape.)
         Device::copy_strided(detail::strided<U>(out, x.shape, detail::contiguous_strides(x.shape)), x);
-        (void)s;
+        (void)a;
     }
     template <class A, class X, class Y, class G>
     static constexpr auto gradient(const A& a, const X&, const Y&, const G& g) {

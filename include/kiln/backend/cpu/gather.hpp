@@ -15,6 +15,7 @@
 #include "../../core/error.hpp"
 #include "../../expr/feed.hpp"
 #include "../../ops/op_base.hpp"
+#include "reduce.hpp"  // is_row_major
 
 namespace kiln {
 namespace detail {
@@ -107,15 +108,7 @@ void scatter_add_along_into(const strided<const T>& g, const strided<const I>& i
     const std::ptrdiff_t n = shape[axis], step = cs[axis];
     cs[axis] = 0;
     // (g has the index's shape: its offsets come from a second walk in step with the first.)
-    const bool g_dense = [&] {
-        std::ptrdiff_t expect = 1;
-        for (int d = g.shape.rank - 1; d >= 0; --d) {
-            if (g.shape[d] != 1 && g.strides[d] != expect) return false;
-            expect *= g.shape[d];
-        }
-        return true;
-    }();
-    if (g_dense) {
+    if (is_row_major(g)) {
         walk2(index.shape, cs, index.strides, [&](std::ptrdiff_t oo, std::ptrdiff_t oi, std::ptrdiff_t k) {
             out[oo + checked_index(index.data[oi], n, op) * step] += static_cast<U>(g.data[k]);
         });
