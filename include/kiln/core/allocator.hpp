@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "device.hpp"
+
 namespace kiln {
 
 struct allocator_stats {
@@ -273,8 +275,14 @@ struct cached_allocator {
 }  // namespace detail
 
 inline allocator_stats cache_stats() { return detail::caching_allocator::instance().stats(); }
-// Returns the shared pool's blocks and the calling thread's small blocks to the system.
-inline void empty_cache() { detail::caching_allocator::instance().empty_cache(); }
+// Returns the shared pool's blocks and the calling thread's small blocks to the system, and the GPU device's cached
+// blocks to the driver.
+inline void empty_cache() {
+    detail::caching_allocator::instance().empty_cache();
+#if KILN_HAS_GPU
+    backend::gpu_memory::trim();
+#endif
+}
 // The most bytes the shared pool keeps; blocks freed beyond it go back to the system.
 inline void set_cache_limit(std::size_t bytes) { detail::caching_allocator::instance().set_limit(bytes); }
 

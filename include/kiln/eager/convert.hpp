@@ -8,9 +8,25 @@
 #include "../backend/cpu/copy.hpp"
 #include "../backend/cpu/device.hpp"
 #include "tensor.hpp"
+#if KILN_HAS_GPU
+#include "../backend/thrust/device.hpp"
+#endif
 
 namespace kiln {
 namespace detail {
+
+[[noreturn]] inline void throw_device_mismatch(std::string_view op, const device& a, const device& b) {
+    throw device_error("kiln: device_error in '" + std::string(op) + "': operands live on " + to_string(a) + " and " +
+                       to_string(b) + " (move one with .to(" + (a.type == device_type::cpu ? "kiln::cpu" : "kiln::cuda") +
+                       "))");
+}
+
+// Whether `t` may join an op on device d: it lives there, or it is a rank-0 CPU tensor (a number, moved to d by the
+// op, as PyTorch allows).
+inline bool joins_device(const tensor& t, const device& d) {
+    const device td = t.device();
+    return td == d || (td.type == device_type::cpu && t.dim() == 0);
+}
 
 // Copies `t` into a new contiguous tensor of dtype U.
 // (A plain strided loop, not the fused loop: this is instantiated for every pair of dtypes in every translation
@@ -23,6 +39,17 @@ tensor convert(const tensor& t) {
                                      std::span<const tensor>(&t, 1),
                                      [](std::span<const tensor> in, auto) { return convert<U>(in[0]); });
     }
+#if KILN_HAS_GPU
+    if (!t.is_cpu()) {
+        tensor out(dtype_of<U>(), t.shape(), t.device());
+        dispatch(t.dtype(), [&]<class T>() {
+            backend::thrust_device::copy_strided(
+                strided<U>(static_cast<U*>(out.raw_data()), t.shape(), out.strides()),
+                strided<const T>(static_cast<const T*>(t.raw_data()), t.shape(), t.strides()));
+        });
+        return out;
+    }
+#endif
     tensor out(dtype_of<U>(), t.shape());
     U* dst = out.data<U>();
     dispatch(t.dtype(), [&]<class T>() {
@@ -40,15 +67,23 @@ tensor convert(const tensor& t) {
 // out = src elementwise, src of out's dtype and broadcast to out's shape: the device's strided copy (views'
 // gradients, joins and assignments instantiate it in every translation unit, so it is a plain strided loop, not
 // the fused loop). Contiguous copies of one shape are one memmove (the source may be the output itself).
-inline void copy_into(tensor& out, const tensor& src) {
+inline void copy_into(tensor& out, const tensor& src_in) {
     if (active_tracer) [[unlikely]] {
-        const tensor both[2] = {out, src};
+        const tensor both[2] = {out, src_in};
         active_tracer->record_effect("copy_", "", both, [](std::span<const tensor> in, auto) {
             tensor o = in[0];
             copy_into(o, in[1]);
         });
         return;
     }
+    tensor moved;
+    const device dev = out.device();
+    const bool move = !(src_in.device() == dev);
+    if (move) {
+        if (!joins_device(src_in, dev)) throw_device_mismatch("copy_", dev, src_in.device());
+        moved = src_in.to(dev);
+    }
+    const tensor& src = move ? moved : src_in;
     const dims& shape = out.shape();
     const int r = shape.rank;
     dims ss;  // the source's strides against the output's dimensions (0 where it broadcasts)
@@ -58,6 +93,15 @@ inline void copy_into(tensor& out, const tensor& src) {
         ss[i] = j < 0 || src.shape()[j] == 1 ? 0 : src.strides()[j];
     }
     if (shape.size() == 0) return;
+#if KILN_HAS_GPU
+    if (dev.type == device_type::cuda) {
+        dispatch(out.dtype(), [&]<class T>() {
+            backend::thrust_device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
+                                                 strided<const T>(static_cast<const T*>(src.raw_data()), shape, ss));
+        });
+        return;
+    }
+#endif
     dispatch(out.dtype(), [&]<class T>() {
         backend::cpu_device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
                                           strided<const T>(static_cast<const T*>(src.raw_data()), shape, ss));
@@ -85,6 +129,33 @@ inline tensor tensor::to(kiln::dtype d) const {
     if (d == dtype_) return *this;
     const kiln::dtype from = dtype_;
     return recorded(detail::as_dtype(*this, d), [from](const tensor& g) { return g.to(from); });
+}
+
+inline tensor tensor::to(const kiln::device& d) const {
+    check_valid("to");
+    const kiln::device from = device();
+    if (from == d) return *this;
+    if (detail::active_tracer) [[unlikely]]
+        throw value_error("kiln: value_error in 'tensor::to': moving a tensor between devices inside a traced function "
+                          "is not supported yet; move the arguments before calling the function");
+    check_not_symbolic("tensor::to");
+    const tensor src = contiguous();
+    tensor out(dtype_, shape_, d);
+    const std::size_t bytes = static_cast<std::size_t>(numel()) * itemsize();
+#if KILN_HAS_GPU
+    if (from.type == device_type::cpu) {
+        backend::gpu_memory::from_host(out.raw_data(), src.raw_data(), bytes, d.index);
+    } else if (d.type == device_type::cpu) {
+        backend::gpu_memory::to_host(out.raw_data(), src.raw_data(), bytes, from.index);
+    } else {  // between GPUs, through the host
+        const tensor host = src.to(kiln::cpu);
+        backend::gpu_memory::from_host(out.raw_data(), host.raw_data(), bytes, d.index);
+    }
+#else
+    (void)bytes;
+    (void)src;
+#endif
+    return recorded(std::move(out), [from](const tensor& g) { return g.to(from); });
 }
 
 namespace detail {

@@ -111,6 +111,15 @@ strided<T> strided_out(tensor& t) {
     return strided<T>(t.data<T>(), t.shape(), t.strides());
 }
 
+template <class L>
+struct leaf_position;
+template <std::size_t K, class T>
+struct leaf_position<indexed_leaf<K, T>> {
+    static constexpr std::size_t value = K;
+};
+template <class L>
+inline constexpr std::size_t leaf_position_v = leaf_position<L>::value;
+
 inline std::string operands_text(std::initializer_list<const tensor*> ts) {
     std::string s;
     for (const tensor* t : ts) {
@@ -120,29 +129,58 @@ inline std::string operands_text(std::initializer_list<const tensor*> ts) {
     return s;
 }
 
-[[noreturn]] inline void throw_device_mismatch(std::string_view op, const device& a, const device& b) {
-    throw device_error("kiln: device_error in '" + std::string(op) + "': operands live on " + to_string(a) + " and " +
-                       to_string(b));
-}
-
+// Operands of one op live on one device; a rank-0 CPU tensor (a number) may join a GPU op, as in PyTorch.
 inline void check_same_device(std::string_view op, std::initializer_list<const tensor*> ts) {
     const device d = (*ts.begin())->device();
+    bool same = true;
+    for (const tensor* t : ts) same = same && t->device() == d;
+    if (same) [[likely]]
+        return;
+    device gpu = d;
     for (const tensor* t : ts)
-        if (!(t->device() == d)) [[unlikely]]
-            throw_device_mismatch(op, d, t->device());
+        if (t->device().type != device_type::cpu) gpu = t->device();
+    for (const tensor* t : ts)
+        if (!joins_device(*t, gpu)) throw_device_mismatch(op, gpu, t->device());
 }
 
-template <class L>
-struct leaf_position;
-template <std::size_t K, class T>
-struct leaf_position<indexed_leaf<K, T>> {
-    static constexpr std::size_t value = K;
-};
+// The device an op on these operands runs on: the GPU one among them, the CPU otherwise.
+template <class... In>
+device device_of_operands(const In&... inputs) {
+    device d = kiln::cpu;
+    ((inputs.device().type != device_type::cpu ? (void)(d = inputs.device()) : (void)0), ...);
+    return d;
+}
+
+#if KILN_HAS_GPU
+template <class T>
+tensor on_device(const T& t, const device& d) {
+    return t.device() == d ? static_cast<const tensor&>(t) : t.to(d);
+}
+
+template <class E, class... In>
+void run_eager_gpu_into(tensor& out, const E& expr, const In&... inputs) {
+    using R = root_type_t<E>;
+    using list = unique_nodes_t<E>;
+    const auto bound = [&]<class... L>(types<L...>) {
+        const std::tuple<const In&...> all(inputs...);
+        return std::tuple<strided<const typename L::value_type>...>(
+            strided_of<typename L::value_type>(std::get<leaf_position_v<L>>(all))...);
+    }(leaves_t<list>{});
+    backend::thrust_device::run_elementwise(expr, strided_out<R>(out), bound);
+}
+#endif
+
 
 // Runs the graph `expr` (whose leaves are indexed_leaf<K, T>, K naming the input) over `inputs` into `out`, whose
 // shape is the broadcast shape and whose dtype is the expression's.
 template <class E, class... In>
 void run_eager_into(tensor& out, const E& expr, const In&... inputs) {
+#if KILN_HAS_GPU
+    if (const device dev = out.device(); dev.type != device_type::cpu) [[unlikely]] {
+        run_eager_gpu_into(out, expr, on_device(inputs, dev)...);
+        return;
+    }
+#endif
     using R = root_type_t<E>;
     using list = unique_nodes_t<E>;
     using loop = fused_loop<list, E>;
@@ -174,6 +212,13 @@ bool run_eager_flat(tensor& out, const E& expr, const In&... inputs) {
 
 template <class E, class... In>
 tensor run_eager(const E& expr, const dims& shape, const In&... inputs) {
+#if KILN_HAS_GPU
+    if (const device dev = device_of_operands(inputs...); dev.type != device_type::cpu) [[unlikely]] {
+        tensor out(dtype_of<root_type_t<E>>(), shape, dev);
+        run_eager_into(out, expr, inputs...);
+        return out;
+    }
+#endif
     tensor out(dtype_of<root_type_t<E>>(), shape);
     if (!run_eager_flat(out, expr, inputs...)) run_eager_into(out, expr, inputs...);
     return out;
@@ -526,6 +571,7 @@ tensor& eager_in_place(tensor& a, const B& b) {
     dims shape = a.shape();
     if constexpr (std::is_same_v<B, tensor>) {
         check_same_device(Op::name, {&a, &b});
+        if (a.is_cpu() && !b.is_cpu()) throw_device_mismatch(std::string(Op::name) + "_", a.device(), b.device());
         shape = broadcast_named(Op::name, {&a, &b});
         d = promote(a.dtype(), b.dtype());
     } else {

@@ -36,6 +36,20 @@ inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
 inline tensor zeros(const dims& shape, dtype d = dtype::float32) { return full(shape, 0.0, d); }
 inline tensor ones(const dims& shape, dtype d = dtype::float32) { return full(shape, 1.0, d); }
 
+// The same on a device (kiln::cpu or kiln::cuda): filled where it lives, nothing copied but the value.
+inline tensor full(const dims& shape, double value, dtype d, const device& dev) {
+    if (dev.type == device_type::cpu || detail::active_tracer) return full(shape, value, d).to(dev);
+    tensor t(d, shape, dev);
+    t.fill_(value);
+    return t;
+}
+inline tensor zeros(const dims& shape, dtype d, const device& dev) { return full(shape, 0.0, d, dev); }
+inline tensor ones(const dims& shape, dtype d, const device& dev) { return full(shape, 1.0, d, dev); }
+// A tensor of t's shape, dtype and device filled with `value` (zeros_like, ones_like, full_like).
+inline tensor full_like(const tensor& t, double value) { return full(t.shape(), value, t.dtype(), t.device()); }
+inline tensor zeros_like(const tensor& t) { return full_like(t, 0.0); }
+inline tensor ones_like(const tensor& t) { return full_like(t, 1.0); }
+
 // start, start + step, ... below stop (like numpy.arange); int64 unless a dtype is given.
 inline tensor arange(double start, double stop, double step = 1.0, dtype d = dtype::int64) {
     if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
@@ -146,6 +160,19 @@ inline tensor randn(const dims& shape, dtype d = dtype::float32, generator& g = 
         for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(g.normal());
     });
     return t;
+}
+
+// Random tensors on a device: drawn on the host from the same generator (so a seed gives the same numbers on every
+// device) and copied to the device.
+inline tensor uniform(const dims& shape, double low, double high, dtype d, const device& dev,
+                      generator& g = default_generator()) {
+    return uniform(shape, low, high, d, g).to(dev);
+}
+inline tensor rand(const dims& shape, dtype d, const device& dev, generator& g = default_generator()) {
+    return rand(shape, d, g).to(dev);
+}
+inline tensor randn(const dims& shape, dtype d, const device& dev, generator& g = default_generator()) {
+    return randn(shape, d, g).to(dev);
 }
 
 }  // namespace kiln

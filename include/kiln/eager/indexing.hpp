@@ -169,6 +169,11 @@ tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
 // Gradients: x gets g, src gets take_along_axis(g, index, axis).
 template <int = 0>
 tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor& src) {
+    if (!x.is_cpu() || !index.is_cpu() || !src.is_cpu()) {
+        // On a GPU: through the host for now (recorded on the tapes through the moves).
+        detail::check_same_device("scatter_add", {&x, &index, &src});
+        return scatter_add(x.to(kiln::cpu), axis, index.to(kiln::cpu), src.to(kiln::cpu)).to(x.device());
+    }
     const int ax = detail::checked_axis(x, axis, "scatter_add");
     bool ok = index.dim() == x.dim() && src.shape() == index.shape();
     for (int i = 0; ok && i < x.dim(); ++i) ok = i == ax || index.shape()[i] == x.shape()[i];
@@ -196,6 +201,11 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
 // copy: x[mask] in NumPy. The gradient scatters back into x's shape.
 template <int = 0>
 tensor masked_select(const tensor& x, const tensor& mask) {
+    if (!x.is_cpu() || !mask.is_cpu()) {
+        // On a GPU: the result's size depends on the mask's values, which are read on the host anyway.
+        detail::check_same_device("masked_select", {&x, &mask});
+        return masked_select(x.to(kiln::cpu), mask.to(kiln::cpu)).to(x.device());
+    }
     if (mask.dtype() != dtype::boolean)
         throw dtype_error("kiln: dtype_error in 'masked_select': the mask must be bool, not " +
                           std::string(name(mask.dtype())));

@@ -275,7 +275,7 @@ inline void save_npy(const std::string& path, const tensor& t) {
     const char le[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
     out.write(le, 2);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    const tensor c = t.contiguous();
+    const tensor c = t.is_cpu() ? t.contiguous() : t.to(kiln::cpu);
     static_assert(std::endian::native == std::endian::little, "kiln::save_npy writes little-endian data");
     out.write(static_cast<const char*>(c.raw_data()), static_cast<std::streamsize>(c.numel() * c.itemsize()));
     if (!out) throw file_error("kiln: file_error in 'save_npy': writing '" + path + "' failed");

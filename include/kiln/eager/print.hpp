@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "convert.hpp"
 #include "tensor.hpp"
 
 namespace kiln {
@@ -140,6 +141,14 @@ struct printer {
 // "tensor([[1., 2.],\n        [3., 4.]], dtype=float32)"
 inline std::string to_string(const tensor& t) {
     t.check_valid("print");
+    if (!t.is_symbolic() && !t.is_cpu()) {
+        // Printed from a host copy, with the device named as PyTorch does: "tensor([1., 2.], device='cuda:0')".
+        std::string s = to_string(t.to(kiln::cpu));
+        const std::size_t close = s.rfind(')');
+        const std::string where = "device='" + to_string(t.device()) + "'";
+        if (close != std::string::npos) s.insert(close, s[close - 1] == '(' ? where : ", " + where);
+        return s;
+    }
     const print_options opt = get_printoptions();
     detail::printer p{t, t.numel() > opt.threshold, opt, {}, 0};
     if (t.numel() > 0) {

@@ -11,7 +11,9 @@ class generator {
 public:
     explicit generator(std::uint64_t seed = 0x9E3779B97F4A7C15ull) { this->seed(seed); }
 
+    // Restarts the stream: the same seed gives the same numbers (a normal kept from an earlier pair is dropped).
     void seed(std::uint64_t seed) {
+        has_spare_ = false;
         std::uint64_t z = seed;
         for (auto& s : state_) {  // splitmix64 expands the seed
             z += 0x9E3779B97F4A7C15ull;

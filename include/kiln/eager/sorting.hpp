@@ -51,14 +51,14 @@ template <int N = 0>
 tensor any(const tensor& x_in, std::vector<int> axes = {}, bool keepdims = false) {
     const detail::dependent_tensor<N>& x = x_in;
     const auto r = detail::reduced_shape(x, axes, keepdims, "any");
-    if (r.count == 0) return full(r.result, 0.0, dtype::boolean);
+    if (r.count == 0) return full(r.result, 0.0, dtype::boolean, x.device());
     return max(not_equal(x, 0), axes, keepdims);
 }
 template <int N = 0>
 tensor all(const tensor& x_in, std::vector<int> axes = {}, bool keepdims = false) {
     const detail::dependent_tensor<N>& x = x_in;
     const auto r = detail::reduced_shape(x, axes, keepdims, "all");
-    if (r.count == 0) return full(r.result, 1.0, dtype::boolean);
+    if (r.count == 0) return full(r.result, 1.0, dtype::boolean, x.device());
     return min(not_equal(x, 0), axes, keepdims);
 }
 

@@ -61,20 +61,35 @@ tensor structural_values(const typename Op::attributes& a, const tensor& x, cons
                                          }(std::make_index_sequence<1 + sizeof...(More)>{});
                                      });
     }
+    const device dev = x.device();
+    if constexpr (sizeof...(More) > 0) {
+        const device others[] = {more.device()...};
+        for (const device& o : others)
+            if (!(o == dev)) [[unlikely]]
+                throw_device_mismatch(Op::name, dev, o);
+    }
     tensor out;
-    dispatch(x.dtype(), [&]<class T>() {
-        using U = typename Op::template result_type<T>;
-        out = tensor(dtype_of<U>(), shape);
-        const strided<const T> xs(static_cast<const T*>(x.raw_data()), x.shape(), x.strides());
-        if constexpr (sizeof...(More) == 0) {
-            Op::template compute<backend::cpu_device>(a, out.data<U>(), xs, name(x.dtype()));
-        } else {
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-                Op::template compute<backend::cpu_device>(a, out.data<U>(), xs,
-                                                          structural_operand<Op, I + 1, T>(more)...);
-            }(std::index_sequence_for<More...>{});
-        }
-    });
+    auto run = [&]<class Device>() {
+        dispatch(x.dtype(), [&]<class T>() {
+            using U = typename Op::template result_type<T>;
+            out = Device::kind == device_type::cpu ? tensor(dtype_of<U>(), shape) : tensor(dtype_of<U>(), shape, dev);
+            const strided<const T> xs(static_cast<const T*>(x.raw_data()), x.shape(), x.strides());
+            if constexpr (sizeof...(More) == 0) {
+                Op::template compute<Device>(a, out.data<U>(), xs, name(x.dtype()));
+            } else {
+                [&]<std::size_t... I>(std::index_sequence<I...>) {
+                    Op::template compute<Device>(a, out.data<U>(), xs, structural_operand<Op, I + 1, T>(more)...);
+                }(std::index_sequence_for<More...>{});
+            }
+        });
+    };
+#if KILN_HAS_GPU
+    if (dev.type != device_type::cpu) [[unlikely]] {
+        run.template operator()<backend::thrust_device>();
+        return out;
+    }
+#endif
+    run.template operator()<backend::cpu_device>();
     return out;
 }
 

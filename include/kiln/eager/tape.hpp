@@ -255,7 +255,7 @@ private:
         // This tape must not record its own backward pass; the tapes around it do.
         const bool was_recording = pause();
         std::unordered_map<std::uint64_t, detail::dependent_tensor<N>> grads;
-        grads.emplace(target.id(), seed ? seed->to(target.dtype()) : full(target.shape(), 1.0, target.dtype()));
+        grads.emplace(target.id(), seed ? seed->to(target.dtype()) : full(target.shape(), 1.0, target.dtype(), target.device()));
         for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
             auto found = grads.find(it->output.id());
             if (found == grads.end()) continue;
@@ -274,7 +274,7 @@ private:
         for (const tensor& s : sources) {
             // Like TensorFlow, only watched sources have gradients; others get zeros.
             auto found = watches(s) ? grads.find(s.id()) : grads.end();
-            out.push_back(found != grads.end() ? found->second : zeros(s.shape(), s.dtype()));
+            out.push_back(found != grads.end() ? found->second : zeros(s.shape(), s.dtype(), s.device()));
         }
         return out;
     }
@@ -362,7 +362,7 @@ namespace detail {
 
 inline tensor scatter_slice(const tensor& source, const tensor& g, int axis, std::ptrdiff_t start, std::ptrdiff_t stop,
                             std::ptrdiff_t step) {
-    tensor z = zeros(source.shape(), g.dtype());
+    tensor z = zeros(source.shape(), g.dtype(), g.device());
     tensor part = z.slice(axis, start, stop, step);
     copy_into(part, g);
     return z;

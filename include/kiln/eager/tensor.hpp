@@ -37,6 +37,7 @@ struct storage {
     kiln::device dev{};
     std::shared_ptr<void> keeper;
     bool cached = false;  // data came from the caching allocator
+    bool on_gpu = false;  // data came from the GPU device's allocator (dev says which device)
     // A symbolic tensor's storage while a function is traced: no bytes, the tracer that owns it and its value.
     tracer_base* trace_owner = nullptr;
     std::int64_t trace_value = -1;
@@ -52,8 +53,17 @@ struct storage {
     storage& operator=(const storage&) = delete;
     ~storage() {
         if (cached) caching_allocator::instance().release(data, bytes);
+#if KILN_HAS_GPU
+        if (on_gpu) backend::gpu_memory::deallocate(data, bytes, dev.index);
+#endif
     }
 };
+
+[[noreturn]] inline void throw_no_gpu(const char* what, const kiln::device& d) {
+    throw device_error(std::string("kiln: device_error in '") + what + "': " + to_string(d) +
+                       " is not available: this program was compiled without kiln's GPU device (build with nvcc and "
+                       "the kiln::cuda CMake target, or define KILN_GPU=1 with Thrust's configuration)");
+}
 
 inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
     auto s = std::allocate_shared<storage>(pooled_allocator<storage>{});
@@ -66,6 +76,33 @@ inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
     s->bytes = bytes;
     s->cached = true;
     return s;
+}
+
+// Storage on device `d`: the CPU's caching allocator, or the GPU device's pool.
+inline std::shared_ptr<storage> allocate_storage(std::size_t bytes, const kiln::device& d) {
+    if (d.type == device_type::cpu) return allocate_storage(bytes);
+#if KILN_HAS_GPU
+    backend::gpu_memory::require(d, "allocate");
+    auto s = std::allocate_shared<storage>(pooled_allocator<storage>{});
+    s->data = static_cast<std::byte*>(backend::gpu_memory::allocate(bytes, d.index));
+    s->bytes = bytes;
+    s->dev = d;
+    s->on_gpu = true;
+    return s;
+#else
+    throw_no_gpu("allocate", d);
+#endif
+}
+
+// Copies `bytes` at byte offset `at` of a storage to host memory (a GPU storage waits for its device first).
+inline void read_bytes(const storage& s, std::size_t at, void* dst, std::size_t bytes) {
+#if KILN_HAS_GPU
+    if (s.on_gpu) {
+        backend::gpu_memory::to_host(dst, s.data + at, bytes, s.dev.index);
+        return;
+    }
+#endif
+    std::memcpy(dst, s.data + at, bytes);
 }
 
 // Calls f.template operator()<T>() with T the C++ type of d.
@@ -210,6 +247,14 @@ public:
         storage_ = detail::allocate_storage(detail::checked_bytes(n, size_of(d), shape, "tensor"));
     }
 
+    // Uninitialized contiguous storage on a device: kiln::cpu, or kiln::cuda where kiln's GPU device is compiled in
+    // (a kiln::device_error otherwise, and when the device does not exist).
+    tensor(kiln::dtype d, const dims& shape, const kiln::device& dev)
+        : dtype_(d), shape_(shape), strides_(detail::contiguous_strides(shape)) {
+        const std::ptrdiff_t n = detail::checked_numel(shape, "tensor");
+        storage_ = detail::allocate_storage(detail::checked_bytes(n, size_of(d), shape, "tensor"), dev);
+    }
+
     // A view of existing storage (used by views and by wrapping external memory).
     tensor(std::shared_ptr<detail::storage> s, kiln::dtype d, const dims& shape, const dims& strides,
            std::ptrdiff_t offset)
@@ -302,7 +347,11 @@ public:
         if (numel() != 1)
             throw value_error("kiln: value_error in 'tensor::item': the tensor has " + std::to_string(numel()) +
                               " elements (shape " + to_string(shape_) + "), not one");
-        return detail::dispatch(dtype_, [&]<class U>() { return value_cast<T>(*data<U>()); });
+        return detail::dispatch(dtype_, [&]<class U>() {
+            U v;
+            detail::read_bytes(*storage_, static_cast<std::size_t>(offset_) * sizeof(U), &v, sizeof(U));
+            return value_cast<T>(v);
+        });
     }
 
     // `if (t)`: the value of a one-element tensor as a bool (nonzero is true). A tensor of other sizes has no one
@@ -337,7 +386,9 @@ public:
             off += i * strides_[d++];
         }
         return detail::dispatch(dtype_, [&]<class U>() {
-            return value_cast<T>(reinterpret_cast<const U*>(storage_->data)[offset_ + off]);
+            U v;
+            detail::read_bytes(*storage_, static_cast<std::size_t>(offset_ + off) * sizeof(U), &v, sizeof(U));
+            return value_cast<T>(v);
         });
     }
 
@@ -525,6 +576,11 @@ public:
     tensor contiguous() const;
     tensor clone() const;
     tensor to(kiln::dtype d) const;
+    // A copy on another device (this tensor itself when it is there already), recorded on gradient tapes: the
+    // gradient returns to this tensor's device. kiln::cuda needs kiln's GPU device (KILN_GPU) and a GPU.
+    tensor to(const kiln::device& d) const;
+    // True when the tensor's storage is in host memory (kiln::cpu).
+    bool is_cpu() const { return device().type == device_type::cpu; }
 
 private:
     // A view traced by kiln::function: `f` makes the same view of a real tensor when the function runs.

@@ -1,0 +1,259 @@
+#pragma once
+// Memory of kiln's GPU device (kiln::cuda): allocation, copies to and from the host, the device's one stream, and
+// statistics. Compiled only when KILN_GPU is defined (the CMake targets kiln::cuda and kiln::gpu_emulated define it).
+//
+// - Under nvcc (Thrust's CUDA system) memory comes from the device's stream-ordered pool (cudaMallocAsync on one
+//   stream per device, the pool's release threshold raised so that freed blocks stay cached), and ops are
+//   asynchronous on that stream: the host waits only when it reads values (item(), printing, .to(kiln::cpu)) or
+//   calls kiln::synchronize().
+// - With a host compiler and THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP the device is *emulated*: the same Thrust
+//   and dispatch code runs on Thrust's OpenMP system with host memory, so that every machine tests the device's
+//   logic (tests run there; kiln::cuda_emulated() says which build this is).
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include <thrust/version.h>
+
+#include "../../core/device.hpp"
+#include "../../core/error.hpp"
+
+#if !defined(THRUST_DEVICE_SYSTEM) || !defined(THRUST_DEVICE_SYSTEM_CUDA)
+#error "kiln: KILN_GPU needs Thrust's configuration (include <thrust/version.h> first)."
+#endif
+
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#define KILN_GPU_CUDA 1
+#include <cuda_runtime.h>
+#else
+#define KILN_GPU_CUDA 0
+#endif
+
+namespace kiln {
+
+// Bytes held by kiln's GPU device: in tensors now, at most at once, and how many allocations were made.
+struct gpu_memory_stats {
+    std::size_t allocated_bytes = 0;
+    std::size_t peak_bytes = 0;
+    std::size_t allocations = 0;
+};
+
+namespace backend {
+namespace gpu_memory {
+
+inline constexpr int max_devices = 16;
+
+struct counters {
+    std::atomic<std::size_t> allocated{0}, peak{0}, count{0};
+};
+inline counters& stats_of() {
+    static counters c;
+    return c;
+}
+
+#if KILN_GPU_CUDA
+[[noreturn]] inline void throw_cuda(const char* what, cudaError_t e) {
+    throw device_error(std::string("kiln: device_error in '") + what + "': " + cudaGetErrorName(e) + ": " +
+                       cudaGetErrorString(e));
+}
+inline void check_cuda(const char* what, cudaError_t e) {
+    if (e != cudaSuccess) [[unlikely]] {
+        (void)cudaGetLastError();  // clear a non-sticky error so that later calls do not report it again
+        throw_cuda(what, e);
+    }
+}
+#endif
+
+// How many devices kiln can use (0 when there is none; 1 for the emulated device).
+inline int count() {
+#if KILN_GPU_CUDA
+    static const int n = [] {
+        int c = 0;
+        if (cudaGetDeviceCount(&c) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        return c > max_devices ? max_devices : c;
+    }();
+    return n;
+#else
+    return 1;
+#endif
+}
+
+// Throws kiln::device_error unless device `d` exists.
+inline void require(const device& d, const char* what) {
+    const int n = count();
+    if (n == 0)
+        throw device_error(std::string("kiln: device_error in '") + what + "': no CUDA device is available on this "
+                           "machine (cudaGetDeviceCount found none); use kiln::cpu, or check kiln::cuda_available() first");
+    if (d.index < 0 || d.index >= n)
+        throw device_error(std::string("kiln: device_error in '") + what + "': " + to_string(d) + " does not exist (" +
+                           std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") + ": cuda:0 .. cuda:" +
+                           std::to_string(n - 1) + ")");
+}
+
+#if KILN_GPU_CUDA
+// The device's one stream, created with its pool configured on first use.
+inline cudaStream_t stream(int index) {
+    struct state {
+        cudaStream_t s[max_devices] = {};
+        std::atomic<bool> ready[max_devices] = {};
+    };
+    static state st;
+    if (!st.ready[index].load(std::memory_order_acquire)) {
+        static std::atomic_flag lock = ATOMIC_FLAG_INIT;
+        while (lock.test_and_set(std::memory_order_acquire)) {}
+        if (!st.ready[index].load(std::memory_order_relaxed)) {
+            int prev = 0;
+            cudaGetDevice(&prev);
+            cudaSetDevice(index);
+            cudaStream_t s{};
+            const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+            if (e == cudaSuccess) {
+                cudaMemPool_t pool{};
+                if (cudaDeviceGetDefaultMemPool(&pool, index) == cudaSuccess) {
+                    std::uint64_t keep = ~std::uint64_t{0};  // keep freed blocks cached (cudaMallocAsync's pool)
+                    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+                }
+                st.s[index] = s;
+                st.ready[index].store(true, std::memory_order_release);
+            }
+            cudaSetDevice(prev);
+            lock.clear(std::memory_order_release);
+            check_cuda("cuda stream", e);
+        } else {
+            lock.clear(std::memory_order_release);
+        }
+    }
+    return st.s[index];
+}
+
+// Makes `index` the calling thread's current device for the scope.
+struct scoped_device {
+    int prev = -1;
+    explicit scoped_device(int index) {
+        int cur = 0;
+        cudaGetDevice(&cur);
+        if (cur != index) {
+            prev = cur;
+            check_cuda("cudaSetDevice", cudaSetDevice(index));
+        }
+    }
+    ~scoped_device() {
+        if (prev >= 0) cudaSetDevice(prev);
+    }
+    scoped_device(const scoped_device&) = delete;
+    scoped_device& operator=(const scoped_device&) = delete;
+};
+#else
+struct scoped_device {
+    explicit scoped_device(int) {}
+};
+#endif
+
+inline void note_allocation(std::size_t bytes) {
+    counters& c = stats_of();
+    const std::size_t now = c.allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t p = c.peak.load(std::memory_order_relaxed);
+    while (now > p && !c.peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {}
+    c.count.fetch_add(1, std::memory_order_relaxed);
+}
+
+// `bytes` of device memory on device `index` (never null: a zero-byte request gets a small block).
+inline void* allocate(std::size_t bytes, int index = 0) {
+    const std::size_t n = bytes == 0 ? 256 : bytes;
+#if KILN_GPU_CUDA
+    scoped_device on(index);
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, n, stream(index));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) + " bytes on cuda:" +
+                           std::to_string(index) + " (" + cudaGetErrorString(e) + ")");
+    }
+#else
+    (void)index;
+    void* p = ::operator new(n, std::align_val_t{256}, std::nothrow);
+    if (!p)
+        throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) +
+                           " bytes on cuda:0 (emulated)");
+#endif
+    note_allocation(bytes);
+    return p;
+}
+
+inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
+    if (!p) return;
+#if KILN_GPU_CUDA
+    scoped_device on(index);
+    cudaFreeAsync(p, stream(index));
+#else
+    (void)index;
+    ::operator delete(p, std::align_val_t{256});
+#endif
+    stats_of().allocated.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+// Waits until the device's queued work is done.
+inline void synchronize(int index = 0) {
+#if KILN_GPU_CUDA
+    if (count() == 0) return;
+    check_cuda("synchronize", cudaStreamSynchronize(stream(index)));
+#else
+    (void)index;
+#endif
+}
+
+// Device to host (waits for the device's queued work first), host to device, device to device (queued).
+inline void to_host(void* dst, const void* src, std::size_t bytes, int index = 0) {
+    if (bytes == 0) return;
+#if KILN_GPU_CUDA
+    scoped_device on(index);
+    check_cuda("copy to host", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream(index)));
+    check_cuda("copy to host", cudaStreamSynchronize(stream(index)));
+#else
+    (void)index;
+    std::memcpy(dst, src, bytes);
+#endif
+}
+inline void from_host(void* dst, const void* src, std::size_t bytes, int index = 0) {
+    if (bytes == 0) return;
+#if KILN_GPU_CUDA
+    scoped_device on(index);
+    // The source may be a temporary of the caller's: wait until it has been read.
+    check_cuda("copy to device", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(index)));
+    check_cuda("copy to device", cudaStreamSynchronize(stream(index)));
+#else
+    (void)index;
+    std::memcpy(dst, src, bytes);
+#endif
+}
+inline void within(void* dst, const void* src, std::size_t bytes, int index = 0) {
+    if (bytes == 0) return;
+#if KILN_GPU_CUDA
+    scoped_device on(index);
+    check_cuda("copy on device", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(index)));
+#else
+    (void)index;
+    std::memmove(dst, src, bytes);
+#endif
+}
+
+// Returns cached blocks of the device's pool to the driver.
+inline void trim() {
+#if KILN_GPU_CUDA
+    for (int i = 0, n = count(); i < n; ++i) {
+        scoped_device on(i);
+        cudaStreamSynchronize(stream(i));
+        cudaMemPool_t pool{};
+        if (cudaDeviceGetDefaultMemPool(&pool, i) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+    }
+#endif
+}
+
+}  // namespace gpu_memory
+}  // namespace backend
+}  // namespace kiln

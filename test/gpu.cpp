@@ -1,0 +1,251 @@
+// Eager tensors on kiln's GPU device (kiln::cuda), checked against the same ops on the CPU.
+// Built twice by the test command: with g++ on Thrust's OpenMP device system (the emulated device, host memory: runs
+// on every machine) and with nvcc -arch=sm_90 (runs where a GPU exists and exits with 77, "skipped", where none does).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<double> host_values(const kiln::tensor& t) {
+    const kiln::tensor c = t.to(kiln::cpu).contiguous().to(kiln::float64);
+    const double* p = c.data<const double>();
+    return std::vector<double>(p, p + c.numel());
+}
+
+// a and b (either device) have one shape and agree to `rel` relative (exactly when rel is 0).
+void check_close(const kiln::tensor& a, const kiln::tensor& b, double rel = 0) {
+    REQUIRE(a.shape() == b.shape());
+    CHECK(a.dtype() == b.dtype());
+    const auto x = host_values(a), y = host_values(b);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        CAPTURE(i);
+        if (std::isnan(y[i])) {
+            CHECK(std::isnan(x[i]));
+        } else if (rel == 0) {
+            CHECK(x[i] == y[i]);
+        } else {
+            CHECK(std::abs(x[i] - y[i]) <= rel * (1 + std::abs(y[i])));
+        }
+    }
+}
+
+kiln::tensor seq(kiln::dims shape, double scale = 0.37) {
+    const std::ptrdiff_t n = shape.size();
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::ptrdiff_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(scale * static_cast<double>(i + 1)) * 3);
+    return kiln::from_vector(v, shape);
+}
+
+}  // namespace
+
+TEST_CASE("tensors move to the device and back with their values, dtype and shape") {
+    CHECK(kiln::cuda_available());
+    CHECK(kiln::device_count() >= 1);
+    const kiln::tensor h = seq({3, 4});
+    const kiln::tensor d = h.to(kiln::cuda);
+    CHECK(d.device() == kiln::cuda);
+    CHECK(!d.is_cpu());
+    CHECK(d.shape() == kiln::dims{3, 4});
+    CHECK(d.to(kiln::cuda).shares_storage_with(d));  // already there: the same tensor
+    const kiln::tensor back = d.to(kiln::cpu);
+    CHECK(back.device() == kiln::cpu);
+    check_close(back, h);
+    // A view (transposed, sliced) moves as its values.
+    check_close(h.transpose(0, 1).slice(0, 1, 4).to(kiln::cuda), h.transpose(0, 1).slice(0, 1, 4));
+    // item() and at() copy one element to the host.
+    CHECK(d.at<float>({1, 2}) == h.at<float>({1, 2}));
+    CHECK(kiln::sum(d).item<double>() == doctest::Approx(kiln::sum(h).item<double>()).epsilon(1e-6));
+    // Printing copies to the host and names the device, as PyTorch does.
+    const std::string s = kiln::to_string(kiln::from_values<float>({1, 2}, {2}).to(kiln::cuda));
+    CHECK(s.find("device='cuda:0'") != std::string::npos);
+    CHECK(s.find("1.") != std::string::npos);
+}
+
+TEST_CASE("factories fill on the device; random tensors draw the CPU generator's numbers") {
+    const kiln::tensor z = kiln::zeros({2, 3}, kiln::float32, kiln::cuda);
+    CHECK(z.device() == kiln::cuda);
+    check_close(z, kiln::zeros({2, 3}));
+    check_close(kiln::full({4}, 2.5, kiln::float64, kiln::cuda), kiln::full({4}, 2.5, kiln::float64));
+    check_close(kiln::ones_like(z), kiln::ones({2, 3}));
+    CHECK(kiln::ones_like(z).device() == kiln::cuda);
+    kiln::manual_seed(7);
+    const kiln::tensor a = kiln::randn({5}, kiln::float32, kiln::cuda);
+    kiln::manual_seed(7);
+    const kiln::tensor b = kiln::randn({5});
+    check_close(a, b);
+}
+
+TEST_CASE("elementwise ops with broadcasting, strided views and type promotion agree with the CPU") {
+    const kiln::tensor x = seq({4, 5}), y = seq({5}, 0.91), c = seq({4, 1}, 1.3);
+    const kiln::tensor dx = x.to(kiln::cuda), dy = y.to(kiln::cuda), dc = c.to(kiln::cuda);
+    check_close(dx + dy, x + y);
+    check_close(dx * dc - dy, x * c - y);
+    check_close(kiln::relu(dx * dy + dc) * 2.0f + dy, kiln::relu(x * y + c) * 2.0f + y, 1e-6);
+    check_close(kiln::exp(dx) / (dy + 4.0f), kiln::exp(x) / (y + 4.0f), 1e-6);
+    check_close(kiln::tanh(dx.transpose(0, 1)), kiln::tanh(x.transpose(0, 1)), 1e-6);  // a strided operand
+    check_close(dx.slice(1, 0, 5, 2) * 3.0f, x.slice(1, 0, 5, 2) * 3.0f);
+    check_close(kiln::where(dx > 0.0f, dx, dy), kiln::where(x > 0.0f, x, y));
+    // int32 + float32 promotes to float32; comparisons give bool.
+    const kiln::tensor i = kiln::from_values<std::int32_t>({1, 2, 3, 4, 5}, {5});
+    check_close(i.to(kiln::cuda) + dy, i + y);
+    CHECK((i.to(kiln::cuda) + dy).dtype() == kiln::float32);
+    check_close(dx > dy, x > y);
+    // casts run on the device.
+    check_close(dx.to(kiln::int32), x.to(kiln::int32));
+    check_close(dx.to(kiln::float64), x.to(kiln::float64));
+    // A rank-0 CPU tensor joins a device op (PyTorch's rule); the result stays on the device.
+    const kiln::tensor two = 2.0f;
+    CHECK((dx * two).device() == kiln::cuda);
+    check_close(dx * two, x * two);
+    // In place, and assignment into a device view.
+    kiln::tensor w = dx.clone();
+    w += dy;
+    check_close(w, x + y);
+    kiln::tensor v = dx.clone();
+    v.slice(0, 1, 3) = dy;
+    kiln::tensor hv = x.clone();
+    hv.slice(0, 1, 3) = y;
+    check_close(v, hv);
+}
+
+TEST_CASE("operands on different devices are refused with both devices named") {
+    const kiln::tensor h = seq({3}), d = seq({3}).to(kiln::cuda);
+    try {
+        (void)(h + d);
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        const std::string m = e.what();
+        CHECK(m.find("'add'") != std::string::npos);
+        CHECK(m.find("cpu") != std::string::npos);
+        CHECK(m.find("cuda:0") != std::string::npos);
+    }
+    CHECK_THROWS_AS(kiln::matmul(seq({2, 3}), seq({3, 2}).to(kiln::cuda)), kiln::device_error);
+    CHECK_THROWS_AS(kiln::concat({h, d}), kiln::device_error);
+    kiln::tensor hh = h.clone();
+    CHECK_THROWS_AS(hh += d, kiln::device_error);
+    CHECK_THROWS_AS((void)h.to(kiln::device{kiln::device_type::cuda, 99}), kiln::device_error);
+}
+
+TEST_CASE("reductions and scans agree with the CPU") {
+    const kiln::tensor x = seq({6, 7, 5});
+    const kiln::tensor d = x.to(kiln::cuda);
+    check_close(kiln::sum(d), kiln::sum(x), 1e-6);
+    check_close(kiln::sum(d, {1}), kiln::sum(x, {1}), 1e-6);
+    check_close(kiln::mean(d, {0, 2}, true), kiln::mean(x, {0, 2}, true), 1e-6);
+    check_close(kiln::max(d, {2}), kiln::max(x, {2}));
+    check_close(kiln::min(d.transpose(0, 2), {1}), kiln::min(x.transpose(0, 2), {1}));
+    check_close(kiln::prod(d.slice(2, 0, 2), {2}), kiln::prod(x.slice(2, 0, 2), {2}), 1e-6);
+    check_close(kiln::argmax(d, 1), kiln::argmax(x, 1));
+    check_close(kiln::argmin(d, 0), kiln::argmin(x, 0));
+    check_close(kiln::cumsum(d, 1), kiln::cumsum(x, 1), 1e-6);
+    check_close(kiln::cumprod(d.slice(2, 0, 3), 2), kiln::cumprod(x.slice(2, 0, 3), 2), 1e-6);
+    // Integer sums accumulate in int64; a NaN wins a maximum, and argmax finds the first of equal values.
+    const kiln::tensor i = kiln::from_values<std::int32_t>({2000000000, 2000000000, 5}, {3});
+    check_close(kiln::sum(i.to(kiln::cuda)), kiln::sum(i));
+    const kiln::tensor n = kiln::from_values<float>({1, NAN, 3, 3}, {4});
+    check_close(kiln::max(n.to(kiln::cuda)), kiln::max(n));
+    check_close(kiln::argmax(kiln::from_values<float>({1, 3, 3, 2}, {4}).to(kiln::cuda), 0),
+                kiln::from_values<std::int64_t>({1}, {}).reshape({}));
+    check_close(kiln::sum(kiln::zeros({0, 3}, kiln::float32, kiln::cuda), {0}), kiln::zeros({3}));
+}
+
+TEST_CASE("matmul on the device: layouts, vectors, batches and integers") {
+    const kiln::tensor a = seq({5, 3}), b = seq({3, 4}, 0.53);
+    const kiln::tensor da = a.to(kiln::cuda), db = b.to(kiln::cuda);
+    check_close(kiln::matmul(da, db), kiln::matmul(a, b), 1e-5);
+    // Transposed operands are read in place; a slice with steps in both strides is copied first.
+    check_close(kiln::matmul(db.transpose(0, 1), da.transpose(0, 1)), kiln::matmul(b.transpose(0, 1), a.transpose(0, 1)), 1e-5);
+    const kiln::tensor big = seq({8, 8});
+    const kiln::tensor hs = big.slice(0, 0, 8, 2).slice(1, 0, 8, 2), ds = big.to(kiln::cuda).slice(0, 0, 8, 2).slice(1, 0, 8, 2);
+    check_close(kiln::matmul(ds, ds), kiln::matmul(hs, hs), 1e-5);
+    // Vectors and batches (broadcast over the batch).
+    const kiln::tensor v = seq({3}, 0.7);
+    check_close(kiln::matmul(da, v.to(kiln::cuda)), kiln::matmul(a, v), 1e-5);
+    check_close(kiln::matmul(v.to(kiln::cuda), db), kiln::matmul(v, b), 1e-5);
+    const kiln::tensor ba = seq({2, 5, 3}, 0.21);
+    check_close(kiln::matmul(ba.to(kiln::cuda), db), kiln::matmul(ba, b), 1e-5);
+    const kiln::tensor ia = kiln::from_values<std::int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+    check_close(kiln::matmul(ia.to(kiln::cuda), ia.transpose(0, 1).to(kiln::cuda)), kiln::matmul(ia, ia.transpose(0, 1)));
+}
+
+TEST_CASE("layout, gather and sort ops agree with the CPU; bad indices are reported") {
+    const kiln::tensor x = seq({4, 6});
+    const kiln::tensor d = x.to(kiln::cuda);
+    check_close(kiln::flip(d, {1}) + 0.0f, kiln::flip(x, {1}) + 0.0f);
+    check_close(kiln::tile(d, {2, 1}), kiln::tile(x, {2, 1}));
+    check_close(kiln::pad(d, {{1, 0}, {0, 2}}, 9.0), kiln::pad(x, {{1, 0}, {0, 2}}, 9.0));
+    check_close(kiln::sort(d, 1), kiln::sort(x, 1));
+    check_close(kiln::argsort(d, 0, true), kiln::argsort(x, 0, true));
+    const kiln::tensor idx = kiln::from_values<std::int64_t>({3, 0, -1}, {3});
+    check_close(kiln::index_select(d, 0, idx.to(kiln::cuda)), kiln::index_select(x, 0, idx));
+    const kiln::tensor along = kiln::argsort(x, 1);
+    check_close(kiln::take_along_axis(d, along.to(kiln::cuda), 1), kiln::take_along_axis(x, along, 1));
+    check_close(kiln::concat({d, d.slice(0, 0, 2)}, 0), kiln::concat({x, x.slice(0, 0, 2)}, 0));
+    check_close(kiln::stack({d, d}, 1), kiln::stack({x, x}, 1));
+    check_close(d[kiln::from_values<std::int64_t>({1, 1}, {2}).to(kiln::cuda)], x[kiln::from_values<std::int64_t>({1, 1}, {2})]);
+    check_close(kiln::masked_select(d, (d > 0.0f)), kiln::masked_select(x, x > 0.0f));
+    try {
+        (void)kiln::index_select(d, 0, kiln::from_values<std::int64_t>({1, 7}, {2}).to(kiln::cuda));
+        FAIL("expected a value_error");
+    } catch (const kiln::value_error& e) {
+        CHECK(std::string(e.what()).find("index 7 is out of range for a dimension of size 4") != std::string::npos);
+    }
+}
+
+TEST_CASE("the gradient tape runs on device tensors and agrees with the CPU") {
+    // A small MLP's loss and gradients: matmul, broadcasting add, relu, mean, and their gradients on the device.
+    auto loss_and_grads = [](const kiln::device& dev) {
+        const kiln::tensor x = seq({8, 3}, 0.29).to(dev), y = seq({8, 1}, 0.77).to(dev);
+        kiln::variable w1(seq({3, 5}, 0.41).to(dev)), b1(kiln::zeros({5}, kiln::float32, dev));
+        kiln::variable w2(seq({5, 1}, 0.13).to(dev));
+        kiln::gradient_tape tape;
+        const kiln::tensor h = kiln::relu(kiln::matmul(x, w1) + b1);
+        const kiln::tensor d = kiln::matmul(h, w2) - y;
+        const kiln::tensor loss = kiln::mean(d * d);
+        auto g = tape.gradient(loss, {w1, b1, w2});
+        for (const auto& t : g) CHECK(t.device() == dev);
+        return std::make_pair(loss, g);
+    };
+    const auto [lc, gc] = loss_and_grads(kiln::cpu);
+    const auto [lg, gg] = loss_and_grads(kiln::cuda);
+    check_close(lg, lc, 1e-5);
+    for (std::size_t i = 0; i < gc.size(); ++i) check_close(gg[i], gc[i], 1e-5);
+    // A gradient through a device move returns to the source's device.
+    const kiln::tensor h = seq({3});
+    kiln::gradient_tape tape;
+    tape.watch(h);
+    const kiln::tensor s = kiln::sum(h.to(kiln::cuda) * 2.0f);
+    const kiln::tensor g = tape.gradient(s, h);
+    CHECK(g.device() == kiln::cpu);
+    check_close(g, kiln::full({3}, 2.0));
+}
+
+TEST_CASE("memory statistics count device allocations") {
+    const kiln::gpu_memory_stats before = kiln::cuda_memory_stats();
+    {
+        const kiln::tensor big = kiln::zeros({1 << 20}, kiln::float32, kiln::cuda);
+        const kiln::gpu_memory_stats during = kiln::cuda_memory_stats();
+        CHECK(during.allocated_bytes >= before.allocated_bytes + (std::size_t{4} << 20));
+        CHECK(during.peak_bytes >= during.allocated_bytes);
+    }
+    kiln::synchronize();
+    CHECK(kiln::cuda_memory_stats().allocated_bytes == before.allocated_bytes);
+    kiln::empty_cache();
+}
+
+int main(int argc, char** argv) {
+    if (!kiln::cuda_available()) {
+        std::printf("test_gpu: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
+        return 77;
+    }
+    std::printf("test_gpu: running on %s\n", kiln::cuda_emulated() ? "the emulated device (Thrust's OpenMP system)" : "CUDA");
+    doctest::Context ctx(argc, argv);
+    return ctx.run();
+}
