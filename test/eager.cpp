@@ -75,6 +75,38 @@ TEST_CASE("random numbers are seedable and have the right moments") {
     CHECK_THROWS_AS(kiln::randn({2}, kiln::int32), kiln::dtype_error);
 }
 
+TEST_CASE("a seed restarts the stream even after an odd count of normals") {
+    // Box-Muller draws normals in pairs; seeding must drop the one kept from the last pair.
+    kiln::manual_seed(3);
+    const float first = kiln::randn({1}).item<float>();
+    kiln::manual_seed(3);
+    CHECK(kiln::randn({1}).item<float>() == first);
+    kiln::manual_seed(3);
+    const kiln::tensor a = kiln::randn({5});
+    kiln::manual_seed(3);
+    CHECK(kiln::all(kiln::equal(kiln::randn({5}), a)).item<bool>());
+}
+
+TEST_CASE("without kiln's GPU device, kiln::cuda is refused with a clear message") {
+    CHECK(!kiln::gpu_compiled_in);
+    CHECK(!kiln::cuda_available());
+    CHECK(kiln::device_count() == 0);
+    CHECK(kiln::to_string(kiln::cuda) == "cuda:0");
+    try {
+        (void)kiln::ones({2}).to(kiln::cuda);
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        CHECK(std::string(e.what()).find("cuda:0 is not available: this program was compiled without kiln's GPU device") !=
+              std::string::npos);
+    }
+    CHECK_THROWS_AS(kiln::zeros({2}, kiln::float32, kiln::cuda), kiln::device_error);
+    // The CPU device itself is fine through the same calls.
+    const kiln::tensor z = kiln::zeros({2}, kiln::float32, kiln::cpu);
+    CHECK(z.is_cpu());
+    CHECK(kiln::ones_like(z).at<float>({1}) == 1.0f);
+    CHECK(z.to(kiln::cpu).shares_storage_with(z));
+}
+
 TEST_CASE("views share storage and alias") {
     auto t = kiln::arange(0, 12, 1, kiln::float32).reshape({3, 4});
     CHECK(t.is_contiguous());

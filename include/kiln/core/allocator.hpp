@@ -15,8 +15,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "device.hpp"
-
 namespace kiln {
 
 struct allocator_stats {
@@ -277,11 +275,13 @@ struct cached_allocator {
 inline allocator_stats cache_stats() { return detail::caching_allocator::instance().stats(); }
 // Returns the shared pool's blocks and the calling thread's small blocks to the system, and the GPU device's cached
 // blocks to the driver.
+namespace detail {
+// Set by the GPU device's memory (backend/thrust/memory.hpp) where it is compiled in.
+inline void (*gpu_cache_trim)() = nullptr;
+}  // namespace detail
 inline void empty_cache() {
     detail::caching_allocator::instance().empty_cache();
-#if KILN_HAS_GPU
-    backend::gpu_memory::trim();
-#endif
+    if (detail::gpu_cache_trim) detail::gpu_cache_trim();
 }
 // The most bytes the shared pool keeps; blocks freed beyond it go back to the system.
 inline void set_cache_limit(std::size_t bytes) { detail::caching_allocator::instance().set_limit(bytes); }

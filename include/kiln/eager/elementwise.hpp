@@ -625,29 +625,30 @@ tensor& eager_in_place(tensor& a, const B& b) {
 
 }  // namespace detail
 
+namespace detail {
 template <int N>
-tensor& tensor::copy_(const tensor& src) {
-    if (detail::recording_tapes > 0 && detail::watched_by_a_tape(*this))
+tensor& tensor_copy(tensor& self, const tensor& src) {
+    if (recording_tapes > 0 && watched_by_a_tape(self))
         throw value_error("kiln: value_error in 'copy_': writing into a tensor that a gradient tape watches would "
                           "corrupt its gradient; build a new tensor instead");
-    if (has_repeated_elements())
-        throw value_error("kiln: value_error in 'copy_': the output " + to_string(shape_) +
+    if (self.has_repeated_elements())
+        throw value_error("kiln: value_error in 'copy_': the output " + to_string(self.shape()) +
                           " is a broadcast view whose elements repeat (stride 0); write into a copy (.clone()) instead");
-    detail::check_same_device("copy_", {this, &src});
-    const dims shape = detail::broadcast_named("copy_", {this, &src});
-    if (!(shape == shape_))
+    check_same_device("copy_", {&self, &src});
+    const dims shape = broadcast_named("copy_", {&self, &src});
+    if (!(shape == self.shape()))
         throw shape_error("kiln: shape_error in 'copy_': a value of shape " + to_string(src.shape()) +
-                          " cannot be written into a tensor of shape " + to_string(shape_));
-    tensor& self = *this;
-    detail::dispatch(dtype_, [&]<class T>() {
-        tensor y = detail::as_dtype(src, dtype_);
+                          " cannot be written into a tensor of shape " + to_string(self.shape()));
+    dispatch(self.dtype(), [&]<class T>() {
+        tensor y = as_dtype(src, self.dtype());
         if (y.shares_storage_with(self) &&
-            !(y.offset() == offset_ && y.shape() == shape_ && y.strides() == strides_))
-            y = detail::convert<T>(y);
-        detail::copy_into(self, y);
+            !(y.offset() == self.offset() && y.shape() == self.shape() && y.strides() == self.strides()))
+            y = convert<T>(y);
+        copy_into(self, y);
     });
-    return *this;
+    return self;
 }
+}  // namespace detail
 
 template <class B>
 tensor& operator+=(tensor& a, const B& b) { return detail::eager_in_place<ops::add>(a, detail::eager_operand(b)); }

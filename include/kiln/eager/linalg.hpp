@@ -24,7 +24,7 @@ void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis);
 // The matrix product with NumPy's rules: 1-D operands are promoted to a row (left) or a column (right) and that
 // dimension is removed from the result; leading dimensions broadcast as batches. (Templates on an unused int, as
 // the other eager functions whose bodies compute: the kernels compile only where a product is taken.)
-template <int N = 0>
+template <int N>
 tensor matmul_untracked(const tensor& a_in, const tensor& b_in);
 
 template <int N = 0>

@@ -21,7 +21,7 @@ namespace kiln {
 namespace detail {
 
 // Records Op with attributes `a` on the active tapes: its gradient is the op's own rule (defined with the tape).
-template <class Op, int N = 0, class... X>
+template <class Op, int N, class... X>
 void record_structural(const typename Op::attributes& a, const dependent_tensor<N>& y, const X&... x);
 
 // The element type Op wants for operand I when its first operand has type T.

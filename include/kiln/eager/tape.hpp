@@ -422,7 +422,9 @@ gradient_list op_rule(const tape_entry& e, const tensor& g) {
         gradient_list out;
         out.reserve(e.inputs.size());
         ([&] {
-            if constexpr (is_tensor[I]) out.push_back(operand_gradient(e.inputs[where[I]], std::get<I>(rule)));
+            // (The type test, not is_tensor[I]: nvcc's front end does not see a captured constexpr array as a constant.)
+            if constexpr (std::is_same_v<std::tuple_element_t<I, std::tuple<Args...>>, tensor>)
+                out.push_back(operand_gradient(e.inputs[where[I]], std::get<I>(rule)));
         }(), ...);
         return out;
     }(std::index_sequence_for<Args...>{});

@@ -156,6 +156,9 @@ namespace detail {
 tensor reduce_to(const tensor& g, const dims& shape);
 tensor scatter_slice(const tensor& source, const tensor& g, int axis, std::ptrdiff_t start, std::ptrdiff_t stop,
                      std::ptrdiff_t step);
+// t.copy_(src) (defined with the elementwise ops).
+template <int N>
+tensor& tensor_copy(tensor& self, const tensor& src);
 // Records a view on the active tapes (defined with the tape). `backward` maps the view's gradient to the source's.
 void record_view(const tensor& source, const tensor& view, std::function<tensor(const tensor&)> backward);
 }  // namespace detail
@@ -208,8 +211,12 @@ public:
     }
 
     // Writes `src` (broadcast to this shape, converted to this dtype) into this tensor's elements, in place.
-    template <int = 0>
-    tensor& copy_(const tensor& src);
+    // (Defined in class, calling a function declared without default arguments: nvcc's host-code generator
+    // repeats the default of an out-of-class member template definition, which g++ then rejects.)
+    template <int N = 0>
+    tensor& copy_(const tensor& src) {
+        return detail::tensor_copy<N>(*this, src);
+    }
     // Sets every element to `value`.
     template <class T>
         requires std::is_arithmetic_v<T>

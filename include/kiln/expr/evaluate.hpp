@@ -84,11 +84,13 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
     using list = types<Nodes...>;
     using leaves = leaves_t<list>;
 
+    KILN_HD_TEMPLATE
     template <class Loader>
     KILN_HD KILN_INLINE explicit frame(const Loader& load) {
         (compute<I>(load), ...);
     }
 
+    KILN_HD_TEMPLATE
     template <std::size_t K, class Loader>
     KILN_HD KILN_INLINE void compute(const Loader& load) {
         using E = typename at<K, list>::type;

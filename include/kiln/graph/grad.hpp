@@ -123,6 +123,13 @@ struct seed_list<Root, std::index_sequence<I...>> {
     using type = types<std::conditional_t<I == Root, constant<1>, no_adjoint>...>;
 };
 
+// The gradient of a constant loss: 0 for each parameter.
+// (A struct, not an alias: nvcc's host-code generator expands an alias that ignores its argument and loses the pack.)
+template <class>
+struct zero_for {
+    using type = constant<0>;
+};
+
 template <class Loss, class... Params>
 constexpr auto gradients(const Loss&, const Params&...) {
     static_assert(is_graph_v<Loss>, "kiln::grad: the loss must be a graph-mode expression.");
@@ -133,7 +140,7 @@ constexpr auto gradients(const Loss&, const Params&...) {
                   "kiln::grad: differentiate with respect to inputs, parameters or nodes of the loss.");
     using List = unique_nodes_t<Loss>;
     if constexpr (!contains<Loss, List>::value) {
-        return std::tuple<decltype((void)sizeof(Params), constant<0>{})...>{};  // a constant loss
+        return std::tuple<typename zero_for<Params>::type...>{};  // a constant loss
     } else {
         constexpr std::size_t N = List::size;
         constexpr std::size_t root = index_of<Loss, List>::value;

@@ -241,7 +241,7 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 template <class Out, class E, class... Feeds>
-void run_into_views(Out& out, const E& expr, const Feeds&... feeds);
+KILN_NOINLINE void run_into_views(Out& out, const E& expr, const Feeds&... feeds);
 
 template <class Out, class E, class... Feeds>
 KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... feeds) {
@@ -266,7 +266,7 @@ KILN_INLINE void run_into_elementwise(Out& out, const E& expr, const Feeds&... f
 // The general case: strided views of the output and of every feed, shapes inferred when they differ. Out of line,
 // so that the dense path above does not set up this path's stack frame (its views are large and aligned).
 template <class Out, class E, class... Feeds>
-KILN_NOINLINE void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
+void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
     using leaves = leaves_t<unique_nodes_t<E>>;
     using loop = fused_loop<unique_nodes_t<E>, E>;
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes

@@ -135,7 +135,7 @@ public:
 
     // The layers, in order: model[0], model.size(), model.layers(), model.layer<kiln::nn::dense>(0).w.
     std::size_t size() const noexcept { return layers_.size(); }
-    module& operator[](std::size_t i) const {
+    auto operator[](std::size_t i) const -> module& {
         if (i >= layers_.size())
             throw value_error("kiln: value_error in 'nn::sequential': layer " + std::to_string(i) + " is out of range for " +
                               std::to_string(layers_.size()) + " layers");

@@ -16,6 +16,12 @@
 
 namespace kiln::detail {
 
+#if defined(__CUDACC__)
+inline constexpr bool cpu_simd_enabled = false;
+#else
+inline constexpr bool cpu_simd_enabled = true;
+#endif
+
 template <class List, class... Roots>
 struct fused_loop {
     using leaves = leaves_t<List>;
@@ -40,8 +46,10 @@ struct fused_loop {
         static constexpr bool value = (std::is_same_v<typename Ls::value_type, T> && ...);
     };
 
-    // Batches need one floating type everywhere: leaves, inner nodes and roots.
-    static constexpr bool vectorized = (std::is_same_v<T, float> || std::is_same_v<T, double>) && NL > 0 &&
+    // Batches need one floating type everywhere: leaves, inner nodes and roots. In a translation unit compiled by
+    // nvcc the CPU's loops stay scalar: the ops are __host__ __device__, and nvcc refuses their instantiations on
+    // xsimd's vector types (compile CPU-heavy code with the host compiler).
+    static constexpr bool vectorized = cpu_simd_enabled && (std::is_same_v<T, float> || std::is_same_v<T, double>) && NL > 0 &&
                                        leaves_are<leaves>::value && (uniform_type<Roots, T>::value && ...) &&
                                        (std::is_same_v<root_type_t<Roots>, T> && ...);
     static constexpr std::ptrdiff_t W = vectorized ? static_cast<std::ptrdiff_t>(xsimd::batch<T>::size) : 1;

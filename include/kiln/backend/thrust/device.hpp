@@ -389,6 +389,12 @@ struct scan_store {
     }
 };
 template <class U>
+struct scan_scatter {
+    scan_store<U> store;
+    const U* values;
+    KILN_HD void operator()(std::ptrdiff_t j) const { store(::thrust::make_tuple(j, values[j])); }
+};
+template <class U>
 struct scan_op {
     bool product;
     KILN_HD U operator()(U a, U v) const {
@@ -545,8 +551,6 @@ inline cublasHandle_t blas_handle(int index = 0) {
         cublasHandle_t h[gpu_memory::max_devices] = {};
     };
     static handles hs;
-    thread_local bool dummy = false;
-    (void)dummy;
     static std::atomic_flag lock = ATOMIC_FLAG_INIT;
     while (lock.test_and_set(std::memory_order_acquire)) {}
     if (!hs.h[index]) {
@@ -692,7 +696,7 @@ struct thrust_device {
         ::thrust::inclusive_scan_by_key(gpu::policy(), keys, keys + n, values, tmp.p, ::thrust::equal_to<std::ptrdiff_t>(),
                                         gpu::scan_op<U>{product});
         const gpu::scan_store<U> store{out, order, os, len, reverse};
-        gpu::for_each_n(n, scan_scatter<U>{store, tmp.p});
+        gpu::for_each_n(n, gpu::scan_scatter<U>{store, tmp.p});
     }
 
     template <class U, class T>
@@ -821,13 +825,6 @@ struct thrust_device {
     }
 
 private:
-    template <class U>
-    struct scan_scatter {
-        gpu::scan_store<U> store;
-        const U* values;
-        KILN_HD void operator()(std::ptrdiff_t j) const { store(::thrust::make_tuple(j, values[j])); }
-    };
-
     // Whether BLAS can read a rows x cols operand in place: row-major (unit column stride, rows at least a row
     // apart) or column-major. (Negative and broadcast strides are copied first.)
     template <class T>

@@ -17,6 +17,7 @@
 
 #include <thrust/version.h>
 
+#include "../../core/allocator.hpp"
 #include "../../core/device.hpp"
 #include "../../core/error.hpp"
 
@@ -175,11 +176,16 @@ inline void* allocate(std::size_t bytes, int index = 0) {
                            std::to_string(index) + " (" + cudaGetErrorString(e) + ")");
     }
 #else
+    // The emulated device's memory is the host's, cached like the CPU's (freed blocks are reused, not faulted in
+    // again).
     (void)index;
-    void* p = ::operator new(n, std::align_val_t{256}, std::nothrow);
-    if (!p)
+    void* p = nullptr;
+    try {
+        p = detail::caching_allocator::instance().allocate(n);
+    } catch (const std::bad_alloc&) {
         throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) +
                            " bytes on cuda:0 (emulated)");
+    }
 #endif
     note_allocation(bytes);
     return p;
@@ -192,7 +198,7 @@ inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
     cudaFreeAsync(p, stream(index));
 #else
     (void)index;
-    ::operator delete(p, std::align_val_t{256});
+    detail::caching_allocator::instance().release(p, bytes == 0 ? 256 : bytes);
 #endif
     stats_of().allocated.fetch_sub(bytes, std::memory_order_relaxed);
 }
@@ -253,6 +259,9 @@ inline void trim() {
     }
 #endif
 }
+
+// kiln::empty_cache() trims the device's pool too.
+inline const bool trim_registered = (detail::gpu_cache_trim = &trim, true);
 
 }  // namespace gpu_memory
 }  // namespace backend

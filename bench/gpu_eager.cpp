@@ -1,0 +1,149 @@
+// The GPU device against its baselines, measured in one run (issue #15). Self-timed (no Google Benchmark), so that
+// nvcc builds it as easily as g++:
+//   nvcc -std=c++20 -arch=sm_90 -O3 --expt-relaxed-constexpr -x cu -DKILN_GPU=1 -Iinclude bench/gpu_eager.cpp -lcublas
+//   g++ -std=c++20 -O3 -fopenmp -DKILN_GPU=1 -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP
+//       -I/usr/local/cuda/include/cccl -Iinclude bench/gpu_eager.cpp -lopenblas          (the emulated device)
+// Every figure is a ratio against a baseline timed in the same run, contenders interleaved, best of the repeats:
+//   1. the fused chain relu(x*y + 0.5x - y)*2 + y (graph mode's Thrust lowering: one kernel) against a triad
+//      a = b + s*c on the same device (both move 12 bytes per element);
+//   2. the same chain as eager ops on device tensors (one kernel per op) against the fused kernel;
+//   3. host time per small eager op on the device against the same op on the CPU;
+//   4. matmul on the device against cuBLAS called directly (CUDA), or against the CPU's matmul (emulated);
+//   5. the emulated device's eager chain against the CPU's eager chain (the device path's logic, on every machine).
+#include <kiln/backend/thrust/transform.hpp>
+#include <kiln/kiln.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include <thrust/device_vector.h>
+#include <thrust/transform.h>
+
+#if KILN_GPU_CUDA
+#include <cublas_v2.h>
+#endif
+
+using namespace kiln::literals;
+
+namespace {
+
+double seconds(const std::function<void()>& f) {
+    kiln::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    kiln::synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Best of `reps` for each contender, run alternately.
+std::vector<double> race(const std::vector<std::function<void()>>& fs, int reps) {
+    std::vector<double> best(fs.size(), 1e30);
+    for (int r = 0; r < reps; ++r)
+        for (std::size_t i = 0; i < fs.size(); ++i) best[i] = std::min(best[i], seconds(fs[i]));
+    return best;
+}
+
+struct triad {
+    float s;
+    KILN_HD float operator()(float b, float c) const { return b + s * c; }
+};
+
+}  // namespace
+
+int main() {
+    if (!kiln::cuda_available()) {
+        std::printf("gpu_eager: no CUDA device; nothing to measure\n");
+        return 0;
+    }
+    const bool emulated = kiln::cuda_emulated();
+    std::printf("device: %s\n", emulated ? "emulated (Thrust's OpenMP system, host memory)" : "CUDA");
+
+    // 1. The fused chain against a triad.
+    {
+        const std::size_t n = emulated ? (std::size_t{1} << 22) : (std::size_t{1} << 28);
+        thrust::device_vector<float> a(n, 1.5f), b(n, -0.25f), out(n);
+        const auto x = "x"_in;
+        const auto y = "y"_in;
+        const auto chain = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
+        auto fused = [&] { kiln::thrust_backend::run_into(out, chain, x = a, y = b); };
+        auto tri = [&] { thrust::transform(a.begin(), a.end(), b.begin(), out.begin(), triad{0.5f}); };
+        const auto t = race({fused, tri}, 10);
+        const double gbs = 12.0 * static_cast<double>(n) / t[1] / 1e9;
+        std::printf("1. fused chain, %zu float32: %.3f ms; triad %.3f ms (%.0f GB/s): chain at %.0f%% of the triad's bandwidth\n",
+                    n, t[0] * 1e3, t[1] * 1e3, gbs, 100.0 * t[1] / t[0]);
+    }
+
+    // 2. The chain as eager ops on the device against the fused kernel.
+    {
+        const std::ptrdiff_t n = emulated ? (1 << 22) : (1 << 26);
+        const kiln::tensor a = kiln::full({n}, 1.5, kiln::float32, kiln::cuda), b = kiln::full({n}, -0.25, kiln::float32, kiln::cuda);
+        thrust::device_vector<float> out(static_cast<std::size_t>(n));
+        const auto x = "x"_in;
+        const auto y = "y"_in;
+        const auto chain = kiln::relu(x * y + 0.5_c * x - y) * 2_c + y;
+        // The fused run reads the tensors' device memory through thrust pointers.
+        thrust::device_ptr<const float> pa(a.data<const float>()), pb(b.data<const float>());
+        thrust::device_vector<float> va(pa, pa + n), vb(pb, pb + n);
+        auto fused = [&] { kiln::thrust_backend::run_into(out, chain, x = va, y = vb); };
+        auto eager = [&] { const kiln::tensor r = kiln::relu(a * b + 0.5f * a - b) * 2.0f + b; };
+        const auto t = race({eager, fused}, 8);
+        std::printf("2. eager chain on the device (6 kernels), %td float32: %.3f ms; fused %.3f ms: eager/fused %.2fx\n", n,
+                    t[0] * 1e3, t[1] * 1e3, t[0] / t[1]);
+    }
+
+    // 3. Host time per small eager op.
+    {
+        const kiln::tensor hd = kiln::ones({16}), dd = kiln::ones({16}, kiln::float32, kiln::cuda);
+        const int ops = 2000;
+        auto on = [&](const kiln::tensor& t) {
+            return [&t] {
+                kiln::tensor acc = t;
+                for (int i = 0; i < ops; ++i) acc = acc + t;
+            };
+        };
+        const auto t = race({on(dd), on(hd)}, 5);
+        std::printf("3. small eager op (16 elements): device %.2f us per op, CPU %.3f us per op: %.1fx\n", t[0] / ops * 1e6,
+                    t[1] / ops * 1e6, t[0] / t[1]);
+    }
+
+    // 4. matmul against its baseline.
+    for (const std::ptrdiff_t m : emulated ? std::vector<std::ptrdiff_t>{256, 512} : std::vector<std::ptrdiff_t>{1024, 4096, 8192}) {
+        kiln::manual_seed(2);
+        const kiln::tensor a = kiln::randn({m, m}, kiln::float32, kiln::cuda), b = kiln::randn({m, m}, kiln::float32, kiln::cuda);
+        auto ours = [&] { const kiln::tensor c = kiln::matmul(a, b); };
+#if KILN_GPU_CUDA
+        kiln::tensor c = kiln::zeros({m, m}, kiln::float32, kiln::cuda);
+        auto base = [&] {
+            const float one = 1, zero = 0;
+            cublasSgemm(kiln::backend::gpu::blas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(m),
+                        static_cast<int>(m), &one, b.data<const float>(), static_cast<int>(m), a.data<const float>(),
+                        static_cast<int>(m), &zero, c.data<float>(), static_cast<int>(m));
+        };
+        const char* what = "cuBLAS directly";
+#else
+        const kiln::tensor ha = a.to(kiln::cpu), hb = b.to(kiln::cpu);
+        auto base = [&] { const kiln::tensor c = kiln::matmul(ha, hb); };
+        const char* what = "the CPU's matmul";
+#endif
+        const auto t = race({ours, base}, 5);
+        std::printf("4. matmul %td x %td float32: device %.3f ms, %s %.3f ms: baseline/device %.0f%%\n", m, m, t[0] * 1e3, what,
+                    t[1] * 1e3, 100.0 * t[1] / t[0]);
+    }
+
+    // 5. The eager chain on the (emulated) device against the CPU's.
+    {
+        const std::ptrdiff_t n = 1 << 20;
+        const kiln::tensor ha = kiln::full({n}, 1.5), hb = kiln::full({n}, -0.25);
+        const kiln::tensor da = ha.to(kiln::cuda), db = hb.to(kiln::cuda);
+        auto chain = [](const kiln::tensor& a, const kiln::tensor& b) {
+            return [&a, &b] { const kiln::tensor r = kiln::relu(a * b + 0.5f * a - b) * 2.0f + b; };
+        };
+        const auto t = race({chain(da, db), chain(ha, hb)}, 8);
+        std::printf("5. eager chain, %td float32: device %.3f ms, CPU %.3f ms: device/CPU %.2fx\n", n, t[0] * 1e3, t[1] * 1e3,
+                    t[0] / t[1]);
+    }
+    return 0;
+}
