@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <kiln/eager/eager.hpp>
+#include <kiln/nn/layers.hpp>
+#include <kiln/nn/optim.hpp>
+#include <kiln/function.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -225,6 +228,56 @@ TEST_CASE("the gradient tape runs on device tensors and agrees with the CPU") {
     const kiln::tensor g = tape.gradient(s, h);
     CHECK(g.device() == kiln::cpu);
     check_close(g, kiln::full({3}, 2.0));
+}
+
+TEST_CASE("a model moved to the device trains with Adam (one kernel per parameter) as on the CPU") {
+    auto train = [](const kiln::device& dev) {
+        kiln::generator g(11);
+        kiln::nn::sequential model(kiln::nn::dense(3, 8, kiln::nn::relu, g), kiln::nn::dense(8, 1, kiln::nn::identity, g));
+        model.to(dev);
+        for (kiln::variable* p : model.parameters()) CHECK(p->device() == dev);
+        kiln::optim::adam opt(model.parameters(), 0.05);
+        const kiln::tensor x = seq({16, 3}, 0.43).to(dev);
+        const kiln::tensor y = kiln::sum(x * x, {1}, true);
+        std::vector<float> losses;
+        for (int step = 0; step < 20; ++step) {
+            kiln::tensor loss;
+            std::vector<kiln::tensor> grads;
+            {
+                kiln::gradient_tape tape;
+                loss = kiln::nn::mse(model(x), y);
+                grads = tape.gradient(loss, model.parameters());
+            }
+            opt.step(grads);
+            losses.push_back(loss.item<float>());
+        }
+        return losses;
+    };
+    const auto cpu = train(kiln::cpu), gpu = train(kiln::cuda);
+    REQUIRE(cpu.size() == gpu.size());
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+        CAPTURE(i);
+        CHECK(gpu[i] == doctest::Approx(cpu[i]).epsilon(1e-4));
+    }
+    CHECK(gpu.back() < 0.5f * gpu.front());
+    // Gradients on another device than the parameters are refused.
+    kiln::variable w(kiln::zeros({2}, kiln::float32, kiln::cuda));
+    kiln::optim::sgd sgd({&w}, 0.1);
+    CHECK_THROWS_AS(sgd.step({kiln::ones({2})}), kiln::device_error);
+}
+
+TEST_CASE("modes that do not run on the device yet refuse device tensors with a clear message") {
+    const kiln::tensor d = seq({4}).to(kiln::cuda);
+    auto f = kiln::function([](const kiln::tensor& x) { return x * 2.0f; });
+    try {
+        (void)f(d);
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        CHECK(std::string(e.what()).find("traced functions run on the CPU for now") != std::string::npos);
+    }
+    auto g = kiln::function([d](const kiln::tensor& x) { return x + d; });
+    CHECK_THROWS_AS((void)g(seq({4})), kiln::device_error);
+    CHECK_NOTHROW((void)f(seq({4})));
 }
 
 TEST_CASE("memory statistics count device allocations") {

@@ -81,6 +81,10 @@ inline constexpr bool is_vector_bool_v<std::vector<bool, A>> = true;
 template <class P, class C>
 void fill_strided(strided<P>& s, C& c) {
     if constexpr (requires { c.dtype(); c.raw_data(); }) {  // kiln::tensor: its dtype is checked here
+        if (!c.is_cpu()) [[unlikely]]
+            throw device_error("kiln: device_error in 'run': a tensor on " + to_string(c.device()) +
+                               " was given to graph mode, which runs on the CPU for now (move it with .to(kiln::cpu); "
+                               "docs/gpu.md)");
         s.data = c.template data<P>();
         s.shape = c.shape();
         s.strides = c.strides();
@@ -215,6 +219,10 @@ template <class Leaf, class P, class C>
 void fill_leaf(strided<P>& s, C& c, const char* where) {
     if constexpr (requires { c.dtype(); c.raw_data(); }) {
         using T = typename Leaf::value_type;
+        if (!c.is_cpu()) [[unlikely]]
+            throw device_error(error_prefix("device_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
+                               std::string(Leaf::name.view()) + "' was fed a tensor on " + to_string(c.device()) +
+                               "; graph mode runs on the CPU for now (move it with .to(kiln::cpu); docs/gpu.md)");
         if (c.dtype() != dtype_of<T>()) [[unlikely]]
             throw dtype_error(error_prefix("dtype_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
                               std::string(Leaf::name.view()) + "' is declared " + std::string(dtype_name<T>()) +

@@ -287,6 +287,10 @@ private:
             t.check_valid(options_.name.c_str());
             const std::size_t k = info.tensors.size();
             const kiln::device dev = t.device();
+            if (dev.type != device_type::cpu) [[unlikely]]
+                throw device_error("kiln: device_error in '" + options_.name + "': argument " + std::to_string(k) + " lives on " +
+                                   to_string(dev) + "; traced functions run on the CPU for now (move it with .to(kiln::cpu); "
+                                   "docs/gpu.md)");
             const char head[4] = {'T', static_cast<char>(t.dtype()), static_cast<char>(dev.type), static_cast<char>(t.dim())};
             const std::size_t at = info.concrete_key.size();
             info.concrete_key.append(head, 4);

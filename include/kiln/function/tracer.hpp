@@ -98,6 +98,9 @@ public:
                                   "tracer seeing it (an eager function that builds views by hand is not traceable yet)");
             return static_cast<std::int32_t>(s.trace_value);
         }
+        if (!t.is_cpu())
+            throw device_error(error_prefix("device_error", op) + "the function captures a tensor on " +
+                               to_string(t.device()) + "; traced functions run on the CPU for now (docs/gpu.md)");
         const key k{t.storage_handle().get(), t.offset(), t.dtype(), t.shape(), t.strides()};
         auto found = captured_.find(k);
         if (found != captured_.end()) return found->second;

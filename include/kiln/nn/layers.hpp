@@ -81,6 +81,13 @@ public:
     virtual tensor forward(const tensor& x) = 0;
     virtual std::vector<variable*> parameters() = 0;
     tensor operator()(const tensor& x) { return forward(x); }
+    // Moves every parameter to device d (model.to(kiln::cuda)), as PyTorch's Module.to does. Make the optimizer after
+    // the move: its slots are made on its parameters' device.
+    module& to(const device& d) {
+        for (variable* p : parameters())
+            if (!(p->device() == d)) *p = variable(p->to(d));
+        return *this;
+    }
 };
 
 // y = activation(x @ w + b), w of shape (in, out) with Glorot initialization and b zeros. (A class template with

@@ -34,6 +34,23 @@ template <std::size_t I, std::size_t O, class... Roots>
 void fused_update(const std::array<const tensor*, I>& inputs, const std::array<tensor*, O>& outputs, const Roots&... roots) {
     using namespace kiln::detail;
     using list = unique_nodes_t<Roots...>;
+    const device dev = outputs[0]->device();
+    for (const tensor* t : inputs)
+        if (!(t->device() == dev)) throw_device_mismatch("optimizer step", dev, t->device());
+#if KILN_HAS_GPU
+    if (dev.type != device_type::cpu) {
+        // On the GPU: the parameter and its slots in one kernel.
+        auto bound = [&]<class... L>(types<L...>) {
+            return std::tuple<strided<const typename L::value_type>...>(
+                strided_of<typename L::value_type>(*inputs[leaf_position<L>::value])...);
+        }(leaves_t<list>{});
+        auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
+            return std::tuple<strided<root_type_t<Roots>>...>(strided_out<root_type_t<Roots>>(*outputs[J])...);
+        }(std::index_sequence_for<Roots...>{});
+        backend::thrust_device::run_elementwise_roots(outs, bound, roots...);
+        return;
+    }
+#endif
     using loop = fused_loop<list, Roots...>;
     auto bound = [&]<class... L>(types<L...>) {
         return std::tuple<strided<const typename L::value_type>...>(
@@ -166,7 +183,7 @@ public:
 private:
     void make_slots() {
         velocity_.clear();
-        for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype()));
+        for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype(), p->device()));
     }
 
     std::vector<variable*> params_;
@@ -251,8 +268,8 @@ private:
         m_.clear();
         v_.clear();
         for (variable* p : params_) {
-            m_.push_back(zeros(p->shape(), p->dtype()));
-            v_.push_back(zeros(p->shape(), p->dtype()));
+            m_.push_back(zeros(p->shape(), p->dtype(), p->device()));
+            v_.push_back(zeros(p->shape(), p->dtype(), p->device()));
         }
     }
 

@@ -190,14 +190,16 @@ KILN_HD inline std::ptrdiff_t checked(I raw, std::ptrdiff_t n, index_fault* faul
 template <class Leaves, std::size_t K>
 using leaf_value_t = typename detail::at<K, Leaves>::type::value_type;
 
-template <class List, class Root, std::size_t NL>
+// One pass that evaluates every root at each element (an optimizer's parameter and slots together), each into its
+// own output; all outputs have one shape. An output may be an input: each element is read before it is written.
+template <class List, std::size_t NL, class... Roots>
 struct eval_kernel {
     using leaves = detail::leaves_t<List>;
-    using R = detail::root_type_t<Root>;
-    Root root;
+    static constexpr std::size_t NR = sizeof...(Roots);
+    detail::root_pack<Roots...> roots;
     walk shape;
-    R* out;
-    steps out_steps;
+    void* out[NR];
+    steps out_steps[NR];
     const void* in[NL > 0 ? NL : 1];
     steps in_steps[NL > 0 ? NL : 1];
     bool flat;  // every operand contiguous with the result's shape
@@ -213,22 +215,30 @@ struct eval_kernel {
 
     KILN_HD void operator()(std::ptrdiff_t i) const {
         std::ptrdiff_t off[NL > 0 ? NL : 1];
-        std::ptrdiff_t o = i;
+        std::ptrdiff_t o[NR];
         if (flat) {
             for (std::size_t j = 0; j < NL; ++j) off[j] = i;
+            for (std::size_t j = 0; j < NR; ++j) o[j] = i;
         } else {
             for (std::size_t j = 0; j < NL; ++j) off[j] = 0;
-            o = 0;
+            for (std::size_t j = 0; j < NR; ++j) o[j] = 0;
             std::ptrdiff_t rest = i;
             for (int d = shape.rank - 1; d >= 0; --d) {
                 const std::ptrdiff_t n = shape.extent[d], at = rest % n;
                 rest /= n;
-                o += at * out_steps.s[d];
+                for (std::size_t j = 0; j < NR; ++j) o[j] += at * out_steps[j].s[d];
                 for (std::size_t j = 0; j < NL; ++j) off[j] += at * in_steps[j].s[d];
             }
         }
         const detail::frame<detail::scalar_mode, List> f(loader{this, off});
-        out[o] = f.template evaluate<R>(root);
+        store(f, o, std::index_sequence_for<Roots...>{});
+    }
+
+    template <class F, std::size_t... J>
+    KILN_HD KILN_INLINE void store(const F& f, const std::ptrdiff_t* o, std::index_sequence<J...>) const {
+        // Every root is evaluated before any is stored: an output may be an input of another root.
+        const auto values = ::thrust::make_tuple(f.template evaluate<detail::root_type_t<Roots>>(roots.template get<J>())...);
+        ((static_cast<detail::root_type_t<Roots>*>(out[J])[o[J]] = ::thrust::get<J>(values)), ...);
     }
 };
 
@@ -804,13 +814,27 @@ struct thrust_device {
     // out = expr over the strided inputs (`in`: one strided view per leaf of expr's unique nodes, in their order).
     template <class E, class R, class... L>
     static void run_elementwise(const E& expr, const detail::strided<R>& out, const std::tuple<detail::strided<const L>...>& in) {
-        using list = detail::unique_nodes_t<E>;
+        run_elementwise_roots(std::tuple<detail::strided<R>>(out), in, expr);
+    }
+
+    // Several roots in one pass, each into its output (all of one shape): an optimizer's update of a parameter and
+    // its slots is one kernel.
+    template <class... R, class... L, class... Roots>
+    static void run_elementwise_roots(const std::tuple<detail::strided<R>...>& outs,
+                                      const std::tuple<detail::strided<const L>...>& in, const Roots&... roots) {
+        static_assert(sizeof...(R) == sizeof...(Roots), "kiln: one output per root");
+        using list = detail::unique_nodes_t<Roots...>;
         constexpr std::size_t NL = sizeof...(L);
-        const std::ptrdiff_t n = out.shape.size();
+        const dims& shape = std::get<0>(outs).shape;
+        const std::ptrdiff_t n = shape.size();
         if (n == 0) return;
-        gpu::eval_kernel<list, E, NL> k{expr, gpu::walk_of(out.shape), out.data, gpu::steps_of(out.strides), {}, {}, true};
-        k.flat = gpu::row_major(out);
-        const int r = out.shape.rank;
+        gpu::eval_kernel<list, NL, Roots...> k{detail::root_pack<Roots...>(roots...), gpu::walk_of(shape), {}, {}, {}, {}, true};
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            ((k.out[J] = static_cast<void*>(std::get<J>(outs).data), k.out_steps[J] = gpu::steps_of(std::get<J>(outs).strides),
+              k.flat = k.flat && gpu::row_major(std::get<J>(outs))),
+             ...);
+        }(std::index_sequence_for<Roots...>{});
+        const int r = shape.rank;
         auto bind = [&](std::size_t j, const auto& v) {
             k.in[j] = v.data;
             // The operand's strides against the result's dimensions: 0 where it broadcasts.
@@ -818,7 +842,7 @@ struct thrust_device {
                 const int e = d - (r - v.shape.rank);
                 k.in_steps[j].s[d] = e < 0 || v.shape[e] == 1 ? 0 : v.strides[e];
             }
-            k.flat = k.flat && v.shape == out.shape && gpu::row_major(v);
+            k.flat = k.flat && v.shape == shape && gpu::row_major(v);
         };
         [&]<std::size_t... J>(std::index_sequence<J...>) { (bind(J, std::get<J>(in)), ...); }(std::make_index_sequence<NL>{});
         gpu::for_each_n(n, k);
