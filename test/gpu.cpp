@@ -77,6 +77,11 @@ TEST_CASE("factories fill on the device; random tensors draw the CPU generator's
     check_close(z, kiln::zeros({2, 3}));
     check_close(kiln::full({4}, 2.5, kiln::float64, kiln::cuda), kiln::full({4}, 2.5, kiln::float64));
     check_close(kiln::ones_like(z), kiln::ones({2, 3}));
+    check_close(kiln::arange(0, 5, 1, kiln::int64, kiln::cuda), kiln::arange(0, 5));
+    check_close(kiln::linspace(0, 1, 5, kiln::float32, kiln::cuda), kiln::linspace(0, 1, 5));
+    const kiln::tensor fv = kiln::from_values<float>({1, 2, 3, 4}, {2, 2}, kiln::cuda);
+    CHECK(fv.device() == kiln::cuda);
+    CHECK(fv.at<float>({1, 0}) == 3.0f);
     CHECK(kiln::ones_like(z).device() == kiln::cuda);
     kiln::manual_seed(7);
     const kiln::tensor a = kiln::randn({5}, kiln::float32, kiln::cuda);

@@ -1,7 +1,6 @@
 #pragma once
 // Where a tensor's storage lives: kiln::cpu, or kiln::cuda (device{device_type::cuda, i}) when kiln's GPU device is
-// compiled in (KILN_GPU: the CMake targets kiln::cuda, with nvcc, and kiln::gpu_emulated, with a host compiler on
-// Thrust's OpenMP system). Each kind of device has a backend struct that implements the device interface
+// compiled in (backend/gpu.hpp). Each kind of device has a backend struct that implements the device interface
 // (backend/device.hpp): backend/cpu/device.hpp and backend/thrust/device.hpp.
 #include <cstdint>
 #include <string>
@@ -24,51 +23,3 @@ inline std::string to_string(const device& d) {
 
 }  // namespace kiln
 
-#if defined(KILN_GPU) && KILN_GPU
-#include "../backend/thrust/memory.hpp"
-#define KILN_HAS_GPU 1
-#else
-#define KILN_HAS_GPU 0
-#endif
-
-namespace kiln {
-
-// Whether this program was compiled with kiln's GPU device (KILN_GPU).
-inline constexpr bool gpu_compiled_in = KILN_HAS_GPU;
-
-// True when this build runs the GPU device on Thrust's OpenMP system with host memory (the emulated device that
-// tests the device's code on machines without a GPU): kiln::cuda is then cuda:0 (emulated).
-inline constexpr bool cuda_emulated() {
-#if KILN_HAS_GPU
-    return !KILN_GPU_CUDA;
-#else
-    return false;
-#endif
-}
-
-// How many CUDA devices kiln can use: 0 without KILN_GPU or without a GPU; 1 on the emulated device.
-inline int device_count() {
-#if KILN_HAS_GPU
-    return backend::gpu_memory::count();
-#else
-    return 0;
-#endif
-}
-inline bool cuda_available() { return device_count() > 0; }
-
-// Waits until every device's queued work is done (GPU ops are asynchronous; for timing).
-inline void synchronize() {
-#if KILN_HAS_GPU
-    for (int i = 0, n = device_count(); i < n; ++i) backend::gpu_memory::synchronize(i);
-#endif
-}
-
-#if KILN_HAS_GPU
-// Bytes in GPU tensors now and at most at once, and how many allocations were made.
-inline gpu_memory_stats cuda_memory_stats() {
-    auto& c = backend::gpu_memory::stats_of();
-    return {c.allocated.load(), c.peak.load(), c.count.load()};
-}
-#endif
-
-}  // namespace kiln

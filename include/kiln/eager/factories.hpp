@@ -84,6 +84,12 @@ inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d = dtype::fl
     return t;
 }
 
+// The same on a device: made on the host and copied over (one transfer).
+inline tensor arange(double start, double stop, double step, dtype d, const device& dev) {
+    return arange(start, stop, step, d).to(dev);
+}
+inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d, const device& dev) { return linspace(a, b, n, d).to(dev); }
+
 // A copy of C++ data with a shape (default: one dimension).
 template <class T>
 tensor from_vector(const std::vector<T>& v, dims shape) {
@@ -96,12 +102,20 @@ tensor from_vector(const std::vector<T>& v, dims shape) {
     return t;
 }
 template <class T>
+tensor from_vector(const std::vector<T>& v, dims shape, const device& dev) {
+    return from_vector(v, shape).to(dev);
+}
+template <class T>
 tensor from_vector(const std::vector<T>& v) {
     return from_vector(v, dims{static_cast<std::ptrdiff_t>(v.size())});
 }
 template <class T>
 tensor from_values(std::initializer_list<T> v, dims shape) {
     return from_vector(std::vector<T>(v), shape);
+}
+template <class T>
+tensor from_values(std::initializer_list<T> v, dims shape, const device& dev) {
+    return from_vector(std::vector<T>(v), shape).to(dev);
 }
 
 // A copy of an xtensor container or expression.

@@ -19,6 +19,7 @@
 #include "../core/shape.hpp"
 #include "../core/allocator.hpp"
 #include "../core/device.hpp"
+#include "../backend/gpu.hpp"
 #include "../ops/slicing.hpp"
 #include "trace_seam.hpp"
 
