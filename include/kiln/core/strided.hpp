@@ -18,5 +18,16 @@ struct strided {
     dims strides;
 };
 
+// Whether a view's elements lie row-major and contiguous (size-1 dimensions may have any stride).
+template <class T>
+bool is_row_major(const strided<T>& v) {
+    std::ptrdiff_t expect = 1;
+    for (int d = v.shape.rank - 1; d >= 0; --d) {
+        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
+        expect *= v.shape[d];
+    }
+    return true;
+}
+
 }  // namespace detail
 }  // namespace kiln

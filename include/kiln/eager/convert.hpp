@@ -21,6 +21,23 @@ namespace detail {
                        "))");
 }
 
+// Calls f.template operator()<Device>() with the backend of device `dev`: eager mode's one switch between devices.
+template <class F>
+void on_backend(const device& dev, F&& f) {
+#if KILN_HAS_GPU
+    if (dev.type != device_type::cpu) [[unlikely]] {
+        f.template operator()<backend::thrust_device>();
+        return;
+    }
+#endif
+    f.template operator()<backend::cpu_device>();
+}
+
+// A new contiguous tensor on device `dev` (the CPU's constructor where it can: it skips the device lookup).
+inline tensor new_tensor(dtype d, const dims& shape, const device& dev) {
+    return dev.type == device_type::cpu ? tensor(d, shape) : tensor(d, shape, dev);
+}
+
 // Whether `t` may join an op on device d: it lives there, or it is a rank-0 CPU tensor (a number, moved to d by the
 // op, as PyTorch allows).
 inline bool joins_device(const tensor& t, const device& d) {
@@ -93,18 +110,11 @@ inline void copy_into(tensor& out, const tensor& src_in) {
         ss[i] = j < 0 || src.shape()[j] == 1 ? 0 : src.strides()[j];
     }
     if (shape.size() == 0) return;
-#if KILN_HAS_GPU
-    if (dev.type == device_type::cuda) {
+    on_backend(dev, [&]<class Device>() {
         dispatch(out.dtype(), [&]<class T>() {
-            backend::thrust_device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
-                                                 strided<const T>(static_cast<const T*>(src.raw_data()), shape, ss));
+            Device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
+                                 strided<const T>(static_cast<const T*>(src.raw_data()), shape, ss));
         });
-        return;
-    }
-#endif
-    dispatch(out.dtype(), [&]<class T>() {
-        backend::cpu_device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
-                                          strided<const T>(static_cast<const T*>(src.raw_data()), shape, ss));
     });
 }
 

@@ -51,21 +51,14 @@ tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     const dtype d = detail::promote(a_in.dtype(), b_in.dtype());
     const tensor a = a_in.to(d), b = b_in.to(d);
     const device dev = a.device();
-    tensor out = dev.type == device_type::cpu ? tensor(d, s.result) : tensor(d, s.result, dev);
-    auto run = [&]<class Device>() {
+    tensor out = detail::new_tensor(d, s.result, dev);
+    detail::on_backend(dev, [&]<class Device>() {
         detail::dispatch(d, [&]<class T>() {
             ops::matmul::compute<Device>(
                 out.data<T>(), s, detail::strided<const T>(static_cast<const T*>(a.raw_data()), a.shape(), a.strides()),
                 detail::strided<const T>(static_cast<const T*>(b.raw_data()), b.shape(), b.strides()));
         });
-    };
-#if KILN_HAS_GPU
-    if (dev.type != device_type::cpu) [[unlikely]] {
-        run.template operator()<backend::thrust_device>();
-        return out;
-    }
-#endif
-    run.template operator()<backend::cpu_device>();
+    });
     return out;
 }
 
@@ -94,7 +87,7 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
     const device dev = first.device();
     for (const tensor& t : ts)
         if (!(t.device() == dev)) detail::throw_device_mismatch("concat", dev, t.device());
-    tensor out = dev.type == device_type::cpu ? tensor(d, shape) : tensor(d, shape, dev);
+    tensor out = detail::new_tensor(d, shape, dev);
     std::ptrdiff_t at = 0;
     for (const tensor& t : ts) {
         tensor part = out.slice(ax, at, at + t.shape()[ax]);

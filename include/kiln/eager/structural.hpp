@@ -69,10 +69,10 @@ tensor structural_values(const typename Op::attributes& a, const tensor& x, cons
                 throw_device_mismatch(Op::name, dev, o);
     }
     tensor out;
-    auto run = [&]<class Device>() {
+    on_backend(dev, [&]<class Device>() {
         dispatch(x.dtype(), [&]<class T>() {
             using U = typename Op::template result_type<T>;
-            out = Device::kind == device_type::cpu ? tensor(dtype_of<U>(), shape) : tensor(dtype_of<U>(), shape, dev);
+            out = new_tensor(dtype_of<U>(), shape, dev);
             const strided<const T> xs(static_cast<const T*>(x.raw_data()), x.shape(), x.strides());
             if constexpr (sizeof...(More) == 0) {
                 Op::template compute<Device>(a, out.data<U>(), xs, name(x.dtype()));
@@ -82,14 +82,7 @@ tensor structural_values(const typename Op::attributes& a, const tensor& x, cons
                 }(std::index_sequence_for<More...>{});
             }
         });
-    };
-#if KILN_HAS_GPU
-    if (dev.type != device_type::cpu) [[unlikely]] {
-        run.template operator()<backend::thrust_device>();
-        return out;
-    }
-#endif
-    run.template operator()<backend::cpu_device>();
+    });
     return out;
 }
 
@@ -104,7 +97,7 @@ tensor apply_structural(const typename Op::attributes& a, const tensor& x, const
 }  // namespace detail
 
 // A mode-neutral structural op of the program's own (ops/structural.hpp) run eagerly with attributes `a`: its shape
-// rule, its kernel on the CPU device, its gradient rule on the active tapes, and a node in a trace.
+// rule, its kernel on its operands' device, its gradient rule on the active tapes, and a node in a trace.
 template <class Op, class... More>
 tensor eager_op(const typename Op::attributes& a, const tensor& x, const More&... more) {
     static_assert((std::is_base_of_v<tensor, More> && ...), "kiln::eager_op: the operands are kiln::tensor values.");

@@ -192,15 +192,6 @@ struct scratch {
     scratch& operator=(const scratch&) = delete;
 };
 
-template <class T>
-bool row_major(const detail::strided<T>& v) {
-    std::ptrdiff_t expect = 1;
-    for (int d = v.shape.rank - 1; d >= 0; --d) {
-        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
-        expect *= v.shape[d];
-    }
-    return true;
-}
 
 // out (row-major, out subscripts, extents e) = the contraction of x and y.
 template <class Device, class U, class T>
@@ -252,7 +243,7 @@ void contract(const einsum_attrs& a, const extents& e, U* out, const detail::str
             src = detail::strided<const T>(p, keep, detail::contiguous_strides(keep));
         }
         const detail::strided<const T> view = arranged(src, s, n, order, m);
-        if (row_major(view)) return view.data;
+        if (detail::is_row_major(view)) return view.data;
         T* to = buf.get(shape.size());
         Device::copy_strided(detail::strided<T>(to, shape, detail::contiguous_strides(shape)), view);
         return to;

@@ -15,7 +15,7 @@
 #include "../../core/error.hpp"
 #include "../../expr/feed.hpp"
 #include "../../ops/op_base.hpp"
-#include "reduce.hpp"  // is_row_major
+#include "reduce.hpp"
 
 namespace kiln {
 namespace detail {

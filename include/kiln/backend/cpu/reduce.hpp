@@ -28,17 +28,6 @@ T* scratch(std::size_t n) {
     return buf.get();
 }
 
-// Whether a view's elements lie row-major and contiguous (size-1 dimensions may have any stride).
-template <class T>
-bool is_row_major(const strided<T>& v) {
-    std::ptrdiff_t expect = 1;
-    for (int d = v.shape.rank - 1; d >= 0; --d) {
-        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
-        expect *= v.shape[d];
-    }
-    return true;
-}
-
 // A contiguous reduction whose reduced axes form one block: (outer kept) x (reduced) x (inner kept) elements, size-1
 // axes ignored. False for other patterns (reduced axes on both sides of a kept one). `keep` is the shape with the
 // reduced axes set to 1.

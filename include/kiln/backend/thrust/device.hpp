@@ -64,17 +64,6 @@ inline steps steps_of(const dims& d) {
     for (int i = 0; i < d.rank; ++i) s.s[i] = d[i];
     return s;
 }
-// Whether a view's elements lie row-major and contiguous (size-1 dimensions may have any stride).
-template <class T>
-bool row_major(const detail::strided<T>& v) {
-    std::ptrdiff_t expect = 1;
-    for (int d = v.shape.rank - 1; d >= 0; --d) {
-        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
-        expect *= v.shape[d];
-    }
-    return true;
-}
-
 inline steps steps_of_contiguous(const dims& d) { return steps_of(detail::contiguous_strides(d)); }
 
 // The offset of element i (row-major over w) in a view of strides s.
@@ -368,7 +357,29 @@ reduction_order order_for(const detail::strided<const T>& x, const dims& keep) {
     return r;
 }
 
-// ---- scans: lines of the axis, each scanned by key ----
+// ---- scans and sorts: the lines along one axis ----
+
+// x's axes ordered with `axis` last (each line of it contiguous in that order), with x's strides and the strides of
+// a row-major result of x's shape in the same order.
+struct lines {
+    walk order;
+    steps s, os;
+};
+template <class T>
+lines lines_of(const detail::strided<const T>& x, int axis) {
+    lines l;
+    const dims cs = detail::contiguous_strides(x.shape);
+    int k = 0;
+    for (int d = 0; d <= x.shape.rank; ++d) {
+        const int src = d == x.shape.rank ? axis : d;
+        if (d == axis) continue;
+        l.order.extent[k] = x.shape[src];
+        l.s.s[k] = x.strides[src];
+        l.os.s[k++] = cs[src];
+    }
+    l.order.rank = k;
+    return l;
+}
 
 template <class T, class U>
 struct scan_load {
@@ -687,25 +698,14 @@ struct thrust_device {
     static void scan(bool product, const detail::strided<const T>& x, int axis, bool reverse, U* out) {
         const std::ptrdiff_t n = x.shape.size(), len = x.shape[axis];
         if (n == 0) return;
-        gpu::walk order;
-        gpu::steps s, os;
-        const dims cs = detail::contiguous_strides(x.shape);
-        int k = 0;
-        for (int d = 0; d <= x.shape.rank; ++d) {
-            const int src = d == x.shape.rank ? axis : d;
-            if (d == axis) continue;
-            order.extent[k] = x.shape[src];
-            s.s[k] = x.strides[src];
-            os.s[k++] = cs[src];
-        }
-        order.rank = k;
+        const gpu::lines l = gpu::lines_of(x, axis);
         const auto keys = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0), gpu::key_of{len});
         const auto values = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0),
-                                                              gpu::scan_load<T, U>{x.data, order, s, len, reverse});
+                                                              gpu::scan_load<T, U>{x.data, l.order, l.s, len, reverse});
         gpu::buffer<U> tmp(n);
         ::thrust::inclusive_scan_by_key(gpu::policy(), keys, keys + n, values, tmp.p, ::thrust::equal_to<std::ptrdiff_t>(),
                                         gpu::scan_op<U>{product});
-        const gpu::scan_store<U> store{out, order, os, len, reverse};
+        const gpu::scan_store<U> store{out, l.order, l.os, len, reverse};
         gpu::for_each_n(n, gpu::scan_scatter<U>{store, tmp.p});
     }
 
@@ -714,7 +714,7 @@ struct thrust_device {
         const std::ptrdiff_t n = out.shape.size();
         if (n == 0) return;
         if constexpr (std::is_same_v<U, T>) {
-            if (gpu::row_major(out) && gpu::row_major(in)) {
+            if (detail::is_row_major(out) && detail::is_row_major(in)) {
                 gpu_memory::within(static_cast<void*>(out.data), static_cast<const void*>(in.data),
                                    static_cast<std::size_t>(n) * sizeof(T));
                 return;
@@ -791,22 +791,11 @@ struct thrust_device {
     static void sort_order(const detail::strided<const T>& x, int axis, bool descending, std::int64_t* out) {
         const std::ptrdiff_t n = x.shape.size(), len = x.shape[axis];
         if (n == 0) return;
-        gpu::walk order;
-        gpu::steps s, os;
-        const dims cs = detail::contiguous_strides(x.shape);
-        int k = 0;
-        for (int d = 0; d <= x.shape.rank; ++d) {
-            const int src = d == x.shape.rank ? axis : d;
-            if (d == axis) continue;
-            order.extent[k] = x.shape[src];
-            s.s[k] = x.strides[src];
-            os.s[k++] = cs[src];
-        }
-        order.rank = k;
+        const gpu::lines l = gpu::lines_of(x, axis);
         gpu::buffer<std::int64_t> pos(n);
         ::thrust::sequence(gpu::policy(), pos.p, pos.p + n);
-        ::thrust::stable_sort(gpu::policy(), pos.p, pos.p + n, gpu::line_less<T>{x.data, order, s, len, descending});
-        gpu::for_each_n(n, gpu::order_store{out, order, os, len, pos.p});
+        ::thrust::stable_sort(gpu::policy(), pos.p, pos.p + n, gpu::line_less<T>{x.data, l.order, l.s, len, descending});
+        gpu::for_each_n(n, gpu::order_store{out, l.order, l.os, len, pos.p});
     }
 
     // ---- beyond the interface: eager mode's elementwise ops ----
@@ -831,7 +820,7 @@ struct thrust_device {
         gpu::eval_kernel<list, NL, Roots...> k{detail::root_pack<Roots...>(roots...), gpu::walk_of(shape), {}, {}, {}, {}, true};
         [&]<std::size_t... J>(std::index_sequence<J...>) {
             ((k.out[J] = static_cast<void*>(std::get<J>(outs).data), k.out_steps[J] = gpu::steps_of(std::get<J>(outs).strides),
-              k.flat = k.flat && gpu::row_major(std::get<J>(outs))),
+              k.flat = k.flat && detail::is_row_major(std::get<J>(outs))),
              ...);
         }(std::index_sequence_for<Roots...>{});
         const int r = shape.rank;
@@ -842,7 +831,7 @@ struct thrust_device {
                 const int e = d - (r - v.shape.rank);
                 k.in_steps[j].s[d] = e < 0 || v.shape[e] == 1 ? 0 : v.strides[e];
             }
-            k.flat = k.flat && v.shape == shape && gpu::row_major(v);
+            k.flat = k.flat && v.shape == shape && detail::is_row_major(v);
         };
         [&]<std::size_t... J>(std::index_sequence<J...>) { (bind(J, std::get<J>(in)), ...); }(std::make_index_sequence<NL>{});
         gpu::for_each_n(n, k);
