@@ -123,6 +123,55 @@ TEST_CASE("elementwise ops with broadcasting, strided views and type promotion a
     check_close(v, hv);
 }
 
+TEST_CASE("integer and bool ops, rank-0 and empty tensors on the device") {
+    const kiln::tensor a = kiln::from_values<std::int64_t>({-7, -3, 0, 5, 9}, {5});
+    const kiln::tensor b = kiln::from_values<std::int64_t>({2, -2, 3, 0, 4}, {5});
+    const kiln::tensor da = a.to(kiln::cuda), db = b.to(kiln::cuda);
+    check_close(kiln::floor_divide(da, db), kiln::floor_divide(a, b));  // Python's rules; x // 0 is 0
+    check_close(kiln::remainder(da, db), kiln::remainder(a, b));
+    check_close(da / db, a / b);  // true division: float32
+    check_close(kiln::logical_and(da > 0l, db > 0l), kiln::logical_and(a > 0l, b > 0l));
+    // A rank-0 device tensor: a number that stays on the device.
+    const kiln::tensor s = kiln::sum(da);
+    CHECK(s.dim() == 0);
+    CHECK(s.device() == kiln::cuda);
+    CHECK(s.item<std::int64_t>() == 4);
+    check_close(da * s, a * kiln::sum(a));
+    // Empty tensors: nothing launched, shapes right.
+    const kiln::tensor e = kiln::zeros({0, 4}, kiln::float32, kiln::cuda);
+    CHECK((e + 1.0f).shape() == kiln::dims{0, 4});
+    CHECK(kiln::matmul(e, kiln::ones({4, 2}, kiln::float32, kiln::cuda)).shape() == kiln::dims{0, 2});
+    check_close(kiln::matmul(kiln::zeros({3, 0}, kiln::float32, kiln::cuda), kiln::zeros({0, 2}, kiln::float32, kiln::cuda)),
+                kiln::zeros({3, 2}));
+}
+
+TEST_CASE("files and xtensor views read device tensors through the host") {
+    const kiln::tensor x = seq({2, 3});
+    const std::string path = "test_gpu_roundtrip.npy";
+    kiln::save_npy(path, x.to(kiln::cuda).transpose(0, 1));
+    check_close(kiln::load_npy(path), x.transpose(0, 1));
+    std::remove(path.c_str());
+    try {
+        (void)kiln::as_xtensor<float>(x.to(kiln::cuda));
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        CHECK(std::string(e.what()).find("xtensor views need host memory") != std::string::npos);
+    }
+}
+
+TEST_CASE("gradients through gathers, sorts and layout ops on the device agree with the CPU") {
+    auto grads = [](const kiln::device& dev) {
+        const kiln::tensor x = seq({4, 5}).to(dev);
+        const kiln::tensor idx = kiln::from_values<std::int64_t>({0, 2, 2, 3}, {4}).to(dev);
+        kiln::gradient_tape tape;
+        tape.watch(x);
+        const kiln::tensor y = kiln::sum(kiln::index_select(x, 0, idx) * 2.0f) + kiln::sum(kiln::sort(x, 1) * seq({5}, 0.3).to(dev)) +
+                               kiln::sum(kiln::tile(x, {1, 2})) + kiln::sum(kiln::cumsum(x, 0) * x);
+        return tape.gradient(y, x);
+    };
+    check_close(grads(kiln::cuda), grads(kiln::cpu), 1e-5);
+}
+
 TEST_CASE("operands on different devices are refused with both devices named") {
     const kiln::tensor h = seq({3}), d = seq({3}).to(kiln::cuda);
     try {
