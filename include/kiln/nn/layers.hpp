@@ -83,7 +83,7 @@ public:
     tensor operator()(const tensor& x) { return forward(x); }
     // Moves every parameter to device d (model.to(kiln::cuda)), as PyTorch's Module.to does. Make the optimizer after
     // the move: its slots are made on its parameters' device.
-    module& to(const device& d) {
+    auto to(const device& d) -> module& {
         for (variable* p : parameters())
             if (!(p->device() == d)) *p = variable(p->to(d));
         return *this;
