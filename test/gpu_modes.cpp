@@ -21,6 +21,9 @@ TEST_CASE("traced functions refuse device arguments and captured device tensors"
     auto g = kiln::function([d](const kiln::tensor& x) { return x + d; });
     CHECK_THROWS_AS((void)g(kiln::ones({4})), kiln::device_error);
     CHECK(kiln::all(kiln::equal(f(kiln::ones({4})), kiln::full({4}, 2.0))).item<bool>());
+    // A device move inside the traced code is refused while tracing.
+    auto h = kiln::function([](const kiln::tensor& x) { return x.to(kiln::cuda); });
+    CHECK_THROWS_AS((void)h(kiln::ones({4})), kiln::trace_error);
 }
 
 TEST_CASE("graph mode refuses device feeds") {

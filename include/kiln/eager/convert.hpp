@@ -146,7 +146,7 @@ inline tensor tensor::to(const kiln::device& d) const {
     const kiln::device from = device();
     if (from == d) return *this;
     if (detail::active_tracer) [[unlikely]]
-        throw value_error("kiln: value_error in 'tensor::to': moving a tensor between devices inside a traced function "
+        throw trace_error("kiln: trace_error in 'tensor::to': moving a tensor between devices inside a traced function "
                           "is not supported yet; move the arguments before calling the function");
     check_not_symbolic("tensor::to");
     const tensor src = contiguous();
