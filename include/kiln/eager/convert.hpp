@@ -23,7 +23,7 @@ namespace detail {
 
 // Calls f.template operator()<Device>() with the backend of device `dev`: eager mode's one switch between devices.
 template <class F>
-void on_backend(const device& dev, F&& f) {
+void on_backend([[maybe_unused]] const device& dev, F&& f) {
 #if KILN_HAS_GPU
     if (dev.type != device_type::cpu) [[unlikely]] {
         f.template operator()<backend::thrust_device>();

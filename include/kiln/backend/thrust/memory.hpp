@@ -94,6 +94,11 @@ inline void require(const device& d, const char* what) {
         throw device_error(std::string("kiln: device_error in '") + what + "': " + to_string(d) + " does not exist (" +
                            std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") + ": cuda:0 .. cuda:" +
                            std::to_string(n - 1) + ")");
+    // Kernels, cuBLAS and scratch memory are on device 0's stream today: a tensor elsewhere would be computed on the
+    // wrong device, so it is refused until the device index reaches every kernel.
+    if (d.index != 0)
+        throw device_error(std::string("kiln: device_error in '") + what + "': kiln's GPU device runs on cuda:0 only for "
+                           "now (" + to_string(d) + " was asked for)");
 }
 
 #if KILN_GPU_CUDA
