@@ -1,0 +1,611 @@
+#pragma once
+// The GPU device's kernels (backend/thrust/device.hpp runs them): the functors Thrust applies per element, the
+// layouts they carry to the device (walk, steps), reductions' and scans' orderings, the index checks and atomic
+// adds of the gathers and scatters, and the BLAS call (cuBLAS on CUDA, a reference kernel elsewhere).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <thrust/execution_policy.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/discard_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
+#include <thrust/reduce.h>
+#include <thrust/scan.h>
+#include <thrust/sequence.h>
+#include <thrust/sort.h>
+
+#include "../../core/error.hpp"
+#include "../../expr/evaluate.hpp"
+#include "../../expr/feed.hpp"
+#include "../../expr/unique_nodes.hpp"
+#include "../../ops/arithmetic.hpp"
+#include "../../ops/matmul.hpp"
+#include "../../ops/reduce.hpp"
+#include "../device.hpp"
+#include "memory.hpp"
+
+#if KILN_GPU_CUDA
+#include <cublas_v2.h>
+#endif
+
+namespace kiln {
+namespace backend {
+namespace gpu {
+
+// A shape and strides as plain arrays: what a kernel carries to the device.
+struct walk {
+    int rank = 0;
+    std::ptrdiff_t extent[max_rank] = {};
+};
+struct steps {
+    std::ptrdiff_t s[max_rank] = {};
+};
+
+inline walk walk_of(const dims& d) {
+    walk w;
+    w.rank = d.rank;
+    for (int i = 0; i < d.rank; ++i) w.extent[i] = d[i];
+    return w;
+}
+inline steps steps_of(const dims& d) {
+    steps s;
+    for (int i = 0; i < d.rank; ++i) s.s[i] = d[i];
+    return s;
+}
+inline steps steps_of_contiguous(const dims& d) { return steps_of(detail::contiguous_strides(d)); }
+
+// The offset of element i (row-major over w) in a view of strides s.
+KILN_HD inline std::ptrdiff_t offset_of(std::ptrdiff_t i, const walk& w, const steps& s) {
+    std::ptrdiff_t off = 0;
+    for (int d = w.rank - 1; d >= 0; --d) {
+        const std::ptrdiff_t n = w.extent[d];
+        off += (i % n) * s.s[d];
+        i /= n;
+    }
+    return off;
+}
+
+// The execution policy of the device's stream.
+inline auto policy([[maybe_unused]] int index = 0) {
+#if KILN_GPU_CUDA
+    return ::thrust::cuda::par_nosync.on(gpu_memory::stream(index));
+#else
+    return ::thrust::device;
+#endif
+}
+
+template <class F>
+void for_each_n(std::ptrdiff_t n, const F& f) {
+    if (n <= 0) return;
+    ::thrust::for_each_n(policy(), ::thrust::counting_iterator<std::ptrdiff_t>(0), n, f);
+#if KILN_GPU_CUDA
+    gpu_memory::check_cuda("kernel launch", cudaGetLastError());
+#endif
+}
+
+// Atomic accumulation for the scatters (their gradients add into shared rows). On the emulated device Thrust's
+// OpenMP threads run the same kernel, so it is atomic there too.
+template <class U>
+KILN_HD inline void atomic_add(U* p, U v) {
+    if constexpr (std::is_same_v<U, bool>) {
+        if (v) *p = true;  // every racing writer writes true: the result is the logical or
+    } else {
+#if defined(__CUDA_ARCH__)
+        if constexpr (std::is_same_v<U, std::int64_t>)
+            atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+        else if constexpr (std::is_same_v<U, std::int32_t>)
+            atomicAdd(p, v);
+        else
+            atomicAdd(p, v);
+#else
+        if constexpr (std::is_integral_v<U>) {
+            __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+        } else {
+            U old;
+            __atomic_load(p, &old, __ATOMIC_RELAXED);
+            U desired;
+            do {
+                desired = old + v;
+            } while (!__atomic_compare_exchange(p, &old, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+        }
+#endif
+    }
+}
+
+// A bad index met inside a kernel: the first one is kept and reported after the kernel (a kiln::value_error).
+struct index_fault {
+    int hit;
+    long long value;
+    long long extent;
+};
+
+// Device memory for a few values, freed at the end of the scope.
+template <class T>
+struct buffer {
+    T* p = nullptr;
+    std::size_t bytes = 0;
+    explicit buffer(std::ptrdiff_t n) : bytes(static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(T)) {
+        p = static_cast<T*>(gpu_memory::allocate(bytes));
+    }
+    ~buffer() { gpu_memory::deallocate(p, bytes); }
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+};
+
+struct fault_check {
+    buffer<index_fault> f{1};
+    fault_check() {
+        const index_fault none{0, 0, 0};
+        gpu_memory::from_host(f.p, &none, sizeof none);
+    }
+    void raise_if_hit(std::string_view op) const {
+        index_fault h{};
+        gpu_memory::to_host(&h, f.p, sizeof h);
+        if (h.hit)
+            throw value_error(detail::error_prefix("value_error", op) + "index " + std::to_string(h.value) +
+                              " is out of range for a dimension of size " + std::to_string(h.extent));
+    }
+};
+
+template <class I>
+KILN_HD inline std::ptrdiff_t checked(I raw, std::ptrdiff_t n, index_fault* fault) {
+    auto v = static_cast<std::ptrdiff_t>(raw);
+    if (v < 0) v += n;
+    if (v < 0 || v >= n) {
+        if (!fault->hit) {
+            fault->value = static_cast<long long>(raw);
+            fault->extent = static_cast<long long>(n);
+            fault->hit = 1;
+        }
+        return -1;
+    }
+    return v;
+}
+
+// ---- elementwise: one graph expression over strided operands ----
+
+template <class Leaves, std::size_t K>
+using leaf_value_t = typename detail::at<K, Leaves>::type::value_type;
+
+// One pass that evaluates every root at each element (an optimizer's parameter and slots together), each into its
+// own output; all outputs have one shape. An output may be an input: each element is read before it is written.
+template <class List, std::size_t NL, class... Roots>
+struct eval_kernel {
+    using leaves = detail::leaves_t<List>;
+    static constexpr std::size_t NR = sizeof...(Roots);
+    detail::root_pack<Roots...> roots;
+    walk shape;
+    void* out[NR];
+    steps out_steps[NR];
+    const void* in[NL > 0 ? NL : 1];
+    steps in_steps[NL > 0 ? NL : 1];
+    bool flat;  // every operand contiguous with the result's shape
+
+    struct loader {
+        const eval_kernel* k;
+        const std::ptrdiff_t* off;
+        template <std::size_t J>
+        KILN_HD KILN_INLINE auto get() const {
+            return static_cast<const leaf_value_t<leaves, J>*>(k->in[J])[off[J]];
+        }
+    };
+
+    KILN_HD void operator()(std::ptrdiff_t i) const {
+        std::ptrdiff_t off[NL > 0 ? NL : 1];
+        std::ptrdiff_t o[NR];
+        if (flat) {
+            for (std::size_t j = 0; j < NL; ++j) off[j] = i;
+            for (std::size_t j = 0; j < NR; ++j) o[j] = i;
+        } else {
+            for (std::size_t j = 0; j < NL; ++j) off[j] = 0;
+            for (std::size_t j = 0; j < NR; ++j) o[j] = 0;
+            std::ptrdiff_t rest = i;
+            for (int d = shape.rank - 1; d >= 0; --d) {
+                const std::ptrdiff_t n = shape.extent[d], at = rest % n;
+                rest /= n;
+                for (std::size_t j = 0; j < NR; ++j) o[j] += at * out_steps[j].s[d];
+                for (std::size_t j = 0; j < NL; ++j) off[j] += at * in_steps[j].s[d];
+            }
+        }
+        const detail::frame<detail::scalar_mode, List> f(loader{this, off});
+        store(f, o, std::index_sequence_for<Roots...>{});
+    }
+
+    template <class F, std::size_t... J>
+    KILN_HD KILN_INLINE void store(const F& f, const std::ptrdiff_t* o, std::index_sequence<J...>) const {
+        // Every root is evaluated before any is stored: an output may be an input of another root.
+        const auto values = ::thrust::make_tuple(f.template evaluate<detail::root_type_t<Roots>>(roots.template get<J>())...);
+        ((static_cast<detail::root_type_t<Roots>*>(out[J])[o[J]] = ::thrust::get<J>(values)), ...);
+    }
+};
+
+// ---- copies and fills ----
+
+template <class U, class T>
+struct copy_kernel {
+    walk shape;
+    U* out;
+    steps os;
+    const T* in;
+    steps is;
+    KILN_HD void operator()(std::ptrdiff_t i) const {
+        out[offset_of(i, shape, os)] = value_cast<U>(in[offset_of(i, shape, is)]);
+    }
+};
+template <class U>
+struct fill_kernel {
+    walk shape;
+    U* out;
+    steps os;
+    U v;
+    KILN_HD void operator()(std::ptrdiff_t i) const { out[offset_of(i, shape, os)] = v; }
+};
+
+// ---- reductions: elements ordered (kept axes, reduced axes), folded by key (the output's position) ----
+
+template <class T, class Acc>
+struct reduce_load {
+    const T* x;
+    walk order;  // x's extents, kept axes first, then reduced ones
+    steps s;     // x's strides in that order
+    KILN_HD Acc operator()(std::ptrdiff_t j) const { return static_cast<Acc>(x[offset_of(j, order, s)]); }
+};
+struct key_of {
+    std::ptrdiff_t red;
+    KILN_HD std::ptrdiff_t operator()(std::ptrdiff_t j) const { return j / red; }
+};
+template <class Acc>
+struct fold_add {
+    KILN_HD Acc operator()(Acc a, Acc b) const {
+        if constexpr (std::is_integral_v<Acc>) return ::kiln::detail::kernels::wrapping_add(a, b);
+        else return a + b;
+    }
+};
+template <class Acc>
+struct fold_mul {
+    KILN_HD Acc operator()(Acc a, Acc b) const {
+        if constexpr (std::is_integral_v<Acc>) return ::kiln::detail::kernels::wrapping_mul(a, b);
+        else return a * b;
+    }
+};
+// Extrema: a NaN, once met, is the result (the CPU's rule).
+template <class T>
+struct fold_pick {
+    bool is_max;
+    KILN_HD T operator()(T a, T v) const { return a != a ? a : (v != v || (is_max ? v > a : v < a)) ? v : a; }
+};
+template <class Acc, class R, class T>
+struct finish {
+    bool mean;
+    std::ptrdiff_t count;
+    KILN_HD R operator()(Acc a) const {
+        if constexpr (std::is_floating_point_v<T>) {
+            if (mean) return static_cast<R>(static_cast<T>(static_cast<T>(a) / static_cast<T>(count)));
+        }
+        return static_cast<R>(a);
+    }
+};
+
+// Positions of extrema along one axis: (value, position), the first of equal ones, a NaN winning.
+template <class T>
+struct best {
+    T value;
+    std::int64_t pos;
+};
+template <class T>
+struct arg_load {
+    const T* x;
+    walk order;
+    steps s;
+    std::ptrdiff_t red;
+    KILN_HD best<T> operator()(std::ptrdiff_t j) const {
+        return best<T>{x[offset_of(j, order, s)], static_cast<std::int64_t>(j % red)};
+    }
+};
+template <class T>
+struct arg_pick {
+    bool is_max;
+    KILN_HD best<T> operator()(const best<T>& a, const best<T>& b) const {
+        const bool an = a.value != a.value, bn = b.value != b.value;
+        if (an || bn) {
+            if (an && bn) return a.pos <= b.pos ? a : b;
+            return an ? a : b;
+        }
+        if (is_max ? b.value > a.value : b.value < a.value) return b;
+        if (is_max ? a.value > b.value : a.value < b.value) return a;
+        return a.pos <= b.pos ? a : b;
+    }
+};
+struct pos_of {
+    template <class T>
+    KILN_HD std::int64_t operator()(const best<T>& b) const {
+        return b.pos;
+    }
+};
+
+// The layout of a reduction: x's axes ordered kept first, then reduced; m outputs of `red` elements each.
+struct reduction_order {
+    walk order;
+    steps s;
+    std::ptrdiff_t red = 1;
+};
+template <class T>
+reduction_order order_for(const detail::strided<const T>& x, const dims& keep) {
+    reduction_order r;
+    int k = 0;
+    for (int pass = 0; pass < 2; ++pass)
+        for (int d = 0; d < x.shape.rank; ++d) {
+            const bool reduced = keep[d] == 1 && x.shape[d] != 1;
+            if (reduced != (pass == 1)) continue;
+            r.order.extent[k] = x.shape[d];
+            r.s.s[k++] = x.strides[d];
+            if (reduced) r.red *= x.shape[d];
+        }
+    r.order.rank = k;
+    return r;
+}
+
+// ---- scans and sorts: the lines along one axis ----
+
+// x's axes ordered with `axis` last (each line of it contiguous in that order), with x's strides and the strides of
+// a row-major result of x's shape in the same order.
+struct lines {
+    walk order;
+    steps s, os;
+};
+template <class T>
+lines lines_of(const detail::strided<const T>& x, int axis) {
+    lines l;
+    const dims cs = detail::contiguous_strides(x.shape);
+    int k = 0;
+    for (int d = 0; d <= x.shape.rank; ++d) {
+        const int src = d == x.shape.rank ? axis : d;
+        if (d == axis) continue;
+        l.order.extent[k] = x.shape[src];
+        l.s.s[k] = x.strides[src];
+        l.os.s[k++] = cs[src];
+    }
+    l.order.rank = k;
+    return l;
+}
+
+template <class T, class U>
+struct scan_load {
+    const T* x;
+    walk order;  // the other axes, then the scanned one
+    steps s;
+    std::ptrdiff_t len;
+    bool reverse;
+    KILN_HD U operator()(std::ptrdiff_t j) const {
+        std::ptrdiff_t p = j % len;
+        if (reverse) j += len - 1 - 2 * p;
+        return static_cast<U>(x[offset_of(j, order, s)]);
+    }
+};
+template <class U>
+struct scan_store {
+    U* out;
+    walk order;
+    steps os;  // the output's (contiguous) strides in the same order
+    std::ptrdiff_t len;
+    bool reverse;
+    // Writes the running value of element j; used through a counting iterator of positions.
+    KILN_HD void operator()(const ::thrust::tuple<std::ptrdiff_t, U>& t) const {
+        std::ptrdiff_t j = ::thrust::get<0>(t);
+        const std::ptrdiff_t p = j % len;
+        if (reverse) j += len - 1 - 2 * p;
+        out[offset_of(j, order, os)] = ::thrust::get<1>(t);
+    }
+};
+template <class U>
+struct scan_scatter {
+    scan_store<U> store;
+    const U* values;
+    KILN_HD void operator()(std::ptrdiff_t j) const { store(::thrust::make_tuple(j, values[j])); }
+};
+template <class U>
+struct scan_op {
+    bool product;
+    KILN_HD U operator()(U a, U v) const {
+        return product ? static_cast<U>(ops::mul::apply(a, v)) : static_cast<U>(ops::add::apply(a, v));
+    }
+};
+
+// ---- gathers and scatters ----
+
+template <class T, class I, class U>
+struct gather_along_kernel {
+    const T* x;
+    steps xs;  // x's strides with the axis's set to 0
+    std::ptrdiff_t n, step;
+    const I* index;
+    walk ishape;
+    steps is;
+    U* out;
+    index_fault* fault;
+    KILN_HD void operator()(std::ptrdiff_t k) const {
+        const std::ptrdiff_t v = checked(index[offset_of(k, ishape, is)], n, fault);
+        out[k] = v < 0 ? U(0) : static_cast<U>(x[offset_of(k, ishape, xs) + v * step]);
+    }
+};
+template <class T, class I, class U>
+struct scatter_along_kernel {
+    const T* g;
+    steps gs;
+    const I* index;
+    walk ishape;
+    steps is;
+    steps cs;  // the output's contiguous strides with the axis's set to 0
+    std::ptrdiff_t n, step;
+    U* out;
+    index_fault* fault;
+    KILN_HD void operator()(std::ptrdiff_t k) const {
+        const std::ptrdiff_t v = checked(index[offset_of(k, ishape, is)], n, fault);
+        if (v >= 0) atomic_add(out + offset_of(k, ishape, cs) + v * step, static_cast<U>(g[offset_of(k, ishape, gs)]));
+    }
+};
+// take: out[before, j.., after] = x[before, index[j..], after]; the result's element k decodes as (before, j, after).
+template <class T, class I, class U>
+struct take_kernel {
+    const T* x;
+    walk oshape;  // before + index's shape + after
+    steps xs;     // x's strides for those axes (0 for the index's axes)
+    int axis, irank;
+    std::ptrdiff_t n, step;
+    const I* index;
+    steps is;
+    U* out;
+    index_fault* fault;
+    KILN_HD void operator()(std::ptrdiff_t k) const {
+        std::ptrdiff_t rest = k, xoff = 0, ioff = 0;
+        for (int d = oshape.rank - 1; d >= 0; --d) {
+            const std::ptrdiff_t at = rest % oshape.extent[d];
+            rest /= oshape.extent[d];
+            xoff += at * xs.s[d];
+            if (d >= axis && d < axis + irank) ioff += at * is.s[d - axis];
+        }
+        const std::ptrdiff_t v = checked(index[ioff], n, fault);
+        out[k] = v < 0 ? U(0) : static_cast<U>(x[xoff + v * step]);
+    }
+};
+template <class T, class I, class U>
+struct take_add_kernel {
+    const T* g;
+    walk gshape;  // before + index's shape + after
+    steps gs;
+    steps os;  // the output's contiguous strides for those axes (0 for the index's axes)
+    int axis, irank;
+    std::ptrdiff_t n, step;
+    const I* index;
+    steps is;
+    U* out;
+    index_fault* fault;
+    KILN_HD void operator()(std::ptrdiff_t k) const {
+        std::ptrdiff_t rest = k, ooff = 0, ioff = 0, goff = 0;
+        for (int d = gshape.rank - 1; d >= 0; --d) {
+            const std::ptrdiff_t at = rest % gshape.extent[d];
+            rest /= gshape.extent[d];
+            ooff += at * os.s[d];
+            goff += at * gs.s[d];
+            if (d >= axis && d < axis + irank) ioff += at * is.s[d - axis];
+        }
+        const std::ptrdiff_t v = checked(index[ioff], n, fault);
+        if (v >= 0) atomic_add(out + ooff + v * step, static_cast<U>(g[goff]));
+    }
+};
+
+// ---- sort order: every element's position sorted by (line, value), stably ----
+
+template <class T>
+struct line_less {
+    const T* x;
+    walk order;  // the other axes, then the sorted one
+    steps s;
+    std::ptrdiff_t len;
+    bool descending;
+    KILN_HD bool operator()(std::int64_t p, std::int64_t q) const {
+        const std::ptrdiff_t lp = p / len, lq = q / len;
+        if (lp != lq) return lp < lq;
+        const T a = x[offset_of(p, order, s)], b = x[offset_of(q, order, s)];
+        if (b != b) return !(a != a);
+        if (a != a) return false;
+        return descending ? b < a : a < b;
+    }
+};
+struct order_store {
+    std::int64_t* out;
+    walk order;
+    steps os;
+    std::ptrdiff_t len;
+    const std::int64_t* sorted;
+    KILN_HD void operator()(std::ptrdiff_t k) const {
+        // k: the k-th element of the sorted sequence; its line is k / len and its rank in the line k % len.
+        const std::ptrdiff_t line = k / len, rank = k % len;
+        out[offset_of(line * len + rank, order, os)] = sorted[k] % len;
+    }
+};
+
+// ---- products ----
+
+// C (m x n, column-major, leading dimension ldc) = op(A) op(B): the BLAS contract, on the host for the emulated
+// device (cuBLAS's reference), in cuBLAS on CUDA. op(X) is X or its transpose.
+template <class T>
+struct gemm_kernel {
+    bool ta, tb;
+    std::ptrdiff_t m, n, k;
+    const T* a;
+    std::ptrdiff_t lda;
+    const T* b;
+    std::ptrdiff_t ldb;
+    T* c;
+    std::ptrdiff_t ldc;
+    KILN_HD void operator()(std::ptrdiff_t e) const {
+        const std::ptrdiff_t i = e % m, j = e / m;
+        T acc = T(0);
+        for (std::ptrdiff_t p = 0; p < k; ++p) {
+            const T av = ta ? a[p + i * lda] : a[i + p * lda];
+            const T bv = tb ? b[j + p * ldb] : b[p + j * ldb];
+            if constexpr (std::is_same_v<T, bool>) acc = acc || (av && bv);
+            else if constexpr (std::is_integral_v<T>)
+                acc = static_cast<T>(::kiln::detail::kernels::wrapping_add(acc, ::kiln::detail::kernels::wrapping_mul(av, bv)));
+            else acc += av * bv;
+        }
+        c[i + j * ldc] = acc;
+    }
+};
+
+#if KILN_GPU_CUDA
+inline cublasHandle_t blas_handle(int index = 0) {
+    struct handles {
+        cublasHandle_t h[gpu_memory::max_devices] = {};
+    };
+    static handles hs;
+    static std::atomic_flag lock = ATOMIC_FLAG_INIT;
+    while (lock.test_and_set(std::memory_order_acquire)) {}
+    if (!hs.h[index]) {
+        gpu_memory::scoped_device on(index);
+        cublasHandle_t h{};
+        if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+            cublasSetStream(h, gpu_memory::stream(index));
+            hs.h[index] = h;
+        }
+    }
+    lock.clear(std::memory_order_release);
+    if (!hs.h[index]) throw device_error("kiln: device_error in 'matmul': cuBLAS could not be initialized");
+    return hs.h[index];
+}
+#endif
+
+// The column-major product C = op(A) op(B) through cuBLAS for float and double on CUDA, the kernel above otherwise.
+template <class T>
+void blas(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t lda,
+          const T* b, std::ptrdiff_t ldb, T* c, std::ptrdiff_t ldc) {
+#if KILN_GPU_CUDA
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        const T one = 1, zero = 0;
+        const auto oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasStatus_t st;
+        if constexpr (std::is_same_v<T, float>)
+            st = cublasSgemm(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, a,
+                             static_cast<int>(lda), b, static_cast<int>(ldb), &zero, c, static_cast<int>(ldc));
+        else
+            st = cublasDgemm(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, a,
+                             static_cast<int>(lda), b, static_cast<int>(ldb), &zero, c, static_cast<int>(ldc));
+        if (st != CUBLAS_STATUS_SUCCESS)
+            throw device_error("kiln: device_error in 'matmul': cuBLAS failed (status " + std::to_string(static_cast<int>(st)) +
+                               ")");
+        return;
+    }
+#endif
+    for_each_n(m * n, gemm_kernel<T>{ta, tb, m, n, k, a, lda, b, ldb, c, ldc});
+}
+
+}  // namespace gpu
+
+}  // namespace backend
+}  // namespace kiln
