@@ -1,5 +1,6 @@
-// Eager tensors on the GPU: move data to kiln::cuda, compute there (elementwise ops, reductions, matmul, the gradient
-// tape), read results back. Built three ways:
+// Eager tensors and graph mode on the GPU: move data to kiln::cuda, compute there (elementwise ops, reductions, matmul,
+// the gradient tape), train the same model as a graph in a kiln::session on the device, read results back. Built
+// three ways:
 //   - by nvcc with the kiln::cuda target (KILN_GPU=1): runs on the GPU where one exists;
 //   - by the host compiler with kiln::gpu_emulated: the same device code on Thrust's OpenMP system (host memory);
 //   - by the host compiler alone: kiln::cuda is not compiled in, so the program says so and runs on the CPU.
@@ -48,6 +49,21 @@ int main() {
     std::cout << "w (every weight should be near 1): " << kiln::to_string(kiln::mean(w)) << "\n";
     std::printf("final loss %.6f on %s\n", loss_value, kiln::to_string(w.device()).c_str());
 
+    // The same model in graph mode: a session on the device keeps its parameters, slots and workspace there; each
+    // step runs as one plan there and copies back only the loss.
+    float graph_loss = 0;
+    {
+        constexpr kiln::input<"features", float, kiln::shape<kiln::dyn, 16>> f{};
+        constexpr kiln::input<"target", float, kiln::shape<kiln::dyn, 1>> t{};
+        constexpr kiln::param<"w", float, kiln::shape<16, 1>, kiln::init::zeros> wp{};
+        constexpr kiln::param<"b", float, kiln::shape<1>, kiln::init::zeros> bp{};
+        constexpr auto loss = kiln::mean(kiln::square(kiln::matmul(f, wp) + bp - t));
+        constexpr auto step = kiln::optim::minimize(loss, kiln::optim::sgd_rule{.lr = 0.05f});
+        kiln::session s(/*seed=*/1, dev);
+        for (int i = 0; i < 400; ++i) graph_loss = s.run(step, f = features, t = y);
+        std::printf("graph mode: final loss %.6f on %s\n", graph_loss, kiln::to_string(s.parameter("w").device()).c_str());
+    }
+
     // Operands on two devices are refused with both named.
     if (dev != kiln::cpu) {
         try {
@@ -56,5 +72,5 @@ int main() {
             std::printf("%s\n", e.what());
         }
     }
-    return loss_value < 1e-3f ? 0 : 1;
+    return loss_value < 1e-3f && graph_loss < 1e-3f ? 0 : 1;
 }

@@ -499,6 +499,10 @@ inline void all_reduce_gradients(session& s, std::function<double()> weight = {}
     auto bucket = std::make_shared<tensor>();
     s.on_gradients([bucket, weight = std::move(weight)](std::span<const session::gradient> gs) {
         if (gs.empty()) return;
+        if (gs[0].device.type != device_type::cpu)
+            throw device_error("kiln: device_error in 'all_reduce_gradients': the session's gradients live on " +
+                               to_string(gs[0].device) + "; collectives on device memory (NCCL) are not built yet "
+                               "(docs/distributed.md)");
         const dtype d = gs[0].dtype;
         std::ptrdiff_t n = 0;
         for (const session::gradient& g : gs) n += g.numel;

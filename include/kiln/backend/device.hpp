@@ -10,6 +10,8 @@
 //   allocate(bytes), deallocate(p, bytes)
 //                                      device memory (the CPU's caching allocator)
 //   copy(dst, src, bytes)              raw bytes within the device; synchronize() waits for queued work
+//   to_host, from_host (dst, src, bytes)
+//                                      raw bytes between the host and the device (to_host waits for queued work)
 //   parallel_for(tasks, f)             f(0 .. tasks - 1), spread over the device's workers
 //   gemm(c, m, n, k, a, b)             C = A B with strided operands (matrix_ref), C row-major
 //   reduce(kind, x, keep, out)         sums, products, extrema over the axes where keep is 1 (and means)
@@ -43,6 +45,8 @@ concept device_backend =
         { D::allocate(bytes) } -> std::same_as<void*>;
         D::deallocate(p, bytes);
         D::copy(p, q, bytes);
+        D::to_host(p, q, bytes);
+        D::from_host(p, q, bytes);
         D::synchronize();
         D::parallel_for(2, task);
         D::gemm(c, std::ptrdiff_t{1}, std::ptrdiff_t{1}, std::ptrdiff_t{1}, a, a);

@@ -38,7 +38,20 @@ inline tensor ones(const dims& shape, dtype d = dtype::float32) { return full(sh
 
 // The same on a device (kiln::cpu or kiln::cuda): filled where it lives, nothing copied but the value.
 inline tensor full(const dims& shape, double value, dtype d, const device& dev) {
-    if (dev.type == device_type::cpu || detail::active_tracer) return full(shape, value, d).to(dev);
+    if (dev.type == device_type::cpu) return full(shape, value, d);
+    if (detail::active_tracer) [[unlikely]] {  // a traced function on the device: filled there at every call
+        detail::op_params p;
+        p.add_dims(shape);
+        p.add_number(value);
+        return detail::active_tracer->record(
+            "full", "shape=" + detail::dims_text(shape) + " value=" + detail::number_text(value) + " dtype=" + std::string(name(d)) +
+                        " device=" + to_string(dev),
+            {},
+            [r = shape.rank, d, dev](std::span<const tensor>, std::span<const std::int64_t> q) {
+                return full(detail::param_dims(q, 0, r), detail::param_number(q[static_cast<std::size_t>(r)]), d, dev);
+            },
+            std::move(p));
+    }
     tensor t(d, shape, dev);
     t.fill_(value);
     return t;

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../core/device.hpp"
 #include "../core/strided.hpp"
 #include "unique_nodes.hpp"
 
@@ -20,18 +21,21 @@ struct feed {
 };
 }  // namespace detail
 
-// A strided view of external memory: kiln::view(ptr, {rows, cols}) or with explicit strides (in elements).
+// A strided view of external memory: kiln::view(ptr, {rows, cols}) or with explicit strides (in elements). With a
+// device (kiln::view(ptr, shape, kiln::cuda)) the pointer is that device's memory (a cudaMalloc'd buffer), and graph
+// mode runs there (docs/gpu.md).
 template <class T>
 struct view_t {
     using value_type = std::remove_const_t<T>;
     T* data = nullptr;
     dims shape;
     dims strides;
+    kiln::device device = kiln::cpu;
 };
 
 template <class T>
-view_t<T> view(T* data, dims shape) {
-    view_t<T> v{data, shape, {}};
+view_t<T> view(T* data, dims shape, kiln::device where = kiln::cpu) {
+    view_t<T> v{data, shape, {}, where};
     v.strides.rank = shape.rank;
     std::ptrdiff_t s = 1;
     for (int i = shape.rank - 1; i >= 0; --i) {
@@ -42,11 +46,11 @@ view_t<T> view(T* data, dims shape) {
 }
 
 template <class T>
-view_t<T> view(T* data, dims shape, dims strides) {
+view_t<T> view(T* data, dims shape, dims strides, kiln::device where = kiln::cpu) {
     if (strides.rank != shape.rank)
         throw shape_error("kiln: shape_error in 'view': shape " + to_string(shape) + " and strides " + to_string(strides) +
                           " have different ranks");
-    return view_t<T>{data, shape, strides};
+    return view_t<T>{data, shape, strides, where};
 }
 
 namespace detail {
@@ -77,14 +81,40 @@ inline constexpr bool is_vector_bool_v = false;
 template <class A>
 inline constexpr bool is_vector_bool_v<std::vector<bool, A>> = true;
 
-// Any container kiln accepts, as a strided view. P is `const T` for feeds and `T` for outputs.
+// The device whose memory a container holds: a kiln::tensor's, a kiln::view's; every other container is the CPU's.
+template <class C>
+kiln::device device_of_container(const C& c) {
+    if constexpr (requires { c.dtype(); c.raw_data(); c.device(); }) return c.device();
+    else if constexpr (requires { c.strides; c.shape; c.data; c.device; } && !requires { c.size(); }) return c.device;
+    else return (void)c, kiln::cpu;
+}
+
+// The device that a run's feeds live on: the first one off the CPU, or the CPU. (Feeds on other devices than this
+// one are refused when they are bound, by fill_leaf, with the leaf named.)
+template <class... Feeds>
+kiln::device device_of_feeds(const Feeds&... feeds) {
+    kiln::device d = kiln::cpu;
+    ((d.type == device_type::cpu ? (void)(d = device_of_container(*feeds.data)) : void()), ...);
+    return d;
+}
+
+// Any container kiln accepts, as a strided view. P is `const T` for feeds and `T` for outputs. The container must
+// live on device `on` (the CPU unless a caller runs on a device); `where` names the entry point in the error.
 template <class P, class C>
-void fill_strided(strided<P>& s, C& c) {
+void fill_strided(strided<P>& s, C& c, kiln::device on = kiln::cpu, const char* where = "run") {
+    {
+        const kiln::device d = device_of_container(c);
+        if (d != on) [[unlikely]] {
+#if !defined(KILN_GPU) || !KILN_GPU
+            if (d.type != device_type::cpu)
+                throw device_error(error_prefix("device_error", where) + "memory on " + to_string(d) + " was given, but this " +
+                                   "program was built without kiln's GPU device (KILN_GPU; docs/gpu.md)");
+#endif
+            throw device_error(error_prefix("device_error", where) + "memory on " + to_string(d) + " was given to a run on " +
+                               to_string(on) + " (where its feeds live; move tensors with .to(device); docs/gpu.md)");
+        }
+    }
     if constexpr (requires { c.dtype(); c.raw_data(); }) {  // kiln::tensor: its dtype is checked here
-        if (!c.is_cpu()) [[unlikely]]
-            throw device_error("kiln: device_error in 'run': a tensor on " + to_string(c.device()) +
-                               " was given to graph mode, which runs on the CPU for now (move it with .to(kiln::cpu); "
-                               "docs/gpu.md)");
         s.data = c.template data<P>();
         s.shape = c.shape();
         s.strides = c.strides();
@@ -214,22 +244,31 @@ void check_static_shape(const dims& fed, const char* where) {
     }
 }
 
-// A kiln::tensor fed to a leaf has its dtype checked at run time; the error names the entry point and the leaf.
+// A kiln::tensor fed to a leaf has its dtype checked at run time; the error names the entry point and the leaf. Every
+// feed must live on device `on`, the run's.
 template <class Leaf, class P, class C>
-void fill_leaf(strided<P>& s, C& c, const char* where) {
+void fill_leaf(strided<P>& s, C& c, const char* where, kiln::device on) {
+    const kiln::device d = device_of_container(c);
+    if (d != on) [[unlikely]] {
+        std::string why = on.type == device_type::cpu
+                              ? "this run is on the CPU, where its other feeds live"
+                              : "this run is on " + to_string(on) + ", where its other feeds live";
+#if !defined(KILN_GPU) || !KILN_GPU
+        if (d.type != device_type::cpu) why = "this program was built without kiln's GPU device (KILN_GPU)";
+#endif
+        throw device_error(error_prefix("device_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
+                           std::string(Leaf::name.view()) + "' was fed memory on " + to_string(d) + ", but " + why +
+                           " (move tensors with .to(device); docs/gpu.md)");
+    }
     if constexpr (requires { c.dtype(); c.raw_data(); }) {
         using T = typename Leaf::value_type;
-        if (!c.is_cpu()) [[unlikely]]
-            throw device_error(error_prefix("device_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
-                               std::string(Leaf::name.view()) + "' was fed a tensor on " + to_string(c.device()) +
-                               "; graph mode runs on the CPU for now (move it with .to(kiln::cpu); docs/gpu.md)");
         if (c.dtype() != dtype_of<T>()) [[unlikely]]
             throw dtype_error(error_prefix("dtype_error", where) + (is_param_v<Leaf> ? "parameter '" : "input '") +
                               std::string(Leaf::name.view()) + "' is declared " + std::string(dtype_name<T>()) +
                               " but was fed a tensor of dtype " + std::string(name(c.dtype())) +
                               " (convert it with .to(kiln::" + std::string(dtype_name<T>()) + "))");
     }
-    fill_strided(s, c);
+    fill_strided(s, c, on, where);
 }
 
 // The leaves' views, in the order of the plan's leaves.
@@ -254,12 +293,17 @@ struct bound_leaves<types<Leaves...>> {
         else return type{};
     }
 
+    // Every feed must live on device `on` (the CPU unless the caller runs on a device).
     template <class... Feeds>
     static type bind_checked(const char* where, const Feeds&... feeds) {
+        return bind_on(kiln::cpu, where, feeds...);
+    }
+    template <class... Feeds>
+    static type bind_on(kiln::device on, const char* where, const Feeds&... feeds) {
         [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
         type out;  // filled in place: the views are large enough that copying them shows at small sizes
         [&]<std::size_t... K>(std::index_sequence<K...>) {
-            (fill_leaf<Leaves>(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data, where), ...);
+            (fill_leaf<Leaves>(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data, where, on), ...);
             (check_static_shape<Leaves>(std::get<K>(out).shape, where), ...);
         }(std::index_sequence_for<Leaves...>{});
         return out;

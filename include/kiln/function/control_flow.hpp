@@ -79,7 +79,7 @@ template <bool IsCond, class F>
 loop_part trace_loop_part(tracer& outer, const std::vector<tensor>& state, F&& fn) {
     tracer tr(outer.name(), &outer);
     std::vector<tensor> args;
-    for (std::size_t k = 0; k < state.size(); ++k) args.push_back(tr.argument(state[k].dtype(), state[k].shape(), static_cast<int>(k)));
+    for (std::size_t k = 0; k < state.size(); ++k) args.push_back(tr.argument(state[k].dtype(), state[k].shape(), static_cast<int>(k), state[k].device()));
     tr.set_first_capture(static_cast<int>(state.size()));
     {
         const tracing_scope scope(&tr);

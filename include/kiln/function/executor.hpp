@@ -173,6 +173,10 @@ struct executable {
     bool fusion = true;
 
     void prepare() {
+        // A graph whose values live on a GPU runs node by node there, each op the device's kernels (eager mode's);
+        // the CPU's fused tile loops and buffer plans read host memory.
+        for (const graph_node& n : graph.nodes)
+            if (n.device.type != device_type::cpu) fusion = planning = false;
         if (fusion) fuse();
         result_aliases.clear();
         for (std::int32_t o : traced.outputs) {

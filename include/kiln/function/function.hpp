@@ -287,10 +287,6 @@ private:
             t.check_valid(options_.name.c_str());
             const std::size_t k = info.tensors.size();
             const kiln::device dev = t.device();
-            if (dev.type != device_type::cpu) [[unlikely]]
-                throw device_error("kiln: device_error in '" + options_.name + "': argument " + std::to_string(k) + " lives on " +
-                                   to_string(dev) + "; traced functions run on the CPU for now (move it with .to(kiln::cpu); "
-                                   "docs/gpu.md)");
             const char head[4] = {'T', static_cast<char>(t.dtype()), static_cast<char>(dev.type), static_cast<char>(t.dim())};
             const std::size_t at = info.concrete_key.size();
             info.concrete_key.append(head, 4);
@@ -355,7 +351,7 @@ private:
         detail::tracer tr(options_.name);
         std::vector<tensor> symbols;
         for (std::size_t i = 0; i < info.tensors.size(); ++i)
-            symbols.push_back(tr.argument(info.tensors[i].dtype(), shapes[i], static_cast<int>(i)));
+            symbols.push_back(tr.argument(info.tensors[i].dtype(), shapes[i], static_cast<int>(i), info.tensors[i].device()));
         const detail::tracing_scope scope(&tr);
         std::size_t k = 0;
         auto call = [&](auto&&... ts) -> decltype(auto) { return std::invoke(f_, std::forward<decltype(ts)>(ts)...); };

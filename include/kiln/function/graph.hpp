@@ -50,6 +50,7 @@ struct graph_node {
     detail::op_params params; // integers and numbers the op reads when it runs (see detail::tracer_base)
     std::vector<dynamic_param> dynamic;  // those of them that follow a dynamic dimension
     int group = -1;           // the fused elementwise group that runs it, tile by tile (-1: none)
+    kiln::device device{};    // where its value lives (a trace runs on the device of its arguments)
     tensor value;             // a constant's value; a variable's storage
     detail::replay_fn fn;     // an op: computes it from real inputs
     detail::effect_fn effect; // an effect: performs it

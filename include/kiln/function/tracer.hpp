@@ -59,12 +59,13 @@ public:
 
     function_graph graph;
 
-    tensor argument(kiln::dtype d, const dims& shape, int position) {
+    tensor argument(kiln::dtype d, const dims& shape, int position, kiln::device where = kiln::cpu) {
         graph_node n;
         n.kind = node_kind::argument;
         n.argument = position;
         n.dtype = d;
         n.shape = shape;
+        n.device = where;
         return add(std::move(n));
     }
 
@@ -81,7 +82,7 @@ public:
                     if (!(t.offset() == 0 && t.strides() == contiguous_strides(t.shape())))
                         throw trace_error(error_prefix("trace_error", op) + "a view of an enclosing trace's value was made "
                                           "without the tracer seeing it");
-                    const tensor a = argument(t.dtype(), t.shape(), next_capture_++);
+                    const tensor a = argument(t.dtype(), t.shape(), next_capture_++, t.device());
                     captures_.push_back(t);
                     const std::int32_t v = index_of(a);
                     captured_symbols_.emplace(&s, v);
@@ -98,9 +99,6 @@ public:
                                   "tracer seeing it (an eager function that builds views by hand is not traceable yet)");
             return static_cast<std::int32_t>(s.trace_value);
         }
-        if (!t.is_cpu())
-            throw device_error(error_prefix("device_error", op) + "the function captures a tensor on " +
-                               to_string(t.device()) + "; traced functions run on the CPU for now (docs/gpu.md)");
         const key k{t.storage_handle().get(), t.offset(), t.dtype(), t.shape(), t.strides()};
         auto found = captured_.find(k);
         if (found != captured_.end()) return found->second;
@@ -108,6 +106,7 @@ public:
         n.kind = t.trainable() ? node_kind::variable : node_kind::constant;
         n.dtype = t.dtype();
         n.shape = t.shape();
+        n.device = t.device();
         // A variable is read where it lives; a plain tensor is captured by its value now (its handle is kept
         // too, in case the function writes into it: then it becomes state, read where it lives).
         n.value = t;
@@ -133,6 +132,7 @@ public:
         });
         n.dtype = y.dtype();
         n.shape = y.shape();
+        n.device = y.device();
         n.fn = std::move(fn);
         return add(std::move(n));
     }
@@ -204,6 +204,7 @@ private:
         s->trace_owner = this;
         s->trace_value = v;
         made_.push_back(s);
+        s->dev = n.device;
         tensor t(std::move(s), n.dtype, n.shape, contiguous_strides(n.shape), 0);
         graph.nodes.push_back(std::move(n));
         return t;
@@ -212,7 +213,7 @@ private:
     tensor placeholder(std::int32_t v) const {
         const graph_node& n = graph.nodes[static_cast<std::size_t>(v)];
         if (n.kind == node_kind::constant || n.kind == node_kind::variable) return n.value;
-        return zeros(dims{}, n.dtype).broadcast_to(n.shape);
+        return zeros(dims{}, n.dtype, n.device).broadcast_to(n.shape);
     }
 
     std::string name_;

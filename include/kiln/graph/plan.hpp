@@ -10,7 +10,9 @@
 //
 // At run time a `workspace` holds the slots' buffers; they grow on the first run and are reused afterwards, so a
 // run of the same plan on the same shapes allocates nothing.
+#include <array>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../backend/cpu/fused_loop.hpp"
@@ -150,6 +152,56 @@ struct slot_views<types<M...>> {
     using buffers = std::tuple<std::vector<value_type_t<M>>...>;
 };
 
+// Whether a structural op makes its result as a view of its operands (try_view), and whether it computes it on
+// Device. (Traits outside the plan's lambdas: nvcc does not take a requires-expression over a lambda's pack.)
+template <class Op, class Slot, class Args>
+struct can_try_view : std::false_type {};
+template <class Op, class Slot, class... A>
+    requires requires(Slot& s, const A&... a) { Op::try_view(s, a...); }
+struct can_try_view<Op, Slot, std::tuple<A...>> : std::true_type {};
+template <class Op, class Device, class T, class Args>
+struct can_compute : std::false_type {};
+template <class Op, class Device, class T, class... A>
+    requires requires(T* p, const dims& s, const A&... a) { Op::template compute<Device>(p, s, a...); }
+struct can_compute<Op, Device, T, std::tuple<A...>> : std::true_type {};
+
+// A slot's memory on a device other than the CPU (the GPU's): grown on demand through the device's allocate,
+// returned with the workspace.
+struct device_block {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+    void (*release)(void*, std::size_t) = nullptr;
+
+    device_block() = default;
+    device_block(device_block&& o) noexcept
+        : p(std::exchange(o.p, nullptr)), bytes(std::exchange(o.bytes, 0)), release(o.release) {}
+    device_block& operator=(device_block&& o) noexcept {
+        if (this != &o) {
+            reset();
+            p = std::exchange(o.p, nullptr);
+            bytes = std::exchange(o.bytes, 0);
+            release = o.release;
+        }
+        return *this;
+    }
+    ~device_block() { reset(); }
+    void reset() noexcept {
+        if (p) release(p, bytes);
+        p = nullptr;
+        bytes = 0;
+    }
+    // At least `n` bytes of Device's memory (its contents are not kept when it grows).
+    template <class Device>
+    void* grow(std::size_t n) {
+        if (p && n <= bytes) return p;
+        reset();
+        p = Device::allocate(n == 0 ? 1 : n);
+        bytes = n == 0 ? 1 : n;
+        release = &Device::deallocate;
+        return p;
+    }
+};
+
 // Workspace buffers: 64-byte aligned blocks from kiln's caching allocator, so that a session's memory shows in
 // kiln::cache_stats() (a training step after the first allocates nothing) and a freed workspace is reused.
 template <class T>
@@ -190,7 +242,8 @@ struct plan {
     using buffers_t = typename buffers_of<mat>::type;
 
     struct workspace {
-        buffers_t buffers;
+        buffers_t buffers;                         // the slots' memory on the CPU
+        std::array<device_block, NM> on_device;    // or on the device the plan runs on (graph mode on the GPU)
         slots_t slots;
         // Shapes of the last run: when the user leaves have the same shapes again, so does every node, and shape
         // inference is skipped.
@@ -224,15 +277,31 @@ struct plan {
         return buf.data();
     }
 
-    // Runs an elementwise expression over user leaves and slots into `out` (shape `shape`).
-    template <class E, class T>
+    // Runs an elementwise expression over user leaves and slots into `out` (shape `shape`): the CPU's fused loop, or
+    // one kernel of another device (Device::run_elementwise).
+    template <class Device = backend::cpu_device, class E, class T>
     static void run_elementwise(const E& e, const user_bound_t& users, const workspace& ws, const strided<T>& out,
                                 const dims& shape) {
         using l = unique_nodes_t<E>;
-        using loop = fused_loop<l, E>;
         const auto bound = binder<leaves_t<l>>::bind(users, ws);
-        typename loop::outs_t outs{out};
-        loop::run(root_pack<E>(e), bound, outs, shape);
+        if constexpr (std::is_same_v<Device, backend::cpu_device>) {
+            using loop = fused_loop<l, E>;
+            typename loop::outs_t outs{out};
+            loop::run(root_pack<E>(e), bound, outs, shape);
+        } else {
+            (void)shape;  // (out's own)
+            Device::run_elementwise(e, out, std::apply([](const auto&... v) { return std::make_tuple(v...); }, bound));
+        }
+    }
+
+    // Memory for slot K's n elements: the CPU's aligned buffer, or a block of the device's memory.
+    template <class Device, std::size_t K>
+    static auto* slot_memory(workspace& ws, std::ptrdiff_t n) {
+        using T = value_type_t<typename at<K, mat>::type>;
+        if constexpr (std::is_same_v<Device, backend::cpu_device>)
+            return reinterpret_cast<T*>(grow(std::get<K>(ws.buffers), n));
+        else
+            return static_cast<T*>(ws.on_device[K].template grow<Device>(static_cast<std::size_t>(n) * sizeof(T)));
     }
 
     template <class E>
@@ -246,12 +315,11 @@ struct plan {
         }
     }
 
-    template <std::size_t K>
+    template <std::size_t K, class Device = backend::cpu_device>
     static void materialize(const user_bound_t& users, workspace& ws) {
         using M = typename at<K, mat>::type;
         using T = value_type_t<M>;
         auto& slot = std::get<K>(ws.slots);
-        auto& buf = std::get<K>(ws.buffers);
         if constexpr (is_structural_node<M>::value) {
             using Op = typename M::op;
             [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -259,19 +327,8 @@ struct plan {
                 // its shape, which may be an expression: its shape is inferred and its data never read.
                 const std::tuple<decltype(operand_view<Op, J>(M{}.template arg<J>(), users, ws))...> args(
                     operand_view<Op, J>(M{}.template arg<J>(), users, ws)...);
-                if constexpr (requires { Op::try_view(slot, std::get<J>(args)...); }) {
-                    if (Op::try_view(slot, std::get<J>(args)...)) {
-                        if (!ws.same) ws.shapes[K] = slot.shape;  // a later run may need the compute path
-                        return;
-                    }
-                }
-                if constexpr (requires { Op::template compute<backend::cpu_device>(static_cast<T*>(nullptr), dims{}, std::get<J>(args)...); }) {
-                    // Same user shapes as the last run: same shapes everywhere (checked then).
-                    const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = Op::shape(std::get<J>(args).shape...));
-                    T* p = reinterpret_cast<T*>(grow(buf, s.size()));
-                    Op::template compute<backend::cpu_device>(p, s, std::get<J>(args)...);
-                    set_contiguous(slot, p, s);
-                }
+                if (view_into<Op, K>(ws, std::get<J>(args)...)) return;
+                compute_into<Op, K, Device>(ws, std::get<J>(args)...);
             }(std::make_index_sequence<M::arity>{});
         } else if constexpr (is_like_of_slot<M>()) {
             // broadcast_like of a materialized value: a view with zero strides along the repeated dimensions.
@@ -283,9 +340,36 @@ struct plan {
         } else {
             const auto def = rewrite_children<mat>(M{});
             const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = shape_of_expression(def, users, ws));
-            T* p = reinterpret_cast<T*>(grow(buf, s.size()));
-            run_elementwise(def, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
+            T* p = slot_memory<Device, K>(ws, s.size());
+            run_elementwise<Device>(def, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
             set_contiguous(slot, p, s);
+        }
+    }
+
+    // A structural node as a view of its operands, when its op makes one (slice, transpose, ...).
+    // (These two are functions, not code inside materialize's lambda: nvcc compiles a discarded `if constexpr`
+    // branch inside a generic lambda.)
+    template <class Op, std::size_t K, class... A>
+    static bool view_into(workspace& ws, const A&... a) {
+        auto& slot = std::get<K>(ws.slots);
+        if constexpr (can_try_view<Op, std::remove_cvref_t<decltype(slot)>, std::tuple<A...>>::value) {
+            if (Op::try_view(slot, a...)) {
+                if (!ws.same) ws.shapes[K] = slot.shape;  // a later run may need the compute path
+                return true;
+            }
+        }
+        return false;
+    }
+    // A structural node computed into its slot's memory on Device.
+    template <class Op, std::size_t K, class Device, class... A>
+    static void compute_into(workspace& ws, const A&... a) {
+        using T = value_type_t<typename at<K, mat>::type>;
+        if constexpr (can_compute<Op, Device, T, std::tuple<A...>>::value) {
+            // Same user shapes as the last run: same shapes everywhere (checked then).
+            const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = Op::shape(a.shape...));
+            T* p = slot_memory<Device, K>(ws, s.size());
+            Op::template compute<Device>(p, s, a...);
+            set_contiguous(std::get<K>(ws.slots), p, s);
         }
     }
 
@@ -322,7 +406,8 @@ struct plan {
         }
     }
 
-    // Computes every materialized node, in topological order.
+    // Computes every materialized node, in topological order, on Device (the CPU unless graph mode runs on a GPU).
+    template <class Device = backend::cpu_device>
     static void prepare(const user_bound_t& users, workspace& ws) {
         bool same = ws.primed;
         [&]<std::size_t... U>(std::index_sequence<U...>) {
@@ -331,7 +416,7 @@ struct plan {
         }(std::make_index_sequence<user_leaves::size>{});
         ws.same = same;
         ws.primed = true;
-        [&]<std::size_t... K>(std::index_sequence<K...>) { (materialize<K>(users, ws), ...); }(std::make_index_sequence<NM>{});
+        [&]<std::size_t... K>(std::index_sequence<K...>) { (materialize<K, Device>(users, ws), ...); }(std::make_index_sequence<NM>{});
     }
 
     template <class Root>

@@ -1,5 +1,5 @@
 #pragma once
-// kiln::run, kiln::run_into and kiln::fetch on the CPU.
+// kiln::run, kiln::run_into and kiln::fetch: on the CPU, or on the GPU when the feeds live there (docs/gpu.md).
 #include <array>
 #include <span>
 #include <tuple>
@@ -9,7 +9,11 @@
 #include <xtensor/xtensor.hpp>
 
 #include "../backend/cpu/fused_loop.hpp"
+#include "../backend/gpu.hpp"
 #include "plan.hpp"
+#if KILN_HAS_GPU
+#include "../backend/thrust/device.hpp"
+#endif
 
 namespace kiln {
 
@@ -104,8 +108,41 @@ auto run_planned(const root_pack<Roots...>& roots, const Feeds&... feeds) {
     }(std::index_sequence_for<Roots...>{});
 }
 
+#if KILN_HAS_GPU
+// The GPU: feeds that live on a device. The plan's slots live there and each fusion group is one kernel; the
+// results come back to the host as kiln::run's containers (run_into keeps a result on the device).
+template <class... Roots, class... Feeds>
+auto run_roots_on_gpu(kiln::device dev, const root_pack<Roots...>& roots, const Feeds&... feeds) {
+    using D = backend::thrust_device;
+    using plan_t = plan<Roots...>;
+    backend::gpu_memory::require(dev, "kiln::run");
+    const auto users = bound_leaves<typename plan_t::user_leaves>::bind_on(dev, "kiln::run", feeds...);
+    typename plan_t::workspace ws;
+    plan_t::template prepare<D>(users, ws);
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+        return std::tuple<result_container_t<Roots>...>([&] {
+            using R = result_container_t<Roots>;
+            using T = root_type_t<Roots>;
+            const auto r = plan_t::rewritten(roots.template get<J>());
+            const dims s = plan_t::shape_of_expression(r, users, ws);
+            R out = allocate_result<R>(s);
+            device_block result;
+            const std::size_t bytes = static_cast<std::size_t>(s.size()) * sizeof(T);
+            T* p = static_cast<T*>(result.template grow<D>(bytes));
+            plan_t::template run_elementwise<D>(r, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
+            backend::gpu_memory::to_host(out.data(), p, bytes, dev.index);
+            return out;
+        }()...);
+    }(std::index_sequence_for<Roots...>{});
+}
+#endif
+
 template <class... Roots, class... Feeds>
 auto run_roots(const root_pack<Roots...>& roots, const Feeds&... feeds) {
+#if KILN_HAS_GPU
+    if (const kiln::device dev = device_of_feeds(feeds...); dev.type != device_type::cpu) [[unlikely]]
+        return run_roots_on_gpu(dev, roots, feeds...);
+#endif
     if constexpr ((has_structural<Roots>::value || ...)) return run_planned(roots, feeds...);
     else return run_unplanned(roots, feeds...);
 }
@@ -271,7 +308,7 @@ void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
     using loop = fused_loop<unique_nodes_t<E>, E>;
     typename loop::outs_t outs;  // views are filled in place: copying them shows at small sizes
     auto& o = std::get<0>(outs);
-    fill_strided(o, out);
+    fill_strided(o, out, kiln::cpu, "kiln::run_into");
     const auto bound = bound_leaves<leaves>::bind("kiln::run_into", feeds...);
     // Leaves shaped like the output need no shape inference (an elementwise graph keeps their shape).
     const bool same = [&]<std::size_t... K>(std::index_sequence<K...>) {
@@ -289,9 +326,41 @@ void run_into_views(Out& out, const E& expr, const Feeds&... feeds) {
 #pragma GCC diagnostic pop
 #endif
 
+#if KILN_HAS_GPU
+// run_into on the GPU: the output and every feed live on device `dev`.
+template <class Out, class E, class... Feeds>
+KILN_NOINLINE void run_into_gpu(kiln::device dev, Out& out, const E& expr, const Feeds&... feeds) {
+    using D = backend::thrust_device;
+    using R = root_type_t<E>;
+    using plan_t = plan<E>;
+    backend::gpu_memory::require(dev, "kiln::run_into");
+    strided<R> o;
+    fill_strided(o, out, dev, "kiln::run_into");
+    const auto users = bound_leaves<typename plan_t::user_leaves>::bind_on(dev, "kiln::run_into", feeds...);
+    typename plan_t::workspace ws;
+    plan_t::template prepare<D>(users, ws);
+    const auto r = plan_t::rewritten(expr);
+    const dims shape = plan_t::shape_of_expression(r, users, ws);
+    if (!(o.shape == shape))
+        throw shape_error("kiln: shape_error in 'run_into': the output has shape " + to_string(o.shape) +
+                          " but the expression gives shape " + to_string(shape));
+    plan_t::template run_elementwise<D>(r, users, ws, o, shape);
+}
+#endif
+
 template <class Out, class E, class... Feeds>
 KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds) {
     using R = root_type_t<E>;
+#if KILN_HAS_GPU
+    {
+        kiln::device dev = device_of_container(out);
+        if (dev.type == device_type::cpu) dev = device_of_feeds(feeds...);
+        if (dev.type != device_type::cpu) [[unlikely]] {
+            run_into_gpu(dev, out, expr, feeds...);
+            return;
+        }
+    }
+#endif
     if constexpr (has_structural<E>::value) {
         using plan_t = plan<E>;
         const auto users = bound_leaves<typename plan_t::user_leaves>::bind("kiln::run_into", feeds...);
@@ -299,7 +368,8 @@ KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds
         plan_t::prepare(users, ws);
         const auto r = plan_t::rewritten(expr);
         const dims shape = plan_t::shape_of_expression(r, users, ws);
-        auto o = as_strided<R>(out);
+        strided<R> o;
+        fill_strided(o, out, kiln::cpu, "kiln::run_into");
         if (!(o.shape == shape))
             throw shape_error("kiln: shape_error in 'run_into': the output has shape " + to_string(o.shape) +
                               " but the expression gives shape " + to_string(shape));
@@ -310,8 +380,9 @@ KILN_INLINE void run_into_checked(Out& out, const E& expr, const Feeds&... feeds
 }
 }  // namespace detail
 
-// Runs an expression into existing storage (an xtensor container, std::vector, std::span or kiln::view) of the
-// expression's shape and element type, without allocating.
+// Runs an expression into existing storage (an xtensor container, std::vector, std::span, kiln::view or
+// kiln::tensor) of the expression's shape and element type, without allocating. Storage on the GPU (a device tensor, or
+// kiln::view(ptr, shape, kiln::cuda)) with feeds there runs there.
 template <class Out, class E, class... Feeds>
 void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
     // Each check stops what follows it, so a mistake gives one error (see feeds_ok).
@@ -320,7 +391,8 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
     } else {
         using R = detail::root_type_t<E>;
         using out_element = std::remove_const_t<detail::container_element_t<std::remove_reference_t<Out>>>;
-        if constexpr (!std::is_same_v<out_element, R>) {
+        // (A kiln::tensor's dtype is checked when it is bound.)
+        if constexpr (!std::is_same_v<out_element, R> && !std::is_same_v<out_element, detail::runtime_element>) {
             static_assert(std::is_same_v<out_element, R>,
                           "kiln::run_into: the output's element type differs from the expression's; see R and Out "
                           "above.");

@@ -10,6 +10,10 @@
 // kiln::shape<10, 64>, kiln::init::glorot_uniform>), or set from tensors. Each distinct expression or step type
 // keeps its own workspace in the session, so after the first run on given shapes a run allocates nothing.
 // A session is not thread-safe.
+//
+// kiln::session s(seed, kiln::cuda) keeps its parameters, optimizer slots and workspaces on the GPU: feeds are
+// device tensors (or kiln::view(ptr, shape, kiln::cuda)), each fusion group is one kernel, and a training step
+// copies nothing to the host but its loss (docs/gpu.md).
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "../core/names.hpp"
+#include "../eager/convert.hpp"
 #include "../eager/init.hpp"
 #include "../eager/random.hpp"
 #include "../eager/tensor.hpp"
@@ -79,6 +84,13 @@ struct training_step<Loss, Rule, detail::types<Params...>> {
 class session {
 public:
     explicit session(std::uint64_t seed = 0) : gen_(seed) {}
+    // A session on a device: its parameters are made on the CPU from the seed (the same values as a CPU session's)
+    // and kept on `where`; its runs take feeds that live there.
+    session(std::uint64_t seed, kiln::device where) : gen_(seed), dev_(where) {
+        if (where.type != device_type::cpu) (void)tensor(float32, dims{0}, where);  // a device_error when it does not exist
+    }
+    // The device the session's parameters and runs live on.
+    kiln::device device() const noexcept { return dev_; }
 
     // Runs an expression or kiln::fetch(...): like kiln::run, with parameters taken from the session unless fed.
     // The feeds are checked first, as in kiln::run (see detail::feeds_ok): a mistake gives one static_assert.
@@ -187,6 +199,7 @@ public:
         kiln::dtype dtype;
         void* data;
         std::ptrdiff_t numel;
+        kiln::device device = kiln::cpu;  // where `data` lives (the session's device)
     };
     // Calls `hook` in every training step (run(step, ...)) with every parameter's gradient, after all of them are
     // computed and before any parameter changes; what the hook writes into them is what the update uses. A
@@ -212,6 +225,17 @@ public:
             if (!(g.shape() == ps))
                 throw shape_error("kiln: shape_error in 'session::apply_gradients': the gradient of parameter '" +
                                   std::string(names[p]) + "' has shape " + to_string(g.shape()) + ", the parameter " + to_string(ps));
+            if (dev_.type != device_type::cpu) {  // into a device buffer of the step's
+                const tensor src = g.to(dtype_of<T>()).to(dev_).contiguous();
+                const std::size_t bytes = static_cast<std::size_t>(ps.size()) * sizeof(T);
+                T* b = on_backend_of<T*>([&]<class Device>() {
+                    T* q = static_cast<T*>(st.grad_blocks[p].template grow<Device>(bytes));
+                    Device::copy(q, src.raw_data(), bytes);
+                    return q;
+                });
+                st.grads[p] = detail::strided<const T>(b, ps, detail::contiguous_strides(ps));
+                continue;
+            }
             auto& buf = st.grad_buffers[p];
             if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
             const tensor src = g.to(dtype_of<T>());  // into the step's own buffer, which the hook may write
@@ -220,7 +244,10 @@ public:
             detail::copy_row_major(buf.data(), v);
             st.grads[p] = detail::strided<const T>(buf.data(), ps, detail::contiguous_strides(ps));
         }
-        finish_step<T, Params...>(st);
+        on_backend_of<int>([&]<class Device>() {
+            finish_step<Device, T, Params...>(st);
+            return 0;
+        });
     }
 
     // Checkpoints (kiln/io/checkpoint.hpp). The state of the training step that has run: "optimizer/<parameter>/<k>"
@@ -300,7 +327,7 @@ private:
             std::size_t i = 0;
             ((st.params[i] = &parameter_for<Params>(), ++i), ...);
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (auto& s : st.slots[p]) s = init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_);
+                for (auto& s : st.slots[p]) s = init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_).to(dev_);
             if (!pending_kind_.empty()) {  // a checkpoint's state, loaded before this step first ran
                 if (pending_kind_ != Rule::kind)
                     throw file_error("kiln: file_error in 'load_checkpoint': '" + pending_file_ + "' holds the state of "
@@ -314,48 +341,71 @@ private:
         return st;
     }
 
+    // Calls f.template operator()<Device>() with the session's device backend; returns its R.
+    template <class R, class F>
+    R on_backend_of(F&& f) {
+#if KILN_HAS_GPU
+        if (dev_.type != device_type::cpu) [[unlikely]] return f.template operator()<backend::thrust_device>();
+#endif
+        return f.template operator()<backend::cpu_device>();
+    }
+
     // The body of run(step, feeds...), once the feeds have passed their checks.
     template <class Loss, class Rule, class... Params, class... Feeds>
     auto run_step(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
+        using T = detail::root_type_t<Loss>;
+        return on_backend_of<T>([&]<class Device>() { return run_step_on<Device>(step, feeds...); });
+    }
+
+    template <class Device, class Loss, class Rule, class... Params, class... Feeds>
+    auto run_step_on(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
         using state = step_state<Loss, Rule, Params...>;
         using T = typename state::T;
         using plan_t = typename state::plan_t;
+        constexpr bool on_cpu = std::is_same_v<Device, backend::cpu_device>;
         constexpr auto grads = state::grads_of();
         state& st = state_of(step);
         const auto users = bind<typename plan_t::user_leaves>(feeds...);
-        plan_t::prepare(users, st.ws);
+        plan_t::template prepare<Device>(users, st.ws);
 
         T loss_value{};
         const dims scalar_shape{};
         using loss_leaf = decltype(plan_t::rewritten(step.loss));
-        if constexpr (detail::is_slot<loss_leaf>::value)  // usually: the loss is a reduction, already computed
-            loss_value = *std::get<detail::slot_index<loss_leaf>::value>(st.ws.slots).data;
-        else
-            plan_t::run_elementwise(plan_t::rewritten(step.loss), users, st.ws,
-                                    detail::strided<T>(&loss_value, scalar_shape, scalar_shape), scalar_shape);
+        const T* loss_at = nullptr;  // on a device: where the loss is, read back once the step is queued
+        if constexpr (detail::is_slot<loss_leaf>::value) {  // usually: the loss is a reduction, already computed
+            loss_at = std::get<detail::slot_index<loss_leaf>::value>(st.ws.slots).data;
+            if constexpr (on_cpu) loss_value = *loss_at;
+        } else {
+            T* at = &loss_value;
+            if constexpr (!on_cpu) loss_at = at = static_cast<T*>(st.loss_block.template grow<Device>(sizeof(T)));
+            plan_t::template run_elementwise<Device>(plan_t::rewritten(step.loss), users, st.ws,
+                                                     detail::strided<T>(at, scalar_shape, scalar_shape), scalar_shape);
+        }
         // Every gradient is computed before any parameter changes.
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (compute_gradient<plan_t, Params, I>(std::get<I>(grads), users, st), ...);
+            (compute_gradient<Device, plan_t, Params, I>(std::get<I>(grads), users, st), ...);
         }(std::index_sequence_for<Params...>{});
 
-        finish_step<T, Params...>(st);
+        finish_step<Device, T, Params...>(st);
+        // (The loss's slot is not written by the gradients or the update: reading it last waits once per step.)
+        if constexpr (!on_cpu) Device::to_host(&loss_value, loss_at, sizeof(T));
         return loss_value;
     }
 
     // The gradients' hook, then the update of every parameter and its slots (st.grads holds the gradients: contiguous
     // buffers the step owns).
-    template <class T, class... Params, class State>
+    template <class Device, class T, class... Params, class State>
     void finish_step(State& st) {
         if (gradient_hook_) {
             constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
             std::array<gradient, sizeof...(Params)> gs;
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                gs[p] = {names[p], dtype_of<T>(), const_cast<T*>(st.grads[p].data), st.params[p]->numel()};
+                gs[p] = {names[p], dtype_of<T>(), const_cast<T*>(st.grads[p].data), st.params[p]->numel(), dev_};
             gradient_hook_(std::span<const gradient>(gs));
         }
         st.rule.next_step(++st.t);
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (update<Params, I>(st), ...);
+            (update<Device, Params, I>(st), ...);
         }(std::index_sequence_for<Params...>{});
     }
 
@@ -382,12 +432,15 @@ private:
     struct step_state : cache_base {
         using step_t = training_step<Loss, Rule, detail::types<Params...>>;
         using T = detail::root_type_t<Loss>;
+        static constexpr std::size_t slot_count = Rule::slots;
         static constexpr auto grads_of() { return step_t::gradients(); }
         using plan_t = decltype(std::apply([](const auto&... g) { return detail::plan<Loss, std::remove_cvref_t<decltype(g)>...>{}; },
                                            grads_of()));
         typename plan_t::workspace ws;
         std::array<tensor*, sizeof...(Params)> params{};
         std::array<detail::aligned_buffer<T>, sizeof...(Params)> grad_buffers;
+        std::array<detail::device_block, sizeof...(Params)> grad_blocks;  // the same on a device
+        detail::device_block loss_block;                                   // a loss that is not a slot, on a device
         std::array<detail::strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
         std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
         Rule rule;
@@ -400,7 +453,8 @@ private:
         }
         void save(std::map<std::string, tensor>& out) const override {
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) out.emplace(slot_name(p, k), slots[p][k]);
+                for (std::size_t k = 0; k != slot_count; ++k)
+                    out.emplace(slot_name(p, k), slots[p][k].to(kiln::cpu));  // (the tensor itself on the CPU)
             out.emplace("optimizer/step", tensor(static_cast<std::int64_t>(t)));
         }
         void restore(const std::map<std::string, tensor>& in, const std::string& file, const char* entry) override {
@@ -415,7 +469,7 @@ private:
             if (steps < 1 || steps > std::numeric_limits<int>::max())
                 fail("'optimizer/step' holds " + std::to_string(steps) + ", not a step count");
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k) {
+                for (std::size_t k = 0; k != slot_count; ++k) {
                     const auto it = in.find(slot_name(p, k));
                     if (it == in.end()) fail("no tensor '" + slot_name(p, k) + "' for the training step's parameters");
                     if (it->second.dtype() != slots[p][k].dtype() || !(it->second.shape() == slots[p][k].shape()))
@@ -427,7 +481,7 @@ private:
                 fail("holds " + std::to_string(in.size()) + " optimizer tensors; the training step has " +
                      std::to_string(expected));
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k < static_cast<std::size_t>(Rule::slots); ++k)
+                for (std::size_t k = 0; k != slot_count; ++k)
                     run_eager_copy(slots[p][k], in.at(slot_name(p, k)));
             t = static_cast<int>(steps);
             rule.resume(t);
@@ -446,14 +500,19 @@ private:
     }
 
     static void run_eager_copy(tensor& dst, const tensor& src) {
+        if (!dst.is_cpu() || !src.is_cpu()) {  // a device's copy (the source moved there first)
+            const tensor from = src.to(dst.device());
+            detail::copy_into(dst, from);
+            return;
+        }
         kiln::detail::dispatch(dst.dtype(), [&]<class U>() {
             detail::strided<const U> v;
             detail::fill_strided(v, src);
             detail::copy_row_major(dst.template data<U>(), v);
         });
     }
-    static tensor copy_of(const tensor& src) {
-        tensor t(src.dtype(), src.shape());
+    tensor copy_of(const tensor& src) const {
+        tensor t = dev_.type == device_type::cpu ? tensor(src.dtype(), src.shape()) : tensor(src.dtype(), src.shape(), dev_);
         run_eager_copy(t, src);
         return t;
     }
@@ -477,6 +536,7 @@ private:
         } else {
             using Init = typename L::kind::initializer;
             tensor t = Init::make(detail::shape_dims_of<S>::get(), dtype_of<T>(), gen_);
+            if (dev_.type != device_type::cpu) t = t.to(dev_);  // the CPU's numbers, on the session's device
             return params_.emplace(std::string(name), std::move(t)).first->second;
         }
     }
@@ -509,15 +569,22 @@ private:
     void bind_one(View& v, const std::tuple<const Feeds&...>& all) {
         constexpr std::size_t count = (std::size_t{detail::names_match<L, Feeds>} + ... + 0);
         if constexpr (count == 0) {
-            detail::fill_strided(v, parameter_for<L>());
+            detail::fill_strided(v, parameter_for<L>(), dev_, "kiln::session::run");
         } else {
-            detail::fill_leaf<L>(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data, "kiln::session::run");
+            detail::fill_leaf<L>(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data, "kiln::session::run", dev_);
         }
         detail::check_static_shape<L>(v.shape, "kiln::session::run");
     }
 
     template <class... Roots, class... Feeds>
     auto run_roots(const detail::root_pack<Roots...>& roots, const Feeds&... feeds) {
+        using R = std::tuple<detail::result_container_t<Roots>...>;
+        return on_backend_of<R>([&]<class Device>() { return run_roots_on<Device>(roots, feeds...); });
+    }
+
+    // Results come back to the host as kiln::run's containers.
+    template <class Device, class... Roots, class... Feeds>
+    auto run_roots_on(const detail::root_pack<Roots...>& roots, const Feeds&... feeds) {
         using plan_t = detail::plan<Roots...>;
         struct state : cache_base {
             typename plan_t::workspace ws;
@@ -529,21 +596,31 @@ private:
             st.declared = true;
         }
         const auto users = bind<typename plan_t::user_leaves>(feeds...);
-        plan_t::prepare(users, st.ws);
+        plan_t::template prepare<Device>(users, st.ws);
         return [&]<std::size_t... J>(std::index_sequence<J...>) {
             return std::tuple<detail::result_container_t<Roots>...>([&] {
                 using R = detail::result_container_t<Roots>;
+                using T = detail::root_type_t<Roots>;
                 const auto r = plan_t::rewritten(roots.template get<J>());
                 const dims s = plan_t::shape_of_expression(r, users, st.ws);
                 R out = detail::allocate_result<R>(s);
-                plan_t::run_elementwise(r, users, st.ws, detail::as_strided<detail::root_type_t<Roots>>(out), s);
+                if constexpr (std::is_same_v<Device, backend::cpu_device>) {
+                    plan_t::run_elementwise(r, users, st.ws, detail::as_strided<T>(out), s);
+                } else {
+                    detail::device_block result;
+                    const std::size_t bytes = static_cast<std::size_t>(s.size()) * sizeof(T);
+                    T* p = static_cast<T*>(result.template grow<Device>(bytes));
+                    plan_t::template run_elementwise<Device>(r, users, st.ws, detail::strided<T>(p, s, detail::contiguous_strides(s)), s);
+                    Device::to_host(out.data(), p, bytes);
+                }
                 return out;
             }()...);
         }(std::index_sequence_for<Roots...>{});
     }
 
-    template <class Plan, class P, std::size_t I, class G, class Users, class State>
+    template <class Device, class Plan, class P, std::size_t I, class G, class Users, class State>
     void compute_gradient(const G& g, const Users& users, State& st) {
+        constexpr bool on_cpu = std::is_same_v<Device, backend::cpu_device>;
         using T = typename P::value_type;
         tensor& p = *st.params[I];
         const dims& ps = p.shape();
@@ -554,26 +631,31 @@ private:
             // other step of this run writes that buffer. (A view may alias a parameter, so it is copied.)
             constexpr std::size_t k = detail::slot_index<R>::value;
             const auto& v = std::get<k>(st.ws.slots);
-            const auto& buf = std::get<k>(st.ws.buffers);
-            if (v.shape == ps && static_cast<const void*>(v.data) == static_cast<const void*>(buf.data()) &&
-                detail::is_row_major(v)) {
+            const void* own = on_cpu ? static_cast<const void*>(std::get<k>(st.ws.buffers).data()) : st.ws.on_device[k].p;
+            if (v.shape == ps && static_cast<const void*>(v.data) == own && detail::is_row_major(v)) {
                 st.grads[I] = v;
                 return;
             }
         }
-        auto& buf = st.grad_buffers[I];
-        if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
+        T* buf = nullptr;
+        if constexpr (on_cpu) {
+            auto& b = st.grad_buffers[I];
+            if (b.size() != static_cast<std::size_t>(ps.size())) b.resize(static_cast<std::size_t>(ps.size()));
+            buf = b.data();
+        } else {
+            buf = static_cast<T*>(st.grad_blocks[I].template grow<Device>(static_cast<std::size_t>(ps.size()) * sizeof(T)));
+        }
         const dims gs = st.ws.same ? ps : Plan::shape_of_expression(r, users, st.ws);  // checked on new shapes
         dims b;
         if (!detail::broadcast_into(gs, ps, b) || !(b == ps))
             throw shape_error("kiln: shape_error in 'session': the gradient of parameter '" + std::string(P::name.view()) +
                               "' has shape " + to_string(gs) + ", which does not fit the parameter's " + to_string(ps));
         const dims rs = detail::contiguous_strides(ps);
-        Plan::run_elementwise(r, users, st.ws, detail::strided<T>(buf.data(), ps, rs), ps);
-        st.grads[I] = detail::strided<const T>(buf.data(), ps, rs);
+        Plan::template run_elementwise<Device>(r, users, st.ws, detail::strided<T>(buf, ps, rs), ps);
+        st.grads[I] = detail::strided<const T>(buf, ps, rs);
     }
 
-    template <class P, std::size_t I, class State>
+    template <class Device, class P, std::size_t I, class State>
     void update(State& st) {
         using T = typename P::value_type;
         tensor& p = *st.params[I];
@@ -598,10 +680,23 @@ private:
             const auto lp = [&]<class... L>(detail::types<L...>) {
                 return std::tuple<const typename L::value_type*...>{in[leaf_number<L>::value]...};
             }(detail::leaves_t<list>{});
-            const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
-                return std::tuple<decltype((void)J, static_cast<T*>(nullptr))...>{out[J]...};
-            }(std::make_index_sequence<nroots>{});
-            loop::run_flat_ptrs(typename loop::roots_t(r...), lp, op, ps.size());
+            if constexpr (std::is_same_v<Device, backend::cpu_device>) {
+                const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
+                    return std::tuple<decltype((void)J, static_cast<T*>(nullptr))...>{out[J]...};
+                }(std::make_index_sequence<nroots>{});
+                loop::run_flat_ptrs(typename loop::roots_t(r...), lp, op, ps.size());
+            } else {
+                // One kernel for the parameter and its slots, every root evaluated before any is stored.
+                const dims cs = detail::contiguous_strides(ps);
+                const auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
+                    return std::tuple<decltype((void)J, detail::strided<T>{})...>{detail::strided<T>(out[J], ps, cs)...};
+                }(std::make_index_sequence<nroots>{});
+                const auto ins = [&]<class... L>(detail::types<L...>) {
+                    return std::tuple<detail::strided<const typename L::value_type>...>{
+                        detail::strided<const typename L::value_type>(in[leaf_number<L>::value], ps, cs)...};
+                }(detail::leaves_t<list>{});
+                Device::run_elementwise_roots(outs, ins, r...);
+            }
         }, roots);
     }
 
@@ -611,6 +706,7 @@ private:
     struct leaf_number<detail::indexed_leaf<K, T>> : std::integral_constant<std::size_t, K> {};
 
     generator gen_;
+    kiln::device dev_ = kiln::cpu;
     std::map<std::string, tensor, std::less<>> params_;
     std::map<std::string, dtype, std::less<>> declared_;  // parameters of the expressions seen, with their dtypes
     std::unordered_map<std::type_index, std::unique_ptr<cache_base>> cache_;

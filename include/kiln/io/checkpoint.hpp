@@ -91,11 +91,11 @@ void save_eager(const std::string& path, const named_variables& vars, const Opti
     check_variables(vars, entry);
     std::map<std::string, tensor> out;
     for (const auto& [name, v] : vars)
-        if (!out.emplace(name, *v).second)
+        if (!out.emplace(name, v->to(kiln::cpu)).second)  // (a GPU tensor's values, copied to the host)
             throw value_error("kiln: value_error in '" + std::string(entry) + "': two parameters are named '" + name + "'");
     std::map<std::string, std::string> meta{{"kiln.checkpoint", checkpoint_version}, {"optimizer", "none"}};
     if (opt) {
-        for (auto& [name, t] : opt->state()) out.emplace("optimizer/" + name, t);
+        for (auto& [name, t] : opt->state()) out.emplace("optimizer/" + name, t.to(kiln::cpu));
         meta["optimizer"] = std::string(Optimizer::kind());
         meta["optimizer.hyperparameters"] = opt->hyperparameters();
     }
@@ -120,13 +120,13 @@ void load_eager(const std::string& path, const named_variables& vars, Optimizer*
         opt->bind(params);
         for (const auto& [name, t] : opt->state()) {
             const std::string key = "optimizer/" + name;
-            slots.emplace(name, checkpoint_entry(f, key, t, entry));
+            slots.emplace(name, checkpoint_entry(f, key, t, entry).to(t.device()));
             expected.emplace(key, &t);
         }
     }
     check_nothing_else(f, expected, entry);
     // Every check passed: write.
-    for (auto& [dst, src] : copies) dst->copy_(*src);
+    for (auto& [dst, src] : copies) dst->copy_(src->to(dst->device()));  // (onto a GPU parameter's device)
     if (opt) opt->restore(slots);
 }
 
@@ -161,7 +161,7 @@ inline void load_checkpoint(const std::string& path, const std::vector<variable*
 // and step count; a session that has taken steps of more than one training step cannot be saved in one file).
 inline void save_checkpoint(const std::string& path, const session& s) {
     std::map<std::string, tensor> out;
-    for (const std::string& name : s.parameter_names()) out.emplace(name, s.parameter(name));
+    for (const std::string& name : s.parameter_names()) out.emplace(name, s.parameter(name).to(kiln::cpu));
     std::string optimizer = "none";
     s.save_training_state(out, optimizer, "save_checkpoint");
     detail::save_safetensors_as(path, out, {{"kiln.checkpoint", detail::checkpoint_version}, {"optimizer", optimizer}},

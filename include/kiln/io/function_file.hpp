@@ -97,7 +97,7 @@ void write_function_file(Sink&& sink, const executable& exe, const std::vector<s
                                   "effects (inference) can be saved yet");
             case node_kind::argument: line += ",\"argument\":" + std::to_string(n.argument); break;
             case node_kind::constant:
-            case node_kind::variable: payload.emplace("node/" + std::to_string(i), n.value.contiguous()); break;
+            case node_kind::variable: payload.emplace("node/" + std::to_string(i), n.value.to(kiln::cpu).contiguous()); break;
             case node_kind::op: {
                 try {
                     (void)rebuild_op<N>(n.op, n.attrs, n.inputs.size(), n.params);

@@ -69,7 +69,7 @@ inline int onnx_dtype(dtype d) {
 // A TensorProto: dims, data_type, name, raw_data.
 inline std::string onnx_tensor(const std::string& name, const tensor& t) {
     std::string s;
-    const tensor c = t.contiguous();
+    const tensor c = t.to(kiln::cpu).contiguous();  // (a traced function's values may live on the GPU)
     for (int i = 0; i < c.dim(); ++i) proto::int_field(s, 1, c.shape()[i]);
     proto::int_field(s, 2, onnx_dtype(c.dtype()));
     proto::bytes_field(s, 8, name);

@@ -22,6 +22,9 @@ struct cpu_device {
     static void* allocate(std::size_t bytes) { return detail::caching_allocator::instance().allocate(bytes); }
     static void deallocate(void* p, std::size_t bytes) { detail::caching_allocator::instance().release(p, bytes); }
     static void copy(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
+    // Between the host and the device's memory: the same memory here.
+    static void to_host(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
+    static void from_host(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
     static void synchronize() noexcept {}  // CPU work is done when its call returns
 
     template <class F>

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "../../expr/anonymize.hpp"
 #include "../../expr/feed.hpp"
 #include "../../ops/matmul.hpp"
 #include "../../ops/reduce.hpp"
@@ -33,6 +34,9 @@ struct thrust_device {
     static void* allocate(std::size_t bytes) { return gpu_memory::allocate(bytes); }
     static void deallocate(void* p, std::size_t bytes) { gpu_memory::deallocate(p, bytes); }
     static void copy(void* dst, const void* src, std::size_t bytes) { gpu_memory::within(dst, src, bytes); }
+    // To the host waits for the device's queued work; from the host is done when it returns.
+    static void to_host(void* dst, const void* src, std::size_t bytes) { gpu_memory::to_host(dst, src, bytes); }
+    static void from_host(void* dst, const void* src, std::size_t bytes) { gpu_memory::from_host(dst, src, bytes); }
     static void synchronize() { gpu_memory::synchronize(); }
 
     // Host-side orchestration only (the device's kernels are Thrust algorithms): tasks run in order on the caller.
@@ -219,9 +223,19 @@ struct thrust_device {
 
     // Several roots in one pass, each into its output (all of one shape): an optimizer's update of a parameter and
     // its slots is one kernel.
+    // (The kernel is instantiated on the roots with their leaves renamed by position: graph mode's leaves carry
+    // names, which nvcc cannot spell in a kernel's name.)
     template <class... R, class... L, class... Roots>
     static void run_elementwise_roots(const std::tuple<detail::strided<R>...>& outs,
                                       const std::tuple<detail::strided<const L>...>& in, const Roots&... roots) {
+        using leaves = detail::leaves_t<detail::unique_nodes_t<Roots...>>;
+        run_anonymous_roots(outs, in, detail::anonymize<leaves>(roots)...);
+    }
+
+private:
+    template <class... R, class... L, class... Roots>
+    static void run_anonymous_roots(const std::tuple<detail::strided<R>...>& outs,
+                                    const std::tuple<detail::strided<const L>...>& in, const Roots&... roots) {
         static_assert(sizeof...(R) == sizeof...(Roots), "kiln: one output per root");
         using list = detail::unique_nodes_t<Roots...>;
         constexpr std::size_t NL = sizeof...(L);

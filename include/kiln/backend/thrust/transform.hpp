@@ -9,6 +9,7 @@
 #include <thrust/transform.h>
 #include <thrust/tuple.h>
 
+#include "../../expr/anonymize.hpp"
 #include "../../expr/build.hpp"
 #include "../../expr/evaluate.hpp"
 #include "../../expr/feed.hpp"
@@ -36,21 +37,6 @@ struct fused_functor {
         return f.template evaluate<root_type_t<Root>>(root);
     }
 };
-
-// nvcc's host-code generator cannot spell a string template argument in a kernel's name, so the expression is
-// renamed (indexed_leaf instead of named leaves) before it becomes a functor.
-template <class Leaves, class E>
-constexpr auto anonymize(const E& e) {
-    if constexpr (is_leaf_v<E>) {
-        return indexed_leaf<index_of<E, Leaves>::value, typename E::value_type>{};
-    } else if constexpr (is_node_v<E>) {
-        return [&]<std::size_t... J>(std::index_sequence<J...>) {
-            return make_node<typename E::op>(anonymize<Leaves>(e.template arg<J>())...);
-        }(std::make_index_sequence<E::arity>{});
-    } else {
-        return e;
-    }
-}
 
 template <class Feed>
 auto thrust_data(const Feed& f) {
