@@ -9,7 +9,11 @@
 //   2. the same chain as eager ops on device tensors (one kernel per op) against the fused kernel;
 //   3. host time per small eager op on the device against the same op on the CPU;
 //   4. matmul on the device against cuBLAS called directly (CUDA), or against the CPU's matmul (emulated);
-//   5. the emulated device's eager chain against the CPU's eager chain (the device path's logic, on every machine).
+//   5. the emulated device's eager chain against the CPU's eager chain (the device path's logic, on every machine);
+//   6. training steps on the device against the same steps on the CPU, in graph mode (kiln::session), function mode
+//      (a traced eager step) and eager mode: the reference model (10-64-1, Adam, batch 32) everywhere, and the
+//      larger model (784-512-512-10, batch 256) where a GPU exists (the emulated device's products are a reference
+//      kernel, too slow to time it).
 #include <kiln/backend/thrust/transform.hpp>
 #include <kiln/kiln.hpp>
 
@@ -44,6 +48,75 @@ std::vector<double> race(const std::vector<std::function<void()>>& fs, int reps)
     for (int r = 0; r < reps; ++r)
         for (std::size_t i = 0; i < fs.size(); ++i) best[i] = std::min(best[i], seconds(fs[i]));
     return best;
+}
+
+namespace reference {
+inline constexpr kiln::input<"x", float, kiln::shape<kiln::dyn, 10>> x{};
+inline constexpr kiln::input<"y", float, kiln::shape<kiln::dyn, 1>> y{};
+inline constexpr auto loss =
+    kiln::mean(kiln::square(kiln::layers::dense<"l2", 1>(kiln::layers::dense<"l1", 64>(x, kiln::nn::relu)) - y));
+inline constexpr auto step = kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = 1e-3f});
+}  // namespace reference
+namespace larger {
+inline constexpr kiln::input<"x", float, kiln::shape<kiln::dyn, 784>> x{};
+inline constexpr kiln::input<"y", float, kiln::shape<kiln::dyn, 10>> y{};
+inline constexpr auto loss = kiln::mean(kiln::square(
+    kiln::layers::dense<"l3", 10>(kiln::layers::dense<"l2", 512>(kiln::layers::dense<"l1", 512>(x, kiln::nn::relu), kiln::nn::relu)) - y));
+inline constexpr auto step = kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = 1e-3f});
+}  // namespace larger
+
+// An eager model of the given widths (relu between layers) and its Adam optimizer, on a device.
+struct eager_model {
+    kiln::nn::sequential net;
+    kiln::optim::adam opt;
+    eager_model(const std::vector<std::ptrdiff_t>& widths, const kiln::device& dev) : net(make(widths)), opt() {
+        net.to(dev);
+        opt = kiln::optim::adam(net.parameters(), 1e-3);
+    }
+    static kiln::nn::sequential make(const std::vector<std::ptrdiff_t>& w) {
+        kiln::generator g(1);
+        kiln::nn::sequential s;
+        for (std::size_t i = 0; i + 1 < w.size(); ++i) {
+            if (i + 2 < w.size()) s.add(kiln::nn::dense(w[i], w[i + 1], kiln::nn::relu, g));
+            else s.add(kiln::nn::dense(w[i], w[i + 1], kiln::nn::identity, g));
+        }
+        return s;
+    }
+    kiln::tensor step(const kiln::tensor& x, const kiln::tensor& y) {
+        kiln::gradient_tape tape;
+        kiln::tensor loss = kiln::nn::mse(net(x), y);
+        opt.step(tape.gradient(loss, net.parameters()));
+        return loss;
+    }
+};
+
+// Microseconds per training step of one model in each mode on the device and on the CPU, contenders interleaved.
+template <class Step, class X, class Y>
+void training_steps(const char* label, const Step& graph_step, X xin, Y yin, const std::vector<std::ptrdiff_t>& widths,
+                    std::ptrdiff_t batch, int steps) {
+    kiln::manual_seed(3);
+    const kiln::tensor xh = kiln::randn({batch, widths.front()}), yh = kiln::randn({batch, widths.back()});
+    const kiln::tensor xd = xh.to(kiln::cuda), yd = yh.to(kiln::cuda);
+    kiln::session sh(1), sd(1, kiln::cuda);
+    eager_model eh(widths, kiln::cpu), ed(widths, kiln::cuda), fh(widths, kiln::cpu), fd(widths, kiln::cuda);
+    auto trace_h = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) { return fh.step(x, y); });
+    auto trace_d = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) { return fd.step(x, y); });
+    float sink = 0;
+    auto loop = [&](auto&& one) {
+        return [&, one] {
+            for (int i = 0; i < steps; ++i) one();
+        };
+    };
+    const auto t = race({loop([&] { sink += sd.run(graph_step, xin = xd, yin = yd); }),
+                         loop([&] { sink += sh.run(graph_step, xin = xh, yin = yh); }),
+                         loop([&] { (void)trace_d(xd, yd); }), loop([&] { (void)trace_h(xh, yh); }),
+                         loop([&] { (void)ed.step(xd, yd); }), loop([&] { (void)eh.step(xh, yh); })},
+                        5);
+    const char* mode[] = {"graph", "function", "eager"};
+    for (int m = 0; m < 3; ++m)
+        std::printf("6. %s, %s mode: device %.1f us per step, CPU %.1f us: device/CPU %.2fx\n", label, mode[m],
+                    t[2 * m] / steps * 1e6, t[2 * m + 1] / steps * 1e6, t[2 * m] / t[2 * m + 1]);
+    if (sink == 12345.0f) std::printf(" ");
 }
 
 struct triad {
@@ -145,5 +218,11 @@ int main() {
         std::printf("5. eager chain, %td float32: device %.3f ms, CPU %.3f ms: device/CPU %.2fx\n", n, t[0] * 1e3, t[1] * 1e3,
                     t[0] / t[1]);
     }
+    // 6. Training steps on the device against the CPU.
+    training_steps("reference model (10-64-1, batch 32)", reference::step, reference::x, reference::y, {10, 64, 1}, 32,
+                   emulated ? 50 : 200);
+    if (!emulated)
+        training_steps("larger model (784-512-512-10, batch 256)", larger::step, larger::x, larger::y, {784, 512, 512, 10},
+                       256, 50);
     return 0;
 }

@@ -105,6 +105,27 @@ TEST_CASE("without kiln's GPU device, kiln::cuda is refused with a clear message
     CHECK(z.is_cpu());
     CHECK(kiln::ones_like(z).at<float>({1}) == 1.0f);
     CHECK(z.to(kiln::cpu).shares_storage_with(z));
+    // Graph mode: a session on the device, and device memory fed as a kiln::view, say the same.
+    CHECK_THROWS_AS(kiln::session(1, kiln::cuda), kiln::device_error);
+    const auto x = kiln::input<"x", float>{};
+    std::vector<float> mem(4, 1.0f), out(4);
+    try {
+        (void)kiln::run(x * 2.0f, x = kiln::view(mem.data(), {4}, kiln::cuda));
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        CHECK(std::string(e.what()) == "kiln: device_error in 'run': input 'x' was fed memory on cuda:0, but this program "
+                                       "was built without kiln's GPU device (KILN_GPU) (move tensors with .to(device); "
+                                       "docs/gpu.md)");
+    }
+    try {
+        kiln::run_into(kiln::view(out.data(), {4}, kiln::cuda), x * 2.0f, x = mem);
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        CHECK(std::string(e.what()) == "kiln: device_error in 'run_into': memory on cuda:0 was given, but this program was "
+                                       "built without kiln's GPU device (KILN_GPU; docs/gpu.md)");
+    }
+    kiln::run_into(out, x * 2.0f, x = kiln::view(mem.data(), {4}, kiln::cpu));
+    CHECK(out == std::vector<float>{2, 2, 2, 2});
 }
 
 TEST_CASE("views share storage and alias") {
