@@ -252,6 +252,19 @@ TEST_CASE("layout, gather and sort ops agree with the CPU; bad indices are repor
     check_close(kiln::stack({d, d}, 1), kiln::stack({x, x}, 1));
     check_close(d[kiln::from_values<std::int64_t>({1, 1}, {2}).to(kiln::cuda)], x[kiln::from_values<std::int64_t>({1, 1}, {2})]);
     check_close(kiln::masked_select(d, (d > 0.0f)), kiln::masked_select(x, x > 0.0f));
+    // The mask's positions are found on the device; a broadcast mask, an empty selection and a rank-0 host mask.
+    const kiln::tensor row = kiln::from_values<bool>({true, false, false, true, true, false}, {6});
+    check_close(kiln::masked_select(d, row.to(kiln::cuda)), kiln::masked_select(x, row));
+    check_close(kiln::masked_select(d, d > 100.0f), kiln::masked_select(x, x > 100.0f));
+    check_close(kiln::masked_select(d, kiln::tensor(true)), kiln::masked_select(x, kiln::tensor(true)));
+    // scatter_add on the device (atomic adds), with repeated and negative indices, and a promoted dtype.
+    const kiln::tensor at = kiln::from_values<std::int64_t>({0, 3, 3, -1, 1, 0}, {1, 6}).broadcast_to({4, 6}).contiguous();
+    const kiln::tensor src = seq({4, 6}, 0.21);
+    check_close(kiln::scatter_add(d, 1, at.to(kiln::cuda), src.to(kiln::cuda)), kiln::scatter_add(x, 1, at, src), 1e-6);
+    const kiln::tensor xi = kiln::arange(0, 24).reshape({4, 6});
+    check_close(kiln::scatter_add(xi.to(kiln::cuda), 1, at.to(kiln::cuda), src.to(kiln::cuda)), kiln::scatter_add(xi, 1, at, src),
+                1e-6);
+    CHECK_THROWS_AS(kiln::scatter_add(d, 1, kiln::full({4, 1}, 9.0, kiln::int64, kiln::cuda), d.slice(1, 0, 1)), kiln::value_error);
     try {
         (void)kiln::index_select(d, 0, kiln::from_values<std::int64_t>({1, 7}, {2}).to(kiln::cuda));
         FAIL("expected a value_error");
@@ -278,6 +291,21 @@ TEST_CASE("the gradient tape runs on device tensors and agrees with the CPU") {
     const auto [lg, gg] = loss_and_grads(kiln::cuda);
     check_close(lg, lc, 1e-5);
     for (std::size_t i = 0; i < gc.size(); ++i) check_close(gg[i], gc[i], 1e-5);
+    // Gradients of masked_select and scatter_add on the device.
+    auto mask_grads = [](const kiln::device& dev) {
+        kiln::variable x(seq({3, 4}, 0.5).to(dev)), src(seq({3, 2}, 0.3).to(dev));
+        const kiln::tensor at = kiln::from_values<std::int64_t>({1, 1, 0, 3, 2, 2}, {3, 2}).to(dev);
+        kiln::gradient_tape tape;
+        const kiln::tensor picked = kiln::masked_select(x, x > 0.0f);
+        const kiln::tensor added = kiln::scatter_add(x, 1, at, src);
+        const kiln::tensor loss = kiln::sum(picked * picked) + kiln::sum(added * added);
+        return tape.gradient(loss, {x, src});
+    };
+    const auto mc = mask_grads(kiln::cpu), mg = mask_grads(kiln::cuda);
+    for (std::size_t i = 0; i < mc.size(); ++i) {
+        CHECK(mg[i].device() == kiln::cuda);
+        check_close(mg[i], mc[i], 1e-5);
+    }
     // A gradient through a device move returns to the source's device.
     const kiln::tensor h = seq({3});
     kiln::gradient_tape tape;

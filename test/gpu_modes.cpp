@@ -274,6 +274,30 @@ TEST_CASE("a session on the device trains as a session on the CPU does") {
     CHECK(dev.parameter("l2/b").to(kiln::cpu).item<float>() == 0.25f);
 }
 
+TEST_CASE("a session moves between devices with its parameters and optimizer state") {
+    using namespace model;
+    kiln::session host(7), moving(7, kiln::cuda);
+    kiln::generator gen(13);
+    const kiln::tensor xs = kiln::randn({16, 6}, kiln::float32, gen), ys = kiln::randn({16, 1}, kiln::float32, gen);
+    const kiln::tensor xd = xs.to(kiln::cuda), yd = ys.to(kiln::cuda);
+    for (int i = 0; i < 3; ++i) CHECK(moving.run(adam, x = xd, y = yd) == doctest::Approx(host.run(adam, x = xs, y = ys)).epsilon(1e-4));
+    (void)moving.run(prediction, x = xd);  // a second plan's workspace, made again after the move
+    moving.to(kiln::cpu);
+    CHECK(moving.device() == kiln::cpu);
+    for (const std::string& name : moving.parameter_names()) CHECK(moving.parameter(name).device() == kiln::cpu);
+    // Adam's slots and step count came along: the next steps agree with the session that stayed on the CPU.
+    for (int i = 0; i < 2; ++i) CHECK(moving.run(adam, x = xs, y = ys) == doctest::Approx(host.run(adam, x = xs, y = ys)).epsilon(1e-4));
+    CHECK_THROWS_AS((void)moving.run(adam, x = xd, y = yd), kiln::device_error);
+    moving.to(kiln::cuda);
+    CHECK(moving.run(adam, x = xd, y = yd) == doctest::Approx(host.run(adam, x = xs, y = ys)).epsilon(1e-4));
+    const auto want = host.run(prediction, x = xs);
+    same_values(moving.run(prediction, x = xd), kiln::from_vector(std::vector<float>(want.begin(), want.end()), {16, 1}), 1e-4);
+    // A device that does not exist leaves the session where it was.
+    CHECK_THROWS_AS(moving.to(kiln::device{kiln::device_type::cuda, 5}), kiln::device_error);
+    CHECK(moving.device() == kiln::cuda);
+    CHECK(moving.parameter("l1/w").device() == kiln::cuda);
+}
+
 TEST_CASE("a device session refuses host feeds, and its gradients carry their device") {
     using namespace model;
     kiln::session dev(1, kiln::cuda);

@@ -169,11 +169,8 @@ tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
 // Gradients: x gets g, src gets take_along_axis(g, index, axis).
 template <int = 0>
 tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor& src) {
-    if (!x.is_cpu() || !index.is_cpu() || !src.is_cpu()) {
-        // On a GPU: through the host for now (recorded on the tapes through the moves).
-        detail::check_same_device("scatter_add", {&x, &index, &src});
-        return scatter_add(x.to(kiln::cpu), axis, index.to(kiln::cpu), src.to(kiln::cpu)).to(x.device());
-    }
+    const bool on_device = !x.is_cpu() || !index.is_cpu() || !src.is_cpu();
+    if (on_device) detail::check_same_device("scatter_add", {&x, &index, &src});
     const int ax = detail::checked_axis(x, axis, "scatter_add");
     bool ok = index.dim() == x.dim() && src.shape() == index.shape();
     for (int i = 0; ok && i < x.dim(); ++i) ok = i == ax || index.shape()[i] == x.shape()[i];
@@ -183,6 +180,15 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
                           to_string(x.shape()) + " except along axis " + std::to_string(ax));
     if (x.dtype() == dtype::boolean)
         throw dtype_error("kiln: dtype_error in 'scatter_add': not defined for bool tensors");
+    if (on_device) {
+        // On a GPU: x plus the vocabulary's scatter_add_along (the gradient of take_along_axis), which adds with
+        // atomics on the device; both record their gradients (x: g; src: take_along_axis(g, index)).
+        const dtype d = detail::promote(x.dtype(), src.dtype());
+        const tensor xd = x.to(d);
+        const tensor added = detail::apply_structural<ops::scatter_add_along, 0>(
+            ops::axis_attrs{ax}, src.to(d), detail::index_operand(index, "scatter_add"), xd);
+        return xd + added;
+    }
     detail::tape_pause pause;
     tensor out = x.to(detail::promote(x.dtype(), src.dtype()));
     out = out.shares_storage_with(x) ? detail::dense(out).clone() : detail::dense(out);
@@ -201,11 +207,8 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
 // copy: x[mask] in NumPy. The gradient scatters back into x's shape.
 template <int = 0>
 tensor masked_select(const tensor& x, const tensor& mask) {
-    if (!x.is_cpu() || !mask.is_cpu()) {
-        // On a GPU: the result's size depends on the mask's values, which are read on the host anyway.
-        detail::check_same_device("masked_select", {&x, &mask});
-        return masked_select(x.to(kiln::cpu), mask.to(kiln::cpu)).to(x.device());
-    }
+    const bool on_device = !x.is_cpu() || !mask.is_cpu();
+    if (on_device) detail::check_same_device("masked_select", {&x, &mask});
     if (mask.dtype() != dtype::boolean)
         throw dtype_error("kiln: dtype_error in 'masked_select': the mask must be bool, not " +
                           std::string(name(mask.dtype())));
@@ -213,6 +216,20 @@ tensor masked_select(const tensor& x, const tensor& mask) {
     if (!(shape == x.shape()))
         throw shape_error("kiln: shape_error in 'masked_select': the mask " + to_string(mask.shape()) +
                           " must broadcast to x's shape " + to_string(x.shape()));
+#if KILN_HAS_GPU
+    if (on_device) {
+        // On a GPU: the true positions are found there (their count, the result's size, is read back), then
+        // index_select picks them from x's elements in row-major order and records the gradient (index_add).
+        x.check_not_symbolic("masked_select");
+        const tensor md = mask.device() == x.device() ? mask : mask.to(x.device());  // (a rank-0 host mask)
+        const tensor m = md.broadcast_to(shape).contiguous();
+        const bool* mp = m.data<const bool>();
+        using D = backend::thrust_device;
+        tensor where(dtype::int64, dims{D::count_true(mp, m.numel())}, x.device());
+        D::true_positions(mp, m.numel(), where.data<std::int64_t>());
+        return index_select(x.reshape({-1}), 0, where);
+    }
+#endif
     detail::tape_pause pause;
     const tensor m = detail::dense(mask.broadcast_to(shape).contiguous());
     const tensor src = detail::dense(x);

@@ -33,6 +33,9 @@
 #include "../eager/init.hpp"
 #include "../eager/random.hpp"
 #include "../eager/tensor.hpp"
+#if KILN_HAS_GPU
+#include "../eager/tape.hpp"  // tensor::to(device) and clone record on tapes: their definitions
+#endif
 #include "grad.hpp"
 #include "plan.hpp"
 #include "rules.hpp"
@@ -91,6 +94,22 @@ public:
     }
     // The device the session's parameters and runs live on.
     kiln::device device() const noexcept { return dev_; }
+    // Moves the session to another device: its parameters and every training step's optimizer slots are copied
+    // there, and its workspaces are made again there on their next run (a trained model moved to the CPU for
+    // inference, or back). Nothing happens when it is already there.
+    session& to(kiln::device where) {
+        if (where == dev_) return *this;
+        if (where.type != device_type::cpu) (void)tensor(float32, dims{0}, where);  // a device_error when it does not exist
+        // Every copy is made before anything changes, so a failure leaves the session as it was.
+        std::vector<tensor> moved;
+        for (auto& kv : params_) moved.push_back(on_device(kv.second, where));
+        for (auto& kv : cache_) kv.second->prepare_move(where);
+        std::size_t i = 0;
+        for (auto& kv : params_) kv.second = std::move(moved[i++]);  // (map nodes stay: steps hold their addresses)
+        for (auto& kv : cache_) kv.second->commit_move();
+        dev_ = where;
+        return *this;
+    }
 
     // Runs an expression or kiln::fetch(...): like kiln::run, with parameters taken from the session unless fed.
     // The feeds are checked first, as in kiln::run (see detail::feeds_ok): a mistake gives one static_assert.
@@ -225,6 +244,7 @@ public:
             if (!(g.shape() == ps))
                 throw shape_error("kiln: shape_error in 'session::apply_gradients': the gradient of parameter '" +
                                   std::string(names[p]) + "' has shape " + to_string(g.shape()) + ", the parameter " + to_string(ps));
+#if KILN_HAS_GPU
             if (dev_.type != device_type::cpu) {  // into a device buffer of the step's
                 const tensor src = g.to(dtype_of<T>()).to(dev_).contiguous();
                 const std::size_t bytes = static_cast<std::size_t>(ps.size()) * sizeof(T);
@@ -236,6 +256,7 @@ public:
                 st.grads[p] = detail::strided<const T>(b, ps, detail::contiguous_strides(ps));
                 continue;
             }
+#endif
             auto& buf = st.grad_buffers[p];
             if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
             const tensor src = g.to(dtype_of<T>());  // into the step's own buffer, which the hook may write
@@ -327,7 +348,7 @@ private:
             std::size_t i = 0;
             ((st.params[i] = &parameter_for<Params>(), ++i), ...);
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (auto& s : st.slots[p]) s = init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_).to(dev_);
+                for (auto& s : st.slots[p]) s = on_device(init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_), dev_);
             if (!pending_kind_.empty()) {  // a checkpoint's state, loaded before this step first ran
                 if (pending_kind_ != Rule::kind)
                     throw file_error("kiln: file_error in 'load_checkpoint': '" + pending_file_ + "' holds the state of "
@@ -339,6 +360,17 @@ private:
             }
         }
         return st;
+    }
+
+    // t on device d (t itself when it is there). Without the GPU device every tensor is on the CPU: graph-only
+    // programs then compile no device move (nor the tape, which tensor::to records on).
+    static tensor on_device(const tensor& t, kiln::device d) {
+#if KILN_HAS_GPU
+        return t.to(d);
+#else
+        (void)d;
+        return t;
+#endif
     }
 
     // Calls f.template operator()<Device>() with the session's device backend; returns its R.
@@ -425,6 +457,9 @@ private:
         virtual std::string_view optimizer() const { return {}; }
         virtual void save(std::map<std::string, tensor>&) const {}
         virtual void restore(const std::map<std::string, tensor>&, const std::string&, const char*) {}
+        // Moving the session (to(device)): copies what must move, then drops what is made again (workspaces).
+        virtual void prepare_move(kiln::device) {}
+        virtual void commit_move() = 0;
     };
 
     // A training step's state: its plan's workspace, its parameters, gradients and slots, its rule and step count.
@@ -447,6 +482,19 @@ private:
         int t = 0;
 
         std::string_view optimizer() const override { return t > 0 ? Rule::kind : std::string_view{}; }
+        std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> moving;
+        void prepare_move(kiln::device where) override {
+            for (std::size_t p = 0; p < sizeof...(Params); ++p)
+                for (std::size_t k = 0; k != slot_count; ++k) moving[p][k] = on_device(slots[p][k], where);
+        }
+        void commit_move() override {
+            slots = std::move(moving);
+            moving = {};
+            ws = typename plan_t::workspace{};
+            for (auto& b : grad_buffers) b = {};
+            for (auto& b : grad_blocks) b.reset();
+            loss_block.reset();
+        }
         static std::string slot_name(std::size_t p, std::size_t k) {
             constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
             return "optimizer/" + std::string(names[p]) + "/" + std::to_string(k);
@@ -454,7 +502,7 @@ private:
         void save(std::map<std::string, tensor>& out) const override {
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
                 for (std::size_t k = 0; k != slot_count; ++k)
-                    out.emplace(slot_name(p, k), slots[p][k].to(kiln::cpu));  // (the tensor itself on the CPU)
+                    out.emplace(slot_name(p, k), on_device(slots[p][k], kiln::cpu));  // (the tensor itself on the CPU)
             out.emplace("optimizer/step", tensor(static_cast<std::int64_t>(t)));
         }
         void restore(const std::map<std::string, tensor>& in, const std::string& file, const char* entry) override {
@@ -500,11 +548,13 @@ private:
     }
 
     static void run_eager_copy(tensor& dst, const tensor& src) {
+#if KILN_HAS_GPU
         if (!dst.is_cpu() || !src.is_cpu()) {  // a device's copy (the source moved there first)
             const tensor from = src.to(dst.device());
             detail::copy_into(dst, from);
             return;
         }
+#endif
         kiln::detail::dispatch(dst.dtype(), [&]<class U>() {
             detail::strided<const U> v;
             detail::fill_strided(v, src);
@@ -536,7 +586,7 @@ private:
         } else {
             using Init = typename L::kind::initializer;
             tensor t = Init::make(detail::shape_dims_of<S>::get(), dtype_of<T>(), gen_);
-            if (dev_.type != device_type::cpu) t = t.to(dev_);  // the CPU's numbers, on the session's device
+            t = on_device(t, dev_);  // the CPU's numbers, on the session's device
             return params_.emplace(std::string(name), std::move(t)).first->second;
         }
     }
@@ -589,6 +639,7 @@ private:
         struct state : cache_base {
             typename plan_t::workspace ws;
             bool declared = false;
+            void commit_move() override { ws = typename plan_t::workspace{}; }
         };
         state& st = cached<state, plan_t>();
         if (!st.declared) {

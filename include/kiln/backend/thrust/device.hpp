@@ -213,7 +213,19 @@ struct thrust_device {
         gpu::for_each_n(n, gpu::order_store{out, l.order, l.os, len, pos.p});
     }
 
-    // ---- beyond the interface: eager mode's elementwise ops ----
+    // ---- beyond the interface: masks, and eager mode's elementwise ops ----
+
+    // How many of the n bools at m are true, and their positions in order (masked_select: the count is read on the
+    // host, since it is the result's size).
+    static std::ptrdiff_t count_true(const bool* m, std::ptrdiff_t n) {
+        if (n == 0) return 0;
+        return static_cast<std::ptrdiff_t>(::thrust::count(gpu::policy(), m, m + n, true));
+    }
+    static void true_positions(const bool* m, std::ptrdiff_t n, std::int64_t* out) {
+        if (n == 0) return;
+        ::thrust::copy_if(gpu::policy(), ::thrust::counting_iterator<std::int64_t>(0), ::thrust::counting_iterator<std::int64_t>(n),
+                          m, out, gpu::is_true{});
+    }
 
     // out = expr over the strided inputs (`in`: one strided view per leaf of expr's unique nodes, in their order).
     template <class E, class R, class... L>

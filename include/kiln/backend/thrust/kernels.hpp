@@ -8,6 +8,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include <thrust/copy.h>
+#include <thrust/count.h>
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -166,6 +168,11 @@ KILN_HD inline std::ptrdiff_t checked(I raw, std::ptrdiff_t n, index_fault* faul
     }
     return v;
 }
+
+// A stencil's test (copy_if over a mask).
+struct is_true {
+    KILN_HD bool operator()(bool b) const { return b; }
+};
 
 // ---- elementwise: one graph expression over strided operands ----
 

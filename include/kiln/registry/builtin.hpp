@@ -1,0 +1,583 @@
+#pragma once
+// The registry's built-in entries (detail::build_registry, read through kiln::registered_ops in registry.hpp):
+// elementwise entries built from the op structs of ops/ (name, arity, kernel, gradient rule), and structural entries
+// (reductions, matmul, views, joins, indexing) from eager mode's functions, with their attribute schemas and shape
+// rules. Every function is a template or inline: a translation unit that never calls the registry compiles none of
+// the kernels.
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../nn/layers.hpp"
+#include "schema.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+// ---- elementwise entries, from the op structs -------------------------------------------------------------
+
+template <class Op>
+constexpr op_family family_of() {
+    if constexpr (std::is_same_v<Op, ops::relu> || std::is_same_v<Op, ops::relu_backward> || std::is_same_v<Op, ops::sigmoid> || std::is_same_v<Op, ops::softplus> ||
+                  std::is_same_v<Op, ops::silu> || std::is_same_v<Op, ops::gelu> || std::is_same_v<Op, ops::elu> ||
+                  std::is_same_v<Op, ops::leaky_relu>)
+        return op_family::activation;
+    else return op_family::elementwise;
+}
+
+template <class Op, int N>
+tensor elementwise_kernel(std::span<const tensor> in, const attributes&) {
+    using B = op_builder<operand_mode::eager>;
+    if constexpr (Op::arity == 1) return B::template build_operands<Op>(in[0]);
+    else if constexpr (Op::arity == 2) return B::template build_operands<Op>(in[0], in[1]);
+    else return B::template build_operands<Op>(in[0], in[1], in[2]);
+}
+
+template <class Op, int N>
+tensor_spec elementwise_shape(std::span<const tensor_spec> in, const attributes&) {
+    dims shape = in[0].shape;
+    for (const tensor_spec& s : in)
+        if (!broadcast_into(shape, s.shape, shape)) {
+            std::string text;
+            for (const tensor_spec& t : in) text += (text.empty() ? "" : " and ") + to_string(t);
+            throw shape_error("kiln: shape_error in '" + std::string(Op::name) + "': cannot broadcast " + text);
+        }
+    dtype d;
+    if constexpr (std::is_same_v<Op, ops::where>) {
+        d = promote(in[1].dtype, in[2].dtype);
+    } else {
+        d = in[0].dtype;
+        for (const tensor_spec& s : in) d = promote(d, s.dtype);
+        d = compute_dtype<Op>(d);
+    }
+    const dtype r = dispatch(d, [&]<class T>() {
+        if constexpr (!runs_on_v<Op, T>) {
+            return d;
+        } else {
+            using C = std::conditional_t<std::is_same_v<Op, ops::where>, bool, T>;
+            if constexpr (Op::arity == 1)
+                return dtype_of<root_type_t<decltype(make_node<Op>(indexed_leaf<0, T>{}))>>();
+            else if constexpr (Op::arity == 2)
+                return dtype_of<root_type_t<decltype(make_node<Op>(indexed_leaf<0, T>{}, indexed_leaf<1, T>{}))>>();
+            else
+                return dtype_of<root_type_t<decltype(make_node<Op>(indexed_leaf<0, C>{}, indexed_leaf<1, T>{},
+                                                                   indexed_leaf<2, T>{}))>>();
+        }
+    });
+    return {r, shape};
+}
+
+template <class Op, int N>
+op_schema elementwise_entry(std::string summary) {
+    op_schema s;
+    s.name = std::string(Op::name);
+    s.family = family_of<Op>();
+    s.min_inputs = s.max_inputs = Op::arity;
+    s.summary = std::move(summary);
+    s.kernel = &elementwise_kernel<Op, N>;
+    s.shape = &elementwise_shape<Op, N>;
+    // Differentiable when a floating input gives a floating result (comparisons, predicates and the integer-only
+    // ops give bools or refuse floats).
+    std::vector<tensor_spec> probe(static_cast<std::size_t>(Op::arity), tensor_spec{dtype::float64, dims{}});
+    if constexpr (std::is_same_v<Op, ops::where>) probe[0].dtype = dtype::boolean;
+    try {
+        s.differentiable = is_floating(elementwise_shape<Op, N>(probe, {}).dtype) && !logical_op<Op>();
+    } catch (const error&) {
+        s.differentiable = false;
+    }
+    return s;
+}
+
+// ---- structural entries, from eager mode's functions --------------------------------------------------------
+
+inline std::vector<int> int_list(const attributes& a, std::string_view n) {
+    std::vector<int> out;
+    if (const attr_value* v = a.find(n))
+        for (std::int64_t i : v->integers()) {
+            if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
+                throw value_error("kiln: value_error: attribute '" + std::string(n) + "' holds " + std::to_string(i) +
+                                  ", out of range for an axis");
+            out.push_back(static_cast<int>(i));
+        }
+    return out;
+}
+
+inline int int_attr(const attributes& a, std::string_view n) {
+    const std::int64_t i = a.integer(n);
+    if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
+        throw value_error("kiln: value_error: attribute '" + std::string(n) + "' holds " + std::to_string(i) +
+                          ", out of range for an axis");
+    return static_cast<int>(i);
+}
+
+inline dims dims_attr(const attributes& a, std::string_view n) {
+    const std::vector<std::int64_t> v = a.integers(n);
+    dims d;
+    d.assign(v.begin(), v.size());
+    return d;
+}
+
+inline dtype sum_dtype(dtype d) { return is_floating(d) ? d : dtype::int64; }
+inline dtype mean_dtype(dtype d) { return is_floating(d) ? d : dtype::float32; }
+
+inline op_schema structural(std::string name, op_family f, int lo, int hi, std::vector<attr_spec> attrs,
+                            bool differentiable, shape_rule rule, op_kernel k, op_shape_rule s, std::string summary) {
+    op_schema o;
+    o.name = std::move(name);
+    o.family = f;
+    o.min_inputs = lo;
+    o.max_inputs = hi;
+    o.attrs = std::move(attrs);
+    o.differentiable = differentiable;
+    o.rule = rule;
+    o.kernel = k;
+    o.shape = s;
+    o.summary = std::move(summary);
+    return o;
+}
+
+inline attr_spec axes_attr() { return {"axes", attr_kind::integers, false, std::nullopt, "the axes to reduce; every axis when absent"}; }
+inline attr_spec keepdims_attr() { return {"keepdims", attr_kind::boolean, false, attr_value(false), "keep reduced axes as size 1"}; }
+inline attr_spec axis_attr(std::optional<attr_value> fallback, std::string meaning) {
+    return {"axis", attr_kind::integer, !fallback, std::move(fallback), std::move(meaning)};
+}
+inline attr_spec optional_axis_attr(std::string meaning) {
+    return {"axis", attr_kind::integer, false, std::nullopt, std::move(meaning)};
+}
+
+// The reductions' shape rule: fold (sum, prod, max, min), mean-like, or boolean (any, all).
+enum class reduce_out { sum, same, mean, boolean };
+template <fixed_string Name, reduce_out R, bool NonEmpty>
+tensor_spec reduction_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    const reduction_shape r =
+        reduced_shape(in[0].shape, in[0].dtype, int_list(a, "axes"), a.boolean("keepdims"), Name.chars);
+    if (NonEmpty && r.count == 0)
+        throw value_error("kiln: value_error in '" + std::string(Name.view()) + "': cannot reduce over an empty dimension (shape " +
+                          to_string(in[0]) + ")");
+    const dtype d = R == reduce_out::sum ? sum_dtype(in[0].dtype)
+                    : R == reduce_out::same ? in[0].dtype
+                    : R == reduce_out::mean ? mean_dtype(in[0].dtype)
+                                            : dtype::boolean;
+    return {d, r.result};
+}
+
+template <ops::scan_kind K>
+tensor_spec scan_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    using op = ops::scan<K>;
+    const ops::scan_attrs at{int_attr(a, "axis"), a.boolean("reverse")};
+    return {op::result_dtype(at, in[0].dtype), op::result_shape(at, in[0].shape)};
+}
+
+// The layout and indexing ops' closed rules: the ops' own shape rules (ops/layout.hpp, ops/gather.hpp).
+inline ops::sort_attrs sort_attrs_of(const attributes& a) { return {int_attr(a, "axis"), a.boolean("descending")}; }
+inline tensor_spec sort_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {in[0].dtype, ops::argsort::result_shape(sort_attrs_of(a), in[0].shape)};
+}
+inline tensor_spec argsort_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {dtype::int64, ops::argsort::result_shape(sort_attrs_of(a), in[0].shape)};
+}
+inline tensor_spec tile_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    const std::vector<std::int64_t> v = a.integers("reps");
+    return {in[0].dtype, ops::tile::result_shape(ops::make_tile_attrs(std::vector<std::ptrdiff_t>(v.begin(), v.end())), in[0].shape)};
+}
+inline tensor_spec repeat_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    if (a.has("axis")) return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), int_attr(a, "axis")}, in[0].shape)};
+    return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), 0}, dims{in[0].shape.size()})};
+}
+inline std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> pad_widths_of(const attributes& a) {
+    const std::vector<std::int64_t> w = a.integers("widths");
+    if (w.size() % 2 != 0)
+        throw value_error("kiln: value_error in 'pad': 'widths' holds (before, after) pairs, got " + std::to_string(w.size()) +
+                          " numbers");
+    std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> p;
+    for (std::size_t i = 0; i < w.size(); i += 2) p.emplace_back(w[i], w[i + 1]);
+    return p;
+}
+inline tensor_spec pad_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {in[0].dtype, ops::pad::result_shape(ops::make_pad_attrs(pad_widths_of(a), a.number("value")), in[0].shape)};
+}
+inline tensor_spec einsum_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {promote(in[0].dtype, in[1].dtype),
+            ops::einsum::result_shape(ops::make_einsum_attrs(a.text("equation")), in[0].shape, in[1].shape)};
+}
+inline void check_index_spec(const tensor_spec& index, const char* op) {
+    if (index.dtype != dtype::int32 && index.dtype != dtype::int64)
+        throw dtype_error("kiln: dtype_error in '" + std::string(op) + "': indices must be int32 or int64, not " +
+                          std::string(name(index.dtype)));
+}
+inline tensor_spec index_select_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    if (in[1].shape.rank != 1)
+        throw shape_error("kiln: shape_error in 'index_select': the index must be 1-D, got shape " + to_string(in[1].shape));
+    check_index_spec(in[1], "index_select");
+    return {in[0].dtype, ops::take::result_shape({int_attr(a, "axis")}, in[0].shape, in[1].shape)};
+}
+inline tensor_spec take_along_axis_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    check_index_spec(in[1], "take_along_axis");
+    return {in[0].dtype, ops::take_along_axis::result_shape({int_attr(a, "axis")}, in[0].shape, in[1].shape)};
+}
+
+template <fixed_string Name>
+tensor_spec arg_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    const bool keep = a.boolean("keepdims");
+    auto empty = [&] {
+        return value_error("kiln: value_error in '" + std::string(Name.view()) + "': cannot reduce over an empty dimension (shape " +
+                           to_string(in[0].shape.rank == 0 || a.has("axis") ? in[0].shape : dims{in[0].shape.size()}) +
+                           ", " + std::string(name(in[0].dtype)) + ")");
+    };
+    if (!a.has("axis")) {
+        if (in[0].shape.size() == 0) throw empty();
+        dims out;
+        if (keep) {
+            out.rank = in[0].shape.rank;
+            for (int i = 0; i < out.rank; ++i) out[i] = 1;
+        }
+        return {dtype::int64, out};
+    }
+    const reduction_shape r = reduced_shape(in[0].shape, in[0].dtype, {int_attr(a, "axis")}, keep, Name.chars);
+    if (r.count == 0) throw empty();
+    return {dtype::int64, r.result};
+}
+
+template <bool Max>
+tensor arg_kernel(std::span<const tensor> in, const attributes& a) {
+    const bool keep = a.boolean("keepdims");
+    if (a.has("axis")) return Max ? kiln::argmax(in[0], int_attr(a, "axis"), keep) : kiln::argmin(in[0], int_attr(a, "axis"), keep);
+    tensor y = Max ? kiln::argmax(in[0]) : kiln::argmin(in[0]);
+    if (!keep) return y;
+    dims ones;
+    ones.rank = in[0].dim();
+    for (int i = 0; i < ones.rank; ++i) ones[i] = 1;
+    return y.reshape(ones);
+}
+
+inline tensor_spec matmul_shape_rule(std::span<const tensor_spec> in, const attributes&) {
+    const dims& a = in[0].shape;
+    const dims& b = in[1].shape;
+    auto text = [&] { return to_string(in[0]) + " and " + to_string(in[1]); };
+    if (a.rank == 0 || b.rank == 0)
+        throw shape_error("kiln: shape_error in 'matmul': operands must have at least one dimension, got " + text());
+    const std::ptrdiff_t k_a = a[a.rank - 1], k_b = b.rank == 1 ? b[0] : b[b.rank - 2];
+    if (k_a != k_b)
+        throw shape_error("kiln: shape_error in 'matmul': cannot multiply " + to_string(a) + " by " + to_string(b) +
+                          ": the inner dimensions " + std::to_string(k_a) + " and " + std::to_string(k_b) + " differ");
+    dims ba, bb, batch;
+    ba.rank = a.rank > 2 ? a.rank - 2 : 0;
+    bb.rank = b.rank > 2 ? b.rank - 2 : 0;
+    for (int i = 0; i < ba.rank; ++i) ba[i] = a[i];
+    for (int i = 0; i < bb.rank; ++i) bb[i] = b[i];
+    if (!broadcast_into(ba, bb, batch))
+        throw shape_error("kiln: shape_error in 'matmul': batch dimensions do not broadcast: " + text());
+    dims out = batch;
+    if (a.rank > 1) out[out.rank++] = a[a.rank - 2];
+    if (b.rank > 1) out[out.rank++] = b[b.rank - 1];
+    return {promote(in[0].dtype, in[1].dtype), out};
+}
+
+inline tensor_spec reshape_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {in[0].dtype, reshaped(in[0].shape, dims_attr(a, "shape"))};
+}
+
+inline tensor_spec concat_shape_rule(std::span<const tensor_spec> in, const attributes& a, bool stack) {
+    const int r = in[0].shape.rank + (stack ? 1 : 0);
+    const int axis = int_attr(a, "axis");
+    const int ax = axis < 0 ? axis + r : axis;
+    const char* op = stack ? "stack" : "concat";
+    if (ax < 0 || ax >= r)
+        throw value_error("kiln: value_error in '" + std::string(op) + "': axis " + std::to_string(axis) +
+                          " is out of range for shape " + to_string(in[0].shape));
+    dtype d = in[0].dtype;
+    dims out;
+    out.rank = r;
+    for (int i = 0, j = 0; i < r; ++i) out[i] = stack && i == ax ? 0 : in[0].shape[j++];
+    out[ax] = 0;
+    for (const tensor_spec& s : in) {
+        bool same = s.shape.rank == in[0].shape.rank;
+        for (int i = 0; same && i < s.shape.rank; ++i) same = (!stack && i == ax) || s.shape[i] == in[0].shape[i];
+        if (!same)
+            throw shape_error("kiln: shape_error in '" + std::string(op) + "': shapes " + to_string(in[0].shape) +
+                              " and " + to_string(s.shape) + " differ" +
+                              (stack ? std::string() : " outside axis " + std::to_string(ax)));
+        out[ax] += stack ? 1 : s.shape[ax];
+        d = promote(d, s.dtype);
+    }
+    return {d, out};
+}
+
+inline tensor_spec softmax_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    reduced_shape(in[0].shape, in[0].dtype, {int_attr(a, "axis")}, true, "softmax");  // checks the axis
+    return {mean_dtype(in[0].dtype), in[0].shape};
+}
+
+inline std::vector<tensor> tensor_vector(std::span<const tensor> in) { return {in.begin(), in.end()}; }
+
+template <int N>
+std::vector<op_schema> build_registry() {
+    using ar = attr_kind;
+    std::vector<op_schema> r;
+    auto ew = [&]<class Op>(std::string summary) { r.push_back(elementwise_entry<Op, N>(std::move(summary))); };
+
+    // Elementwise, from ops/ (broadcasting, PyTorch's type promotion).
+    ew.template operator()<ops::neg>("-x");
+    ew.template operator()<ops::add>("x + y (logical or on bools)");
+    ew.template operator()<ops::sub>("x - y");
+    ew.template operator()<ops::mul>("x * y");
+    ew.template operator()<ops::div>("x / y, true division (integers give float32)");
+    ew.template operator()<ops::pow>("x ** y");
+    ew.template operator()<ops::maximum>("the larger of x and y (NaN propagates)");
+    ew.template operator()<ops::minimum>("the smaller of x and y (NaN propagates)");
+    ew.template operator()<ops::floor_divide>("floor(x / y) (Python's //)");
+    ew.template operator()<ops::remainder>("x - floor(x / y) * y (Python's %: the divisor's sign)");
+    ew.template operator()<ops::atan2>("the angle of (y = x0, x = x1)");
+    ew.template operator()<ops::abs>("|x|");
+    ew.template operator()<ops::exp>("e^x");
+    ew.template operator()<ops::log>("natural logarithm");
+    ew.template operator()<ops::sqrt>("square root");
+    ew.template operator()<ops::rsqrt>("1 / sqrt(x)");
+    ew.template operator()<ops::square>("x * x");
+    ew.template operator()<ops::sin>("sine");
+    ew.template operator()<ops::cos>("cosine");
+    ew.template operator()<ops::tan>("tangent");
+    ew.template operator()<ops::asin>("arcsine");
+    ew.template operator()<ops::acos>("arccosine");
+    ew.template operator()<ops::atan>("arctangent");
+    ew.template operator()<ops::tanh>("hyperbolic tangent");
+    ew.template operator()<ops::log1p>("log(1 + x), exact near 0");
+    ew.template operator()<ops::expm1>("e^x - 1, exact near 0");
+    ew.template operator()<ops::erf>("the error function");
+    ew.template operator()<ops::floor>("round down");
+    ew.template operator()<ops::ceil>("round up");
+    ew.template operator()<ops::trunc>("round toward zero");
+    ew.template operator()<ops::round>("round half to even");
+    ew.template operator()<ops::sign>("-1, 0 or 1 (NaN stays NaN)");
+    ew.template operator()<ops::isnan>("x is NaN");
+    ew.template operator()<ops::isinf>("x is infinite");
+    ew.template operator()<ops::isfinite>("x is neither infinite nor NaN");
+    ew.template operator()<ops::sigmoid>("1 / (1 + e^-x)");
+    ew.template operator()<ops::relu>("max(x, 0) (NaN propagates)");
+    ew.template operator()<ops::relu_backward>("relu's gradient: g where x > 0, 0 elsewhere (inputs g, x)");
+    ew.template operator()<ops::softplus>("log(1 + e^x)");
+    ew.template operator()<ops::silu>("x * sigmoid(x)");
+    ew.template operator()<ops::gelu>("x * Phi(x), the exact form");
+    ew.template operator()<ops::elu>("x for x > 0, e^x - 1 otherwise");
+    ew.template operator()<ops::leaky_relu>("x for x >= 0, slope * x otherwise (inputs x, slope)");
+    ew.template operator()<ops::clamp>("x limited to [lo, hi] (inputs x, lo, hi)");
+    ew.template operator()<ops::less>("x < y");
+    ew.template operator()<ops::less_equal>("x <= y");
+    ew.template operator()<ops::greater>("x > y");
+    ew.template operator()<ops::greater_equal>("x >= y");
+    ew.template operator()<ops::equal>("x == y");
+    ew.template operator()<ops::not_equal>("x != y");
+    ew.template operator()<ops::logical_and>("x and y, as bools");
+    ew.template operator()<ops::logical_or>("x or y, as bools");
+    ew.template operator()<ops::logical_xor>("x xor y, as bools");
+    ew.template operator()<ops::logical_not>("not x, as a bool");
+    ew.template operator()<ops::bitwise_and>("x & y (integers and bools)");
+    ew.template operator()<ops::bitwise_or>("x | y (integers and bools)");
+    ew.template operator()<ops::bitwise_xor>("x ^ y (integers and bools)");
+    ew.template operator()<ops::bitwise_not>("~x (integers and bools)");
+    ew.template operator()<ops::where>("x1 where the condition x0 holds, x2 elsewhere");
+
+    // Reductions.
+    const std::vector<attr_spec> fold_attrs{axes_attr(), keepdims_attr()};
+    auto fold = [&](std::string n, op_kernel k, op_shape_rule s, bool diff, std::string summary) {
+        r.push_back(structural(std::move(n), op_family::reduction, 1, 1, fold_attrs, diff, shape_rule::closed, k, s,
+                               std::move(summary)));
+    };
+    fold("sum", [](std::span<const tensor> in, const attributes& a) { return kiln::sum(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"sum", reduce_out::sum, false>, true, "sum over axes (integers and bools give int64)");
+    fold("prod", [](std::span<const tensor> in, const attributes& a) { return kiln::prod(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"prod", reduce_out::sum, false>, true, "product over axes (integers and bools give int64)");
+    fold("max", [](std::span<const tensor> in, const attributes& a) { return kiln::max(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"max", reduce_out::same, true>, true, "maximum over axes (NaN propagates; ties share the gradient)");
+    fold("min", [](std::span<const tensor> in, const attributes& a) { return kiln::min(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"min", reduce_out::same, true>, true, "minimum over axes (NaN propagates; ties share the gradient)");
+    fold("mean", [](std::span<const tensor> in, const attributes& a) { return kiln::mean(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"mean", reduce_out::mean, false>, true, "mean over axes (integers give float32)");
+    fold("any", [](std::span<const tensor> in, const attributes& a) { return kiln::any(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"any", reduce_out::boolean, false>, false, "whether any element is nonzero");
+    fold("all", [](std::span<const tensor> in, const attributes& a) { return kiln::all(in[0], int_list(a, "axes"), a.boolean("keepdims")); },
+         &reduction_shape_rule<"all", reduce_out::boolean, false>, false, "whether every element is nonzero");
+    const std::vector<attr_spec> var_attrs{axes_attr(),
+                                           {"correction", ar::number, false, attr_value(1.0), "subtracted from the count (1: the sample variance)"},
+                                           keepdims_attr()};
+    r.push_back(structural("var", op_family::reduction, 1, 1, var_attrs, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return kiln::var(in[0], int_list(a, "axes"), a.number("correction"), a.boolean("keepdims"));
+                           },
+                           &reduction_shape_rule<"var", reduce_out::mean, false>, "variance over axes"));
+    r.push_back(structural("std", op_family::reduction, 1, 1, var_attrs, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return kiln::std(in[0], int_list(a, "axes"), a.number("correction"), a.boolean("keepdims"));
+                           },
+                           &reduction_shape_rule<"std", reduce_out::mean, false>, "standard deviation over axes"));
+    const std::vector<attr_spec> arg_attrs{optional_axis_attr("the axis to search; the flattened tensor when absent"),
+                                           keepdims_attr()};
+    r.push_back(structural("argmax", op_family::reduction, 1, 1, arg_attrs, false, shape_rule::closed, &arg_kernel<true>,
+                           &arg_shape_rule<"argmax">, "the index of the first maximum (int64)"));
+    r.push_back(structural("argmin", op_family::reduction, 1, 1, arg_attrs, false, shape_rule::closed, &arg_kernel<false>,
+                           &arg_shape_rule<"argmin">, "the index of the first minimum (int64)"));
+
+    // Products.
+    r.push_back(structural("matmul", op_family::linalg, 2, 2, {}, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes&) { return kiln::matmul(in[0], in[1]); },
+                           &matmul_shape_rule, "the matrix product with NumPy's rules (vectors, broadcast batches)"));
+    // Views (no copies): their shape rules are the views themselves, run on placeholders (which allocates nothing).
+    auto view = [&](op_kernel k, std::string n, std::vector<attr_spec> attrs, std::string summary) {
+        r.push_back(structural(std::move(n), op_family::view, 1, 1, std::move(attrs), true, shape_rule::closed, k,
+                               nullptr, std::move(summary)));
+    };
+    view([](std::span<const tensor> in, const attributes& a) {
+        return in[0].transpose(int_attr(a, "dim0"), int_attr(a, "dim1"));
+    }, "transpose", {{"dim0", ar::integer, false, attr_value(-2), "the first axis"},
+                     {"dim1", ar::integer, false, attr_value(-1), "the second axis"}},
+       "swaps two axes");
+    view([](std::span<const tensor> in, const attributes& a) {
+        const std::vector<int> order = int_list(a, "dims");
+        if (static_cast<int>(order.size()) != in[0].dim())
+            throw value_error("kiln: value_error in 'permute': " + std::to_string(order.size()) + " axes for shape " +
+                              to_string(in[0].shape()));
+        std::array<int, max_rank> o{};
+        std::copy(order.begin(), order.end(), o.begin());
+        return in[0].permute_array(o, in[0].dim());
+    }, "permute", {{"dims", ar::integers, true, std::nullopt, "the new order of the axes"}}, "reorders the axes");
+    view([](std::span<const tensor> in, const attributes& a) {
+        return in[0].slice(int_attr(a, "axis"), a.integer("start"), a.integer("stop"), a.integer("step"));
+    }, "slice", {axis_attr(std::nullopt, "the axis to slice"),
+                 {"start", ar::integer, false, attr_value(0), "the first index (negative counts from the end)"},
+                 {"stop", ar::integer, false, attr_value(static_cast<long long>(slice_end)), "one past the last index"},
+                 {"step", ar::integer, false, attr_value(1), "the step (negative walks backwards)"}},
+       "elements [start, stop) by step along an axis, with NumPy's rules");
+    view([](std::span<const tensor> in, const attributes& a) {
+        return in[0].select(int_attr(a, "axis"), a.integer("index"));
+    }, "select", {axis_attr(std::nullopt, "the axis to index"), {"index", ar::integer, true, std::nullopt, "the index"}},
+       "the sub-tensor at one index (the axis is removed)");
+    view([](std::span<const tensor> in, const attributes& a) {
+        return a.has("axis") ? in[0].squeeze(int_attr(a, "axis")) : in[0].squeeze();
+    }, "squeeze", {optional_axis_attr("the size-1 axis to remove; every one when absent")},
+       "removes size-1 axes");
+    view([](std::span<const tensor> in, const attributes& a) {
+        return in[0].unsqueeze(int_attr(a, "axis"));
+    }, "unsqueeze", {axis_attr(std::nullopt, "where the new axis goes")}, "inserts a size-1 axis");
+    view([](std::span<const tensor> in, const attributes& a) {
+        return in[0].broadcast_to(dims_attr(a, "shape"));
+    }, "broadcast_to", {{"shape", ar::integers, true, std::nullopt, "the target shape"}},
+       "repeats size-1 and missing leading axes (stride 0)");
+    view([](std::span<const tensor> in, const attributes& a) { return kiln::flip(in[0], int_list(a, "axes")); }, 
+        "flip", {{"axes", ar::integers, false, std::nullopt, "the axes to reverse; every axis when absent"}},
+        "reverses the order along axes");
+    r.push_back(structural("reshape", op_family::view, 1, 1,
+                           {{"shape", ar::integers, true, std::nullopt, "the new shape; one extent may be -1"}}, true,
+                           shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) { return in[0].reshape(dims_attr(a, "shape")); },
+                           &reshape_shape_rule, "the same elements in a new shape (a view when the layout allows)"));
+
+    // Conversion and joins.
+    r.push_back(structural("cast", op_family::conversion, 1, 1,
+                           {{"dtype", ar::dtype, true, std::nullopt, "the target dtype"}}, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) { return in[0].to(a.dtype("dtype")); },
+                           [](std::span<const tensor_spec> in, const attributes& a) {
+                               return tensor_spec{a.dtype("dtype"), in[0].shape};
+                           },
+                           "converts elements (floating to integer saturates, NaN gives 0)"));
+    r.push_back(structural("concat", op_family::join, 1, -1, {axis_attr(attr_value(0), "the axis to join along")}, true,
+                           shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) { return kiln::concat(tensor_vector(in), int_attr(a, "axis")); },
+                           [](std::span<const tensor_spec> in, const attributes& a) { return concat_shape_rule(in, a, false); },
+                           "joins tensors along an existing axis (dtypes promote)"));
+    r.push_back(structural("stack", op_family::join, 1, -1, {axis_attr(attr_value(0), "where the new axis goes")}, true,
+                           shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) { return kiln::stack(tensor_vector(in), int_attr(a, "axis")); },
+                           [](std::span<const tensor_spec> in, const attributes& a) { return concat_shape_rule(in, a, true); },
+                           "joins tensors of one shape along a new axis"));
+
+    // Outer products, scans, sorting, repetition and indexing: evaluated shape rules.
+    auto evaluated = [&](op_kernel k, std::string n, op_family f, int arity, std::vector<attr_spec> attrs, bool diff,
+                         std::string summary) {
+        r.push_back(structural(std::move(n), f, arity, arity, std::move(attrs), diff, shape_rule::evaluated, k,
+                               nullptr, std::move(summary)));
+    };
+    auto closed = [&](op_kernel k, std::string n, op_family f, int arity, std::vector<attr_spec> attrs, bool diff,
+                      std::string summary, auto rule) {
+        r.push_back(structural(std::move(n), f, arity, arity, std::move(attrs), diff, shape_rule::closed, k, rule,
+                               std::move(summary)));
+    };
+    evaluated([](std::span<const tensor> in, const attributes&) { return kiln::outer(in[0], in[1]); }, 
+        "outer", op_family::linalg, 2, {}, true, "the outer product of two vectors");
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::einsum(a.text("equation"), in[0], in[1]);
+    }, "einsum", op_family::linalg, 2, {{"equation", ar::text, true, std::nullopt, "the subscripts, as 'ij,jk->ik'"}},
+       true, "Einstein summation over two operands", &einsum_shape_rule);
+    // Scans: ops::scan's own shape and dtype rule (a closed rule: nothing computed).
+    const std::vector<attr_spec> scan_attrs{axis_attr(std::nullopt, "the axis to scan"),
+                                            {"reverse", ar::boolean, false, attr_value(false), "scan from the end of the axis"}};
+    r.push_back(structural("cumsum", op_family::reduction, 1, 1, scan_attrs, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return kiln::cumsum(in[0], int_attr(a, "axis"), a.boolean("reverse"));
+                           },
+                           &scan_shape_rule<ops::scan_kind::sum>, "running sums along an axis (integers and bools give int64)"));
+    r.push_back(structural("cumprod", op_family::reduction, 1, 1, scan_attrs, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return kiln::cumprod(in[0], int_attr(a, "axis"), a.boolean("reverse"));
+                           },
+                           &scan_shape_rule<ops::scan_kind::prod>, "running products along an axis (integers and bools give int64)"));
+    const std::vector<attr_spec> sort_attrs{axis_attr(attr_value(-1), "the axis to sort along"),
+                                            {"descending", ar::boolean, false, attr_value(false), "largest first"}};
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::sort(in[0], int_attr(a, "axis"), a.boolean("descending"));
+    }, "sort", op_family::indexing, 1, sort_attrs, true, "sorted along an axis (stable; NaN last)", &sort_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::argsort(in[0], int_attr(a, "axis"), a.boolean("descending"));
+    }, "argsort", op_family::indexing, 1, sort_attrs, false, "the indices that sort along an axis (int64)", &argsort_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        const std::vector<std::int64_t> v = a.integers("reps");
+        return kiln::tile(in[0], std::vector<std::ptrdiff_t>(v.begin(), v.end()));
+    }, "tile", op_family::join, 1, {{"reps", ar::integers, true, std::nullopt, "repetitions per axis"}}, true,
+       "the tensor repeated as whole blocks (numpy.tile)", &tile_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return a.has("axis") ? kiln::repeat(in[0], a.integer("repeats"), int_attr(a, "axis")) : kiln::repeat(in[0], a.integer("repeats"));
+    }, "repeat", op_family::join, 1,
+       {{"repeats", ar::integer, true, std::nullopt, "copies of each element"},
+        {"axis", ar::integer, false, std::nullopt, "the axis; the flattened tensor when absent"}},
+       true, "each element repeated (numpy.repeat)", &repeat_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::pad(in[0], pad_widths_of(a), a.number("value"));
+    }, "pad", op_family::join, 1,
+       {{"widths", ar::integers, true, std::nullopt, "before, after pairs for the leading axes"},
+        {"value", ar::number, false, attr_value(0.0), "the fill value"}},
+       true, "constant padding (numpy.pad)", &pad_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::index_select(in[0], int_attr(a, "axis"), in[1]);
+    }, "index_select", op_family::indexing, 2, {axis_attr(std::nullopt, "the axis to gather along")}, true,
+       "the entries at an integer index tensor along an axis (inputs x, index)", &index_select_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return kiln::take_along_axis(in[0], in[1], int_attr(a, "axis"));
+    }, "take_along_axis", op_family::indexing, 2, {axis_attr(std::nullopt, "the axis to gather along")}, true,
+       "gathers with an index of the input's rank (inputs x, index)", &take_along_axis_shape_rule);
+    evaluated([](std::span<const tensor> in, const attributes& a) {
+        return kiln::scatter_add(in[0], int_attr(a, "axis"), in[1], in[2]);
+    }, "scatter_add", op_family::indexing, 3, {axis_attr(std::nullopt, "the axis to scatter along")}, true,
+       "x with src added at index along an axis (inputs x, index, src)");
+    r.push_back(structural("masked_select", op_family::indexing, 2, 2, {}, true, shape_rule::data_dependent,
+                           [](std::span<const tensor> in, const attributes&) { return kiln::masked_select(in[0], in[1]); },
+                           nullptr, "the elements where a bool mask holds, as a vector (inputs x, mask)"));
+
+    // Normalizations.
+    r.push_back(structural("softmax", op_family::activation, 1, 1, {axis_attr(attr_value(-1), "the axis to normalize")},
+                           true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) { return nn::softmax(in[0], int_attr(a, "axis")); },
+                           &softmax_shape_rule, "exp(x) / sum(exp(x)) along an axis"));
+    r.push_back(structural("log_softmax", op_family::activation, 1, 1,
+                           {axis_attr(attr_value(-1), "the axis to normalize")}, true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               return nn::log_softmax(in[0], int_attr(a, "axis"));
+                           },
+                           &softmax_shape_rule, "log(softmax(x)) along an axis, computed stably"));
+    return r;
+}
+
+}  // namespace detail
+
+}  // namespace kiln
