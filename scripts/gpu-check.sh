@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks in one run (docs/gpu.md): builds with nvcc for sm_90 the device tests (test/gpu.cpp for eager mode,
-# test/gpu_modes.cpp for graph mode, sessions and traced functions), the Thrust
+# The GPU checks in one run (docs/gpu.md): builds with nvcc for sm_90 the device tests (test/gpu_cuda.cpp: test/gpu.cpp
+# for eager mode and test/gpu_modes.cpp for graph mode, sessions and traced functions, in one unit), the Thrust
 # lowering tests (test/thrust_lowering.cpp), the GPU example (examples/07_gpu.cpp) and the device benchmark
 # (bench/gpu_eager.cpp), compiles in parallel, then runs them all on this machine's GPU and prints the figures.
 # Meant to finish in under 8 minutes on a machine with a GPU and 16 cores.
@@ -32,13 +32,12 @@ build() {  # name source [extra flags...]
     return 1
   fi
 }
-build test_gpu test/gpu.cpp & p1=$!
-build test_gpu_modes test/gpu_modes.cpp & p5=$!
+build test_gpu test/gpu_cuda.cpp & p1=$!
 build test_thrust test/thrust_lowering.cpp & p2=$!
 build 07_gpu examples/07_gpu.cpp & p3=$!
 build gpu_eager bench/gpu_eager.cpp -O3 & p4=$!
 fail=0
-for p in $p1 $p2 $p3 $p4 $p5; do wait "$p" || fail=1; done
+for p in $p1 $p2 $p3 $p4; do wait "$p" || fail=1; done
 warnings=$(grep -h -c "warning" "$out"/*.build.log 2>/dev/null | paste -sd+ | bc 2>/dev/null || echo "?")
 echo "nvcc warnings across the builds: $warnings"
 
@@ -56,7 +55,6 @@ run() {  # name [args...]
   fi
 }
 run test_gpu
-run test_gpu_modes
 run test_thrust
 run 07_gpu
 run gpu_eager

@@ -1,6 +1,7 @@
 // Eager tensors on kiln's GPU device (kiln::cuda), checked against the same ops on the CPU.
 // Built twice by the test command: with g++ on Thrust's OpenMP device system (the emulated device, host memory: runs
-// on every machine) and with nvcc -arch=sm_90 (runs where a GPU exists and exits with 77, "skipped", where none does).
+// on every machine) and with nvcc -arch=sm_90 through test/gpu_cuda.cpp (runs where a GPU exists and exits with 77,
+// "skipped", where none does).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -365,6 +366,7 @@ TEST_CASE("memory statistics count device allocations") {
     kiln::empty_cache();
 }
 
+#ifndef KILN_GPU_TEST_NO_MAIN  // (test/gpu_cuda.cpp builds this file with test/gpu_modes.cpp and its own main)
 int main(int argc, char** argv) {
     if (!kiln::cuda_available()) {
         std::printf("test_gpu: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
@@ -374,3 +376,4 @@ int main(int argc, char** argv) {
     doctest::Context ctx(argc, argv);
     return ctx.run();
 }
+#endif

@@ -1,6 +1,7 @@
 // Graph mode (kiln::run, run_into, kiln::session) and traced functions on kiln's GPU device, against the same on the
 // CPU, and their device errors. Built twice by the test command, as test/gpu.cpp: with g++ on Thrust's OpenMP device
-// system (the emulated device: runs everywhere) and with nvcc -arch=sm_90 (runs where a GPU exists; exit 77 elsewhere).
+// system (the emulated device: runs everywhere) and with nvcc -arch=sm_90 through test/gpu_cuda.cpp (runs where a GPU
+// exists; exit 77 elsewhere).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -320,6 +321,7 @@ TEST_CASE("a device session refuses host feeds, and its gradients carry their de
     CHECK_THROWS_AS(kiln::session(1, kiln::device{kiln::device_type::cuda, 2}), kiln::device_error);
 }
 
+#ifndef KILN_GPU_TEST_NO_MAIN  // (test/gpu_cuda.cpp builds this file with test/gpu.cpp and its own main)
 int main(int argc, char** argv) {
     if (!kiln::cuda_available()) {
         std::printf("test_gpu_modes: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
@@ -329,3 +331,4 @@ int main(int argc, char** argv) {
     doctest::Context ctx(argc, argv);
     return ctx.run();
 }
+#endif

@@ -1,0 +1,18 @@
+// The nvcc build of the device tests: test/gpu.cpp (eager mode) and test/gpu_modes.cpp (graph mode, sessions, traced
+// functions) in one translation unit, so that the eager kernels both use are compiled once (nvcc's device passes,
+// cicc and ptxas, cost most of the build; two units took 543 s of one core here). Built by the test command as the
+// target test_gpu_cuda and run where a GPU exists (exit 77, "skipped", elsewhere). The emulated device builds the two
+// files separately with g++ (test_gpu_emulated, test_gpu_modes).
+#define KILN_GPU_TEST_NO_MAIN
+#include "gpu.cpp"
+#include "gpu_modes.cpp"
+
+int main(int argc, char** argv) {
+    if (!kiln::cuda_available()) {
+        std::printf("test_gpu_cuda: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
+        return 77;
+    }
+    std::printf("test_gpu_cuda: running on %s\n", kiln::cuda_emulated() ? "the emulated device (Thrust's OpenMP system)" : "CUDA");
+    doctest::Context ctx(argc, argv);
+    return ctx.run();
+}
