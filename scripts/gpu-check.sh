@@ -2,7 +2,9 @@
 # The GPU checks in one run (docs/gpu.md): builds with nvcc for sm_90 the device tests (test/gpu_cuda.cpp: test/gpu.cpp
 # for eager mode and test/gpu_modes.cpp for graph mode, sessions and traced functions, in one unit), the Thrust
 # lowering tests (test/thrust_lowering.cpp), the GPU example (examples/07_gpu.cpp) and the device benchmark
-# (bench/gpu_eager.cpp), compiles in parallel, then runs them all on this machine's GPU and prints the figures.
+# (bench/gpu_eager.cpp), and, where MPI and NCCL are installed, the data-parallel test with NCCL
+# (test/distributed_train.cpp, one rank), compiles in parallel, then runs them all on this machine's GPU and prints
+# the figures.
 # Meant to finish in under 8 minutes on a machine with a GPU and 16 cores.
 #
 # Needs nvcc (CUDA 12 or later, with CCCL and cuBLAS) and the headers kiln includes: xtensor, xsimd, xtl and doctest.
@@ -36,8 +38,15 @@ build test_gpu test/gpu_cuda.cpp & p1=$!
 build test_thrust test/thrust_lowering.cpp & p2=$!
 build 07_gpu examples/07_gpu.cpp & p3=$!
 build gpu_eager bench/gpu_eager.cpp -O3 & p4=$!
+# The data-parallel test with NCCL for GPU tensors, where MPI (mpicxx) and NCCL are installed.
+p5=
+if command -v mpicxx >/dev/null && [ -e "$(dirname "$nvcc")/../include/nccl.h" ]; then
+  build distributed_nccl test/distributed_train.cpp -DKILN_NCCL=1 $(mpicxx --showme:compile) -lnccl $(mpicxx --showme:link) & p5=$!
+else
+  echo "(no mpicxx or no nccl.h: the NCCL data-parallel test is not built)"
+fi
 fail=0
-for p in $p1 $p2 $p3 $p4; do wait "$p" || fail=1; done
+for p in $p1 $p2 $p3 $p4 $p5; do wait "$p" || fail=1; done
 warnings=$(grep -h -c "warning" "$out"/*.build.log 2>/dev/null | paste -sd+ | bc 2>/dev/null || echo "?")
 echo "nvcc warnings across the builds: $warnings"
 
@@ -58,5 +67,9 @@ run test_gpu
 run test_thrust
 run 07_gpu
 run gpu_eager
+if [ -n "$p5" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for mode in collectives eager function graph; do run distributed_nccl "$mode" cuda; done
+fi
 echo "== gpu-check done in $(( $(date +%s) - start )) s; $([ $fail -eq 0 ] && echo 'all passed' || echo 'FAILURES above')"
 exit $fail

@@ -5,6 +5,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "gpu_main.hpp"
+
 #include <kiln/eager/eager.hpp>
 #include <kiln/nn/layers.hpp>
 #include <kiln/nn/optim.hpp>
@@ -367,13 +369,5 @@ TEST_CASE("memory statistics count device allocations") {
 }
 
 #ifndef KILN_GPU_TEST_NO_MAIN  // (test/gpu_cuda.cpp builds this file with test/gpu_modes.cpp and its own main)
-int main(int argc, char** argv) {
-    if (!kiln::cuda_available()) {
-        std::printf("test_gpu: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
-        return 77;
-    }
-    std::printf("test_gpu: running on %s\n", kiln::cuda_emulated() ? "the emulated device (Thrust's OpenMP system)" : "CUDA");
-    doctest::Context ctx(argc, argv);
-    return ctx.run();
-}
+int main(int argc, char** argv) { return kiln_test::gpu_main("test_gpu", argc, argv); }
 #endif

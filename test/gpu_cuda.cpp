@@ -7,12 +7,4 @@
 #include "gpu.cpp"
 #include "gpu_modes.cpp"
 
-int main(int argc, char** argv) {
-    if (!kiln::cuda_available()) {
-        std::printf("test_gpu_cuda: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
-        return 77;
-    }
-    std::printf("test_gpu_cuda: running on %s\n", kiln::cuda_emulated() ? "the emulated device (Thrust's OpenMP system)" : "CUDA");
-    doctest::Context ctx(argc, argv);
-    return ctx.run();
-}
+int main(int argc, char** argv) { return kiln_test::gpu_main("test_gpu_cuda", argc, argv); }

@@ -5,6 +5,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "gpu_main.hpp"
+
 #include <kiln/io.hpp>
 #include <kiln/kiln.hpp>
 
@@ -322,13 +324,5 @@ TEST_CASE("a device session refuses host feeds, and its gradients carry their de
 }
 
 #ifndef KILN_GPU_TEST_NO_MAIN  // (test/gpu_cuda.cpp builds this file with test/gpu.cpp and its own main)
-int main(int argc, char** argv) {
-    if (!kiln::cuda_available()) {
-        std::printf("test_gpu_modes: skipped: no CUDA device on this machine (kiln::cuda_available() is false)\n");
-        return 77;
-    }
-    std::printf("test_gpu_modes: running on %s\n", kiln::cuda_emulated() ? "the emulated device (Thrust's OpenMP system)" : "CUDA");
-    doctest::Context ctx(argc, argv);
-    return ctx.run();
-}
+int main(int argc, char** argv) { return kiln_test::gpu_main("test_gpu_modes", argc, argv); }
 #endif

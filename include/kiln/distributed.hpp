@@ -25,6 +25,14 @@
 // data-parallel training step is still one call. kiln::session steps average their gradients through
 // all_reduce_gradients(session). Tensors of every dtype; reductions of bools are logical (or for sum and max, and
 // for min).
+//
+// Tensors on kiln's GPU device (kiln::cuda) take part in every collective, in every mode (docs/distributed.md):
+// - with NCCL (compile with KILN_NCCL=1 and link libnccl; the CMake target kiln::nccl does both), their memory goes
+//   through NCCL on the device's stream, with one communicator per job made from an id that rank 0 broadcasts over
+//   MPI; the host does not wait for the collective;
+// - without NCCL (and on the emulated device), their bytes are copied to the host, reduced by MPI and copied back.
+// Every rank must pass a tensor on the same kind of device (the signature check compares devices too). Each rank
+// uses its cuda:0: give each rank its own GPU with CUDA_VISIBLE_DEVICES (NCCL refuses two ranks on one GPU).
 // (MPI's C API only: the deprecated C++ bindings would come with the header otherwise.)
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
@@ -50,6 +58,14 @@
 #include <vector>
 
 #include "kiln.hpp"
+
+// NCCL for GPU tensors: only in nvcc builds of the GPU device that ask for it.
+#if KILN_HAS_GPU && KILN_GPU_CUDA && defined(KILN_NCCL) && KILN_NCCL
+#include <nccl.h>
+#define KILN_DISTRIBUTED_NCCL 1
+#else
+#define KILN_DISTRIBUTED_NCCL 0
+#endif
 
 namespace kiln {
 
@@ -80,6 +96,9 @@ using kiln::detail::error_prefix;
 struct process_state {
     bool initialized_here = false;
     bool checks = true;
+#if KILN_DISTRIBUTED_NCCL
+    ncclComm_t nccl = nullptr;  // made at the first collective on a GPU tensor
+#endif
 };
 inline process_state& state() {
     static process_state s;
@@ -128,9 +147,21 @@ inline void on_terminate() {
     abort_job(why);
 }
 
-inline void finalize_at_exit() {
+// Finalizes MPI where kiln initialized it. The NCCL communicator is destroyed first when the program ends its MPI
+// scope (environment's destructor, run's end); at exit (`at_exit`) the CUDA runtime may already be gone, so it is
+// left to the process's end there.
+inline void finalize(bool at_exit) {
+#if KILN_DISTRIBUTED_NCCL
+    if (!at_exit && state().nccl) {
+        ncclCommDestroy(state().nccl);
+        state().nccl = nullptr;
+    }
+#else
+    (void)at_exit;
+#endif
     if (mpi_active() && state().initialized_here) MPI_Finalize();
 }
+inline void finalize_at_exit() { finalize(true); }
 
 inline void check(int rc, const char* entry) {
     if (rc == MPI_SUCCESS) return;
@@ -190,8 +221,9 @@ inline MPI_Op mpi_op(reduce_op op, dtype d) {
 
 // What a rank passes to a collective: the collective, its detail (a reduction or root), and a tensor's dtype and
 // shape (or a count and a digest of names).
+// (v: the collective, its detail, the dtype, the rank, the kind of device, then the extents.)
 struct signature {
-    std::array<std::int64_t, 4 + max_rank> v{};
+    std::array<std::int64_t, 5 + max_rank> v{};
 
     static signature of(int collective, std::int64_t detail, const tensor& t) {
         signature s;
@@ -199,7 +231,8 @@ struct signature {
         s.v[1] = detail;
         s.v[2] = static_cast<std::int64_t>(t.dtype());
         s.v[3] = t.dim();
-        for (int i = 0; i < t.dim(); ++i) s.v[4 + static_cast<std::size_t>(i)] = t.shape()[i];
+        s.v[4] = static_cast<std::int64_t>(t.device().type);
+        for (int i = 0; i < t.dim(); ++i) s.v[5 + static_cast<std::size_t>(i)] = t.shape()[i];
         return s;
     }
 };
@@ -220,9 +253,10 @@ inline std::string describe(const std::int64_t* v) {
     s += v[0] == 1 ? "(" + std::string(name(static_cast<reduce_op>(v[1]))) + ")" : v[0] == 2 ? "(root " + std::to_string(v[1]) + ")" : "";
     dims d;
     d.rank = static_cast<int>(v[3]);
-    for (int i = 0; i < d.rank && i < max_rank; ++i) d[i] = v[4 + i];
+    for (int i = 0; i < d.rank && i < max_rank; ++i) d[i] = v[5 + i];
     const auto dt = static_cast<dtype>(v[2]);
-    return s + " on " + to_string(d) + " " + std::string(kiln::name(dt));
+    const bool gpu = v[4] != static_cast<std::int64_t>(device_type::cpu);
+    return s + " on " + to_string(d) + " " + std::string(kiln::name(dt)) + (gpu ? " (cuda)" : "");
 }
 
 // Compares every rank's signature with one MPI_Allgather; ranks that disagree throw, on every rank, naming each
@@ -243,11 +277,129 @@ inline void check_signatures(const signature& mine, const char* entry) {
     throw distributed_error(error_prefix("distributed_error", entry) + "the ranks disagree on the collective (" + text + ")");
 }
 
-inline void require_host(const tensor& t, const char* entry) {
+// The tensor exists and lives on a device of this build.
+inline void require_usable(const tensor& t, const char* entry) {
     t.check_valid(entry);
-    if (!(t.device() == kiln::cpu))
+    if (t.device().type != device_type::cpu && !gpu_compiled_in)
         throw device_error(error_prefix("device_error", entry) + "the tensor lives on " + to_string(t.device()) +
-                           "; MPI collectives take host tensors");
+                           ", and this build has no GPU device");
+}
+
+// Divides n floating values in host memory by `by`.
+inline void divide_host(void* data, dtype d, std::ptrdiff_t n, double by) {
+    kiln::detail::dispatch(d, [&]<class T>() {
+        if constexpr (std::is_floating_point_v<T>) {
+            T* p = static_cast<T*>(data);
+            for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / by);
+        }
+    });
+}
+
+// GPU tensors without NCCL (and on the emulated device): `f(host)` on a host copy of the contiguous device tensor c's
+// bytes, copied back into c when `write_back`.
+#if KILN_HAS_GPU
+template <class F>
+void staged(const tensor& c, bool write_back, F&& f) {
+    const std::size_t bytes = static_cast<std::size_t>(c.numel()) * c.itemsize();
+    std::vector<std::byte> host(bytes);
+    backend::gpu_memory::to_host(host.data(), c.raw_data(), bytes, c.device().index);
+    f(static_cast<void*>(host.data()));
+    if (write_back) backend::gpu_memory::from_host(c.raw_data(), host.data(), bytes, c.device().index);
+}
+#endif
+
+#if KILN_DISTRIBUTED_NCCL
+inline void check_nccl(ncclResult_t rc, const char* entry) {
+    if (rc == ncclSuccess || rc == ncclInProgress) return;
+    throw distributed_error(error_prefix("distributed_error", entry) + "NCCL failed: " + ncclGetErrorString(rc) +
+                            (rc == ncclInvalidUsage || rc == ncclSystemError ? std::string(" (") + ncclGetLastError(nullptr) + ")" : ""));
+}
+// The job's NCCL communicator, made at the first GPU collective (every rank reaches it at the same collective: the
+// signatures were compared first): rank 0's unique id is broadcast over MPI.
+inline ncclComm_t nccl_comm(const char* entry) {
+    process_state& s = state();
+    if (s.nccl) return s.nccl;
+    ncclUniqueId id{};
+    if (world_rank_or(0) == 0) check_nccl(ncclGetUniqueId(&id), entry);
+    check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD), entry);
+    backend::gpu_memory::check_cuda(entry, cudaSetDevice(0));
+    ncclComm_t comm = nullptr;
+    check_nccl(ncclCommInitRank(&comm, world_size_or(1), id, world_rank_or(0)), entry);
+    s.nccl = comm;
+    return comm;
+}
+inline ncclDataType_t nccl_type(dtype d) {
+    switch (d) {
+        case dtype::boolean: return ncclUint8;
+        case dtype::int32: return ncclInt32;
+        case dtype::int64: return ncclInt64;
+        case dtype::float32: return ncclFloat32;
+        case dtype::float64: return ncclFloat64;
+    }
+    return ncclFloat32;
+}
+inline ncclRedOp_t nccl_op(reduce_op op, dtype d) {
+    if (d == dtype::boolean) return op == reduce_op::min ? ncclMin : ncclMax;  // (0 and 1: logical and, or)
+    switch (op) {
+        case reduce_op::sum: return ncclSum;
+        case reduce_op::mean: return ncclAvg;
+        case reduce_op::max: return ncclMax;
+        case reduce_op::min: return ncclMin;
+    }
+    return ncclSum;
+}
+inline cudaStream_t nccl_stream(const tensor& t) { return backend::gpu_memory::stream(t.device().index); }
+#endif
+
+// c = the reduction of c over the ranks, in place; c is contiguous and not empty.
+inline void reduce_contiguous(tensor& c, reduce_op op, const char* entry) {
+    auto on_host = [&](void* p) {
+        check(MPI_Allreduce(MPI_IN_PLACE, p, static_cast<int>(c.numel()), mpi_type(c.dtype()), mpi_op(op, c.dtype()), MPI_COMM_WORLD), entry);
+        if (op == reduce_op::mean) divide_host(p, c.dtype(), c.numel(), world_size_or(1));
+    };
+    if (c.device().type == device_type::cpu) return on_host(c.raw_data());
+#if KILN_DISTRIBUTED_NCCL
+    check_nccl(ncclAllReduce(c.raw_data(), c.raw_data(), static_cast<std::size_t>(c.numel()), nccl_type(c.dtype()),
+                             nccl_op(op, c.dtype()), nccl_comm(entry), nccl_stream(c)),
+               entry);
+#elif KILN_HAS_GPU
+    staged(c, true, on_host);
+#endif
+}
+
+// c = root's c, in place; c is contiguous and not empty.
+inline void broadcast_contiguous(tensor& c, int root, const char* entry) {
+    auto on_host = [&](void* p) {
+        check(MPI_Bcast(p, static_cast<int>(c.numel()), mpi_type(c.dtype()), root, MPI_COMM_WORLD), entry);
+    };
+    if (c.device().type == device_type::cpu) return on_host(c.raw_data());
+#if KILN_DISTRIBUTED_NCCL
+    check_nccl(ncclBroadcast(c.raw_data(), c.raw_data(), static_cast<std::size_t>(c.numel()), nccl_type(c.dtype()), root,
+                             nccl_comm(entry), nccl_stream(c)),
+               entry);
+#elif KILN_HAS_GPU
+    staged(c, true, on_host);
+#endif
+}
+
+// out = every rank's c in rank order; c is contiguous and not empty, out contiguous on c's device.
+inline void gather_contiguous(const tensor& c, tensor& out, const char* entry) {
+    const int count = static_cast<int>(c.numel());
+    if (c.device().type == device_type::cpu) {
+        check(MPI_Allgather(c.raw_data(), count, mpi_type(c.dtype()), out.raw_data(), count, mpi_type(c.dtype()), MPI_COMM_WORLD), entry);
+        return;
+    }
+#if KILN_DISTRIBUTED_NCCL
+    check_nccl(ncclAllGather(c.raw_data(), out.raw_data(), static_cast<std::size_t>(c.numel()), nccl_type(c.dtype()),
+                             nccl_comm(entry), nccl_stream(c)),
+               entry);
+#elif KILN_HAS_GPU
+    staged(c, false, [&](void* mine) {
+        staged(out, true, [&](void* all) {
+            check(MPI_Allgather(mine, count, mpi_type(c.dtype()), all, count, mpi_type(c.dtype()), MPI_COMM_WORLD), entry);
+        });
+    });
+#endif
 }
 
 // While kiln::function traces: `f(t)` recorded as an effect that writes into t, run at every call in program order.
@@ -282,7 +434,7 @@ public:
     environment(int& argc, char**& argv) { detail::ensure_initialized(&argc, &argv); }
     environment(const environment&) = delete;
     environment& operator=(const environment&) = delete;
-    ~environment() { detail::finalize_at_exit(); }
+    ~environment() { detail::finalize(false); }
 };
 
 inline int rank() {
@@ -323,23 +475,11 @@ inline void all_reduce_in_place(tensor& t, reduce_op op = reduce_op::sum) {
                           std::string(kiln::name(t.dtype())) + " (reduce with sum, or convert with .to())");
     if (kiln::detail::active_tracer) [[unlikely]]
         return detail::record_in_place("all_reduce", "op=" + std::string(name(op)), t, [op](tensor& o) { all_reduce_in_place(o, op); });
-    detail::require_host(t, entry);
+    detail::require_usable(t, entry);
     detail::ensure_initialized();
     detail::check_signatures(detail::signature::of(1, static_cast<std::int64_t>(op), t), entry);
     detail::on_contiguous(t, [&](tensor& c) {
-        if (c.numel() == 0) return;
-        detail::check(MPI_Allreduce(MPI_IN_PLACE, c.raw_data(), static_cast<int>(c.numel()), detail::mpi_type(c.dtype()),
-                                    detail::mpi_op(op, c.dtype()), MPI_COMM_WORLD),
-                      entry);
-        if (op == reduce_op::mean) {
-            const double n = detail::world_size_or(1);
-            kiln::detail::dispatch(c.dtype(), [&]<class T>() {
-                if constexpr (std::is_floating_point_v<T>) {
-                    T* p = c.data<T>();
-                    for (std::ptrdiff_t i = 0; i < c.numel(); ++i) p[i] = static_cast<T>(p[i] / n);
-                }
-            });
-        }
+        if (c.numel() > 0) detail::reduce_contiguous(c, op, entry);
     });
 }
 
@@ -355,7 +495,7 @@ inline void broadcast(tensor& t, int root = 0) {
     constexpr const char* entry = "distributed::broadcast";
     if (kiln::detail::active_tracer) [[unlikely]]
         return detail::record_in_place("broadcast", "root=" + std::to_string(root), t, [root](tensor& o) { broadcast(o, root); });
-    detail::require_host(t, entry);
+    detail::require_usable(t, entry);
     detail::ensure_initialized();
     const int n = detail::world_size_or(1);
     if (root < 0 || root >= n)
@@ -363,8 +503,7 @@ inline void broadcast(tensor& t, int root = 0) {
                                 " is not a rank of this job of " + std::to_string(n));
     detail::check_signatures(detail::signature::of(2, root, t), entry);
     detail::on_contiguous(t, [&](tensor& c) {
-        if (c.numel() == 0) return;
-        detail::check(MPI_Bcast(c.raw_data(), static_cast<int>(c.numel()), detail::mpi_type(c.dtype()), root, MPI_COMM_WORLD), entry);
+        if (c.numel() > 0) detail::broadcast_contiguous(c, root, entry);
     });
 }
 
@@ -381,7 +520,7 @@ inline tensor all_gather(const tensor& t) {
     shape[0] = n;
     for (int i = 0; i < t.dim(); ++i) shape[i + 1] = t.shape()[i];
     if (kiln::detail::active_tracer) [[unlikely]] {
-        tensor out = zeros(shape, t.dtype());
+        tensor out = zeros(shape, t.dtype(), t.device());
         const tensor both[2] = {out, t};
         kiln::detail::active_tracer->record_effect("all_gather", "", both, [](std::span<const tensor> in, auto) {
             tensor o = in[0];
@@ -389,18 +528,15 @@ inline tensor all_gather(const tensor& t) {
         });
         return out;
     }
-    detail::require_host(t, entry);
+    detail::require_usable(t, entry);
     detail::check_signatures(detail::signature::of(3, 0, t), entry);
-    tensor out(t.dtype(), shape);
+    tensor out(t.dtype(), shape, t.device());
     const tensor c = t.contiguous();
-    if (c.numel() > 0)
-        detail::check(MPI_Allgather(c.raw_data(), static_cast<int>(c.numel()), detail::mpi_type(c.dtype()), out.raw_data(),
-                                    static_cast<int>(c.numel()), detail::mpi_type(c.dtype()), MPI_COMM_WORLD),
-                      entry);
+    if (c.numel() > 0) detail::gather_contiguous(c, out, entry);
     return out;
 }
 
-// The mean over the ranks of each tensor (gradients), through one all-reduce per dtype and bucket of at most
+// The mean over the ranks of each tensor (gradients), through one all-reduce per dtype, device and bucket of at most
 // `bucket_bytes`: the tensors are packed into one contiguous buffer, summed in place, and unpacked as views of it.
 // With `weight` (a rank's rows in its shard of the global batch) the mean is weighted, sum_r(w_r g_r) / sum_r(w_r):
 // the global batch's gradient when each rank's loss is a mean over its own rows and the shards are uneven.
@@ -417,14 +553,15 @@ std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::optional
         if (done[first]) continue;
         ts[first].check_valid(entry);
         const dtype d = ts[first].dtype();
+        const kiln::device dev = ts[first].device();
         if (!kiln::detail::is_floating(d))
             throw dtype_error(detail::error_prefix("dtype_error", entry) + "tensor " + std::to_string(first) + " is " +
                               std::string(kiln::name(d)) + "; a mean needs floating tensors");
-        // The tensors of this dtype, in order, up to the bucket's size (one at least).
+        // The tensors of this dtype and device, in order, up to the bucket's size (one at least).
         std::vector<std::size_t> members;
         std::size_t bytes = 0;
         for (std::size_t i = first; i < ts.size(); ++i) {
-            if (done[i] || ts[i].dtype() != d) continue;
+            if (done[i] || ts[i].dtype() != d || !(ts[i].device() == dev)) continue;
             ts[i].check_valid(entry);
             const std::size_t b = static_cast<std::size_t>(ts[i].numel()) * ts[i].itemsize();
             if (!members.empty() && bytes + b > bucket_bytes) break;
@@ -437,7 +574,7 @@ std::vector<tensor> all_reduce_mean(const std::vector<tensor>& ts, std::optional
             const dtensor flat = ts[i].reshape({-1});
             parts.push_back(weight ? flat * *weight : flat);
         }
-        if (weight) parts.push_back(full({1}, *weight, d));
+        if (weight) parts.push_back(full({1}, *weight, d, dev));
         tensor bucket = parts.size() == 1 ? parts[0].clone() : concat(parts, 0);
         all_reduce_in_place(bucket, reduce_op::sum);
         std::ptrdiff_t at = 0;
@@ -491,43 +628,92 @@ inline void broadcast_parameters(session& s, int root = 0) {
     for (const std::string& n : names) broadcast(s.parameter(n), root);
 }
 
+namespace detail {
+
+// A device gradient's memory as a flat tensor (the session owns it).
+inline tensor borrow(const session::gradient& g) {
+    auto st = std::make_shared<kiln::detail::storage>();
+    st->data = static_cast<std::byte*>(g.data);
+    st->bytes = static_cast<std::size_t>(g.numel) * size_of(g.dtype);
+    st->dev = g.device;
+    return tensor(std::move(st), g.dtype, dims{g.numel}, dims{1}, 0);
+}
+
+// all_reduce_gradients for gradients in host memory: packed into `bucket` (n values and the weight), summed, unpacked.
+inline void reduce_host_gradients(std::span<const session::gradient> gs, tensor& bucket, double w) {
+    const dtype d = gs[0].dtype;
+    std::ptrdiff_t n = 0;
+    for (const session::gradient& g : gs) n += g.numel;
+    if (bucket.numel() != n + 1 || bucket.dtype() != d || !(bucket.device() == kiln::cpu)) bucket = tensor(d, dims{n + 1});
+    kiln::detail::dispatch(d, [&]<class T>() {
+        if constexpr (std::is_floating_point_v<T>) {
+            T* b = bucket.data<T>();
+            std::ptrdiff_t at = 0;
+            for (const session::gradient& g : gs) {
+                const T* p = static_cast<const T*>(g.data);
+                for (std::ptrdiff_t i = 0; i < g.numel; ++i) b[at + i] = static_cast<T>(p[i] * w);
+                at += g.numel;
+            }
+            b[n] = static_cast<T>(w);
+            all_reduce_in_place(bucket, reduce_op::sum);
+            const T total = b[n];
+            at = 0;
+            for (const session::gradient& g : gs) {
+                T* p = static_cast<T*>(g.data);
+                for (std::ptrdiff_t i = 0; i < g.numel; ++i) p[i] = b[at + i] / total;
+                at += g.numel;
+            }
+        }
+    });
+}
+
+// The same for gradients on a GPU: packed, summed and unpacked by device kernels, so that nothing but the collective
+// (NCCL's, or MPI's through the host) leaves the device. (A template on an unused int: its kernels are compiled only
+// where a session on a GPU is all-reduced.)
+template <int N = 0>
+void reduce_device_gradients(std::span<const session::gradient> gs, tensor& bucket, double w) {
+    using dtensor = kiln::detail::dependent_tensor<N>;
+    const dtype d = gs[0].dtype;
+    const kiln::device dev = gs[0].device;
+    std::ptrdiff_t n = 0;
+    for (const session::gradient& g : gs) n += g.numel;
+    if (bucket.numel() != n + 1 || bucket.dtype() != d || !(bucket.device() == dev)) bucket = tensor(d, dims{n + 1}, dev);
+    std::ptrdiff_t at = 0;
+    for (const session::gradient& g : gs) {
+        tensor into = bucket.slice(0, at, at + g.numel);
+        const dtensor part = borrow(g);
+        kiln::detail::copy_into(into, w == 1.0 ? part : part * w);
+        at += g.numel;
+    }
+    tensor last = bucket.slice(0, n, n + 1);
+    kiln::detail::copy_into(last, full({1}, w, d, dev));
+    all_reduce_in_place(bucket, reduce_op::sum);
+    const dtensor total = bucket.slice(0, n, n + 1);
+    at = 0;
+    for (const session::gradient& g : gs) {
+        tensor into = borrow(g);
+        const dtensor part = bucket.slice(0, at, at + g.numel);
+        kiln::detail::copy_into(into, part / total);
+        at += g.numel;
+    }
+}
+
+}  // namespace detail
+
 // Averages a kiln::session's gradients over the ranks in every training step, between their computation and the
 // update (session::on_gradients): one all-reduce of one contiguous bucket per step. With `weight`, called in every
-// step, the mean is weighted by it (a rank's rows; see all_reduce_mean).
+// step, the mean is weighted by it (a rank's rows; see all_reduce_mean). A session on a GPU packs its bucket on the
+// device and reduces it there (through NCCL where it is compiled in).
 inline void all_reduce_gradients(session& s, std::function<double()> weight = {}) {
     detail::ensure_initialized();
     auto bucket = std::make_shared<tensor>();
     s.on_gradients([bucket, weight = std::move(weight)](std::span<const session::gradient> gs) {
         if (gs.empty()) return;
-        if (gs[0].device.type != device_type::cpu)
-            throw device_error("kiln: device_error in 'all_reduce_gradients': the session's gradients live on " +
-                               to_string(gs[0].device) + "; collectives on device memory (NCCL) are not built yet "
-                               "(docs/distributed.md)");
-        const dtype d = gs[0].dtype;
-        std::ptrdiff_t n = 0;
-        for (const session::gradient& g : gs) n += g.numel;
-        if (bucket->numel() != n + 1 || bucket->dtype() != d) *bucket = tensor(d, dims{n + 1});
         const double w = weight ? weight() : 1.0;
-        kiln::detail::dispatch(d, [&]<class T>() {
-            if constexpr (std::is_floating_point_v<T>) {
-                T* b = bucket->data<T>();
-                std::ptrdiff_t at = 0;
-                for (const session::gradient& g : gs) {
-                    const T* p = static_cast<const T*>(g.data);
-                    for (std::ptrdiff_t i = 0; i < g.numel; ++i) b[at + i] = static_cast<T>(p[i] * w);
-                    at += g.numel;
-                }
-                b[n] = static_cast<T>(w);
-                all_reduce_in_place(*bucket, reduce_op::sum);
-                const T total = b[n];
-                at = 0;
-                for (const session::gradient& g : gs) {
-                    T* p = static_cast<T*>(g.data);
-                    for (std::ptrdiff_t i = 0; i < g.numel; ++i) p[i] = b[at + i] / total;
-                    at += g.numel;
-                }
-            }
-        });
+#if KILN_HAS_GPU
+        if (gs[0].device.type != device_type::cpu) return detail::reduce_device_gradients(gs, *bucket, w);
+#endif
+        detail::reduce_host_gradients(gs, *bucket, w);
     });
 }
 

@@ -16,7 +16,7 @@ inline tensor take_rows(const tensor& t, const std::vector<std::ptrdiff_t>& inde
     if (t.dim() == 0) throw shape_error("kiln: shape_error in 'data::take_rows': a scalar has no rows");
     dims shape = t.shape();
     shape[0] = static_cast<std::ptrdiff_t>(index.size());
-    tensor out(t.dtype(), shape);
+    tensor out(t.dtype(), shape, t.device());
     for (std::size_t i = 0; i < index.size(); ++i) {
         if (index[i] < 0 || index[i] >= t.shape()[0])
             throw value_error("kiln: value_error in 'data::take_rows': row " + std::to_string(index[i]) + " is out of range for shape " +
@@ -94,8 +94,9 @@ inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff
 //       for (const kiln::data::batch& b : data) train(b.x, b.y);
 //
 // A batch's tensors are valid until the loader gathers the next one (clone() them to keep them); x and y are
-// shared with the caller, not copied.
-template <class = void>
+// shared with the caller, not copied. x and y may live on a GPU (both on one device): each batch is then gathered
+// there and lives there.
+template <class Unused = void>
 class basic_loader {
 public:
     struct options {
@@ -114,6 +115,9 @@ public:
         if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
             throw shape_error("kiln: shape_error in 'data::loader': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
                               " must have the same number of rows");
+        if (!(x.device() == y.device()))
+            throw device_error("kiln: device_error in 'data::loader': x lives on " + to_string(x.device()) + " and y on " +
+                               to_string(y.device()) + "; move both to one device (.to(device))");
         detail::check_shard(o.shard, batch_size, "data::loader");
         rows_ = x.shape()[0];
         order_.resize(static_cast<std::size_t>(rows_));
@@ -163,6 +167,12 @@ public:
 
 private:
     static void copy_rows(const tensor& src, tensor& dst, const std::ptrdiff_t* rows, std::ptrdiff_t n) {
+        if (src.device().type != device_type::cpu) {  // data on a GPU: the rows are gathered there (index_select)
+            tensor index(dtype::int64, dims{n});
+            std::copy(rows, rows + n, index.data<std::int64_t>());
+            kiln::detail::copy_into(dst, index_select<std::is_void_v<Unused> ? 0 : 0>(src, 0, index.to(src.device())));
+            return;
+        }
         const std::size_t row_bytes = static_cast<std::size_t>(src.numel() / std::max<std::ptrdiff_t>(src.shape()[0], 1)) *
                                       src.itemsize();
         if (src.is_contiguous()) {
@@ -185,7 +195,7 @@ private:
             if (buf.numel() == 0 && src.numel() > 0) {
                 dims s = src.shape();
                 s[0] = size_;
-                buf = tensor(src.dtype(), s);
+                buf = tensor(src.dtype(), s, src.device());
             }
             view = n == size_ ? buf : buf.slice(0, 0, n);
             copy_rows(src, view, order_.data() + first, n);

@@ -40,49 +40,11 @@
 #include "plan.hpp"
 #include "rules.hpp"
 #include "run.hpp"
+#include "training_step.hpp"
 
 namespace kiln {
 
 
-template <class Loss, class Rule, class Params>
-struct training_step;
-
-namespace optim {
-
-// A training step: minimize(loss, rule) updates every parameter of the loss; run it with session::run.
-template <class Loss, class Rule>
-constexpr auto minimize(const Loss& loss, Rule rule) {
-    static_assert(is_graph_v<Loss>, "kiln::optim::minimize: the loss must be a graph-mode expression.");
-    static_assert(std::is_same_v<kiln::detail::shape_of_t<Loss>, shape<>>,
-                  "kiln::optim::minimize: the loss must be a scalar (static shape ()); reduce it with kiln::mean or "
-                  "kiln::sum.");
-    static_assert(kiln::detail::is_pure<Loss>::value,
-                  "kiln::optim::minimize: the loss holds a run-time scalar (such as 0.5f * x); write it as a constant "
-                  "(0.5_c) or feed it as an input, so that the loss can be differentiated.");
-    using leaves = kiln::detail::leaves_t<kiln::detail::unique_nodes_t<Loss>>;
-    using params = decltype([]<class... L>(kiln::detail::types<L...>) {
-        return (kiln::detail::types<>{} + ... + std::conditional_t<is_param_v<L>, kiln::detail::types<L>, kiln::detail::types<>>{});
-    }(leaves{}));
-    static_assert(params::size > 0, "kiln::optim::minimize: the loss has no kiln::param to train.");
-    return training_step<Loss, Rule, params>{loss, rule};
-}
-
-}  // namespace optim
-
-namespace detail {
-template <class... A, class... B>
-constexpr types<A..., B...> operator+(types<A...>, types<B...>) {
-    return {};
-}
-}  // namespace detail
-
-template <class Loss, class Rule, class... Params>
-struct training_step<Loss, Rule, detail::types<Params...>> {
-    Loss loss;
-    Rule rule;
-    // The gradient of the loss with respect to each parameter, as expressions (for inspection).
-    static constexpr auto gradients() { return detail::gradients(Loss{}, Params{}...); }
-};
 
 class session {
 public:
@@ -102,7 +64,7 @@ public:
         if (where.type != device_type::cpu) (void)tensor(float32, dims{0}, where);  // a device_error when it does not exist
         // Every copy is made before anything changes, so a failure leaves the session as it was.
         std::vector<tensor> moved;
-        for (auto& kv : params_) moved.push_back(on_device(kv.second, where));
+        for (auto& kv : params_) moved.push_back(detail::session_on_device(kv.second, where));
         for (auto& kv : cache_) kv.second->prepare_move(where);
         std::size_t i = 0;
         for (auto& kv : params_) kv.second = std::move(moved[i++]);  // (map nodes stay: steps hold their addresses)
@@ -176,7 +138,7 @@ public:
             throw shape_error("kiln: shape_error in 'session::set': parameter '" + std::string(name) + "' has shape " +
                               to_string(it->second.shape()) + " and dtype " + std::string(kiln::name(it->second.dtype())) +
                               ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
-        run_eager_copy(it->second, value);
+        detail::eager_copy(it->second, value);
     }
     // The same with the parameter itself (kiln::param<"w", ...>): its name cannot be misspelled, so it needs no
     // earlier declaration.
@@ -230,7 +192,7 @@ public:
     // run(step, ...) uses them, and the on_gradients hook. The gradients are copied first.
     template <class Loss, class Rule, class... Params>
     void apply_gradients(const training_step<Loss, Rule, detail::types<Params...>>& step, std::span<const tensor> grads) {
-        using state = step_state<Loss, Rule, Params...>;
+        using state = detail::step_state<Loss, Rule, Params...>;
         using T = typename state::T;
         if (grads.size() != sizeof...(Params))
             throw value_error("kiln: value_error in 'session::apply_gradients': " + std::to_string(grads.size()) +
@@ -275,7 +237,7 @@ public:
     // for its k-th slot of each parameter, "optimizer/step" (int64), and its rule's kind ("adam", ...).
     template <int N = 0>
     void save_training_state(std::map<std::string, tensor>& out, std::string& optimizer, const char* entry) const {
-        const cache_base* found = nullptr;
+        const detail::session_cache* found = nullptr;
         for (const auto& [key, st] : cache_)
             if (st && !st->optimizer().empty()) {
                 if (found)
@@ -339,7 +301,7 @@ private:
     // The state of `step` in this session, created (parameters, zero slots, a pending checkpoint's state) on first use.
     template <class Loss, class Rule, class... Params>
     auto& state_of(const training_step<Loss, Rule, detail::types<Params...>>& step) {
-        using state = step_state<Loss, Rule, Params...>;
+        using state = detail::step_state<Loss, Rule, Params...>;
         using step_t = training_step<Loss, Rule, detail::types<Params...>>;
         state& st = cached<state, step_t>();
         if (st.t == 0) {
@@ -348,7 +310,7 @@ private:
             std::size_t i = 0;
             ((st.params[i] = &parameter_for<Params>(), ++i), ...);
             for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (auto& s : st.slots[p]) s = on_device(init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_), dev_);
+                for (auto& s : st.slots[p]) s = detail::session_on_device(init::zeros::make(st.params[p]->shape(), st.params[p]->dtype(), gen_), dev_);
             if (!pending_kind_.empty()) {  // a checkpoint's state, loaded before this step first ran
                 if (pending_kind_ != Rule::kind)
                     throw file_error("kiln: file_error in 'load_checkpoint': '" + pending_file_ + "' holds the state of "
@@ -362,16 +324,6 @@ private:
         return st;
     }
 
-    // t on device d (t itself when it is there). Without the GPU device every tensor is on the CPU: graph-only
-    // programs then compile no device move (nor the tape, which tensor::to records on).
-    static tensor on_device(const tensor& t, kiln::device d) {
-#if KILN_HAS_GPU
-        return t.to(d);
-#else
-        (void)d;
-        return t;
-#endif
-    }
 
     // Calls f.template operator()<Device>() with the session's device backend; returns its R.
     template <class R, class F>
@@ -391,7 +343,7 @@ private:
 
     template <class Device, class Loss, class Rule, class... Params, class... Feeds>
     auto run_step_on(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
-        using state = step_state<Loss, Rule, Params...>;
+        using state = detail::step_state<Loss, Rule, Params...>;
         using T = typename state::T;
         using plan_t = typename state::plan_t;
         constexpr bool on_cpu = std::is_same_v<Device, backend::cpu_device>;
@@ -451,90 +403,6 @@ private:
         }(LeafList{});
     }
 
-    struct cache_base {
-        virtual ~cache_base() = default;
-        // A training step's state (checkpoints): its rule's kind (empty for other plans), its slots and step count.
-        virtual std::string_view optimizer() const { return {}; }
-        virtual void save(std::map<std::string, tensor>&) const {}
-        virtual void restore(const std::map<std::string, tensor>&, const std::string&, const char*) {}
-        // Moving the session (to(device)): copies what must move, then drops what is made again (workspaces).
-        virtual void prepare_move(kiln::device) {}
-        virtual void commit_move() = 0;
-    };
-
-    // A training step's state: its plan's workspace, its parameters, gradients and slots, its rule and step count.
-    template <class Loss, class Rule, class... Params>
-    struct step_state : cache_base {
-        using step_t = training_step<Loss, Rule, detail::types<Params...>>;
-        using T = detail::root_type_t<Loss>;
-        static constexpr std::size_t slot_count = Rule::slots;
-        static constexpr auto grads_of() { return step_t::gradients(); }
-        using plan_t = decltype(std::apply([](const auto&... g) { return detail::plan<Loss, std::remove_cvref_t<decltype(g)>...>{}; },
-                                           grads_of()));
-        typename plan_t::workspace ws;
-        std::array<tensor*, sizeof...(Params)> params{};
-        std::array<detail::aligned_buffer<T>, sizeof...(Params)> grad_buffers;
-        std::array<detail::device_block, sizeof...(Params)> grad_blocks;  // the same on a device
-        detail::device_block loss_block;                                   // a loss that is not a slot, on a device
-        std::array<detail::strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
-        std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
-        Rule rule;
-        int t = 0;
-
-        std::string_view optimizer() const override { return t > 0 ? Rule::kind : std::string_view{}; }
-        std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> moving;
-        void prepare_move(kiln::device where) override {
-            for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k != slot_count; ++k) moving[p][k] = on_device(slots[p][k], where);
-        }
-        void commit_move() override {
-            slots = std::move(moving);
-            moving = {};
-            ws = typename plan_t::workspace{};
-            for (auto& b : grad_buffers) b = {};
-            for (auto& b : grad_blocks) b.reset();
-            loss_block.reset();
-        }
-        static std::string slot_name(std::size_t p, std::size_t k) {
-            constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
-            return "optimizer/" + std::string(names[p]) + "/" + std::to_string(k);
-        }
-        void save(std::map<std::string, tensor>& out) const override {
-            for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k != slot_count; ++k)
-                    out.emplace(slot_name(p, k), on_device(slots[p][k], kiln::cpu));  // (the tensor itself on the CPU)
-            out.emplace("optimizer/step", tensor(static_cast<std::int64_t>(t)));
-        }
-        void restore(const std::map<std::string, tensor>& in, const std::string& file, const char* entry) override {
-            auto fail = [&](const std::string& what) {
-                throw file_error("kiln: file_error in '" + std::string(entry) + "': '" + file + "': " + what);
-            };
-            const std::size_t expected = sizeof...(Params) * static_cast<std::size_t>(Rule::slots) + 1;
-            const auto step_it = in.find("optimizer/step");
-            if (step_it == in.end() || step_it->second.dtype() != int64 || step_it->second.dim() != 0)
-                fail("'optimizer/step' is missing or is not an int64 scalar");
-            const std::int64_t steps = step_it->second.template data<std::int64_t>()[0];
-            if (steps < 1 || steps > std::numeric_limits<int>::max())
-                fail("'optimizer/step' holds " + std::to_string(steps) + ", not a step count");
-            for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k != slot_count; ++k) {
-                    const auto it = in.find(slot_name(p, k));
-                    if (it == in.end()) fail("no tensor '" + slot_name(p, k) + "' for the training step's parameters");
-                    if (it->second.dtype() != slots[p][k].dtype() || !(it->second.shape() == slots[p][k].shape()))
-                        fail("tensor '" + slot_name(p, k) + "' is " + to_string(it->second.shape()) + " " +
-                             std::string(kiln::name(it->second.dtype())) + ", but the slot is " +
-                             to_string(slots[p][k].shape()) + " " + std::string(kiln::name(slots[p][k].dtype())));
-                }
-            if (in.size() != expected)
-                fail("holds " + std::to_string(in.size()) + " optimizer tensors; the training step has " +
-                     std::to_string(expected));
-            for (std::size_t p = 0; p < sizeof...(Params); ++p)
-                for (std::size_t k = 0; k != slot_count; ++k)
-                    run_eager_copy(slots[p][k], in.at(slot_name(p, k)));
-            t = static_cast<int>(steps);
-            rule.resume(t);
-        }
-    };
 
     template <class State, class Key>
     State& cached() {
@@ -547,23 +415,9 @@ private:
         return static_cast<State&>(*slot);
     }
 
-    static void run_eager_copy(tensor& dst, const tensor& src) {
-#if KILN_HAS_GPU
-        if (!dst.is_cpu() || !src.is_cpu()) {  // a device's copy (the source moved there first)
-            const tensor from = src.to(dst.device());
-            detail::copy_into(dst, from);
-            return;
-        }
-#endif
-        kiln::detail::dispatch(dst.dtype(), [&]<class U>() {
-            detail::strided<const U> v;
-            detail::fill_strided(v, src);
-            detail::copy_row_major(dst.template data<U>(), v);
-        });
-    }
     tensor copy_of(const tensor& src) const {
         tensor t = dev_.type == device_type::cpu ? tensor(src.dtype(), src.shape()) : tensor(src.dtype(), src.shape(), dev_);
-        run_eager_copy(t, src);
+        detail::eager_copy(t, src);
         return t;
     }
 
@@ -586,7 +440,7 @@ private:
         } else {
             using Init = typename L::kind::initializer;
             tensor t = Init::make(detail::shape_dims_of<S>::get(), dtype_of<T>(), gen_);
-            t = on_device(t, dev_);  // the CPU's numbers, on the session's device
+            t = detail::session_on_device(t, dev_);  // the CPU's numbers, on the session's device
             return params_.emplace(std::string(name), std::move(t)).first->second;
         }
     }
@@ -636,7 +490,7 @@ private:
     template <class Device, class... Roots, class... Feeds>
     auto run_roots_on(const detail::root_pack<Roots...>& roots, const Feeds&... feeds) {
         using plan_t = detail::plan<Roots...>;
-        struct state : cache_base {
+        struct state : detail::session_cache {
             typename plan_t::workspace ws;
             bool declared = false;
             void commit_move() override { ws = typename plan_t::workspace{}; }
@@ -760,9 +614,9 @@ private:
     kiln::device dev_ = kiln::cpu;
     std::map<std::string, tensor, std::less<>> params_;
     std::map<std::string, dtype, std::less<>> declared_;  // parameters of the expressions seen, with their dtypes
-    std::unordered_map<std::type_index, std::unique_ptr<cache_base>> cache_;
+    std::unordered_map<std::type_index, std::unique_ptr<detail::session_cache>> cache_;
     std::type_index last_key_{typeid(void)};
-    cache_base* last_ = nullptr;
+    detail::session_cache* last_ = nullptr;
     std::function<void(std::span<const gradient>)> gradient_hook_;
     // A checkpoint's training state loaded before its step first ran (load_training_state).
     std::map<std::string, tensor> pending_;
