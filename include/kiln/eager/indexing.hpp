@@ -167,7 +167,7 @@ tensor take_along_axis(const tensor& x, const tensor& index, int axis) {
 
 // A copy of x with src added at `index` along `axis` (torch.scatter_add): out[index[i][j]][j] += src[i][j].
 // Gradients: x gets g, src gets take_along_axis(g, index, axis).
-template <int = 0>
+template <int N = 0>
 tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor& src) {
     const bool on_device = !x.is_cpu() || !index.is_cpu() || !src.is_cpu();
     if (on_device) detail::check_same_device("scatter_add", {&x, &index, &src});
@@ -184,8 +184,9 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
         // On a GPU: x plus the vocabulary's scatter_add_along (the gradient of take_along_axis), which adds with
         // atomics on the device; both record their gradients (x: g; src: take_along_axis(g, index)).
         const dtype d = detail::promote(x.dtype(), src.dtype());
-        const tensor xd = x.to(d);
-        const tensor added = detail::apply_structural<ops::scatter_add_along, 0>(
+        // (Dependent tensors: the sum's kernels are compiled only where scatter_add is called.)
+        const detail::dependent_tensor<N> xd = x.to(d);
+        const detail::dependent_tensor<N> added = detail::apply_structural<ops::scatter_add_along, N>(
             ops::axis_attrs{ax}, src.to(d), detail::index_operand(index, "scatter_add"), xd);
         return xd + added;
     }
@@ -197,7 +198,7 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
         detail::record_entry({{x, src}, out, [index, ax](const tensor& g) {
                                   std::vector<std::optional<tensor>> r;
                                   r.push_back(g);
-                                  r.push_back(take_along_axis(g, index, ax));
+                                  r.push_back(take_along_axis<N>(g, index, ax));
                                   return r;
                               }});
     return out;
@@ -205,7 +206,7 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
 
 // The elements of x where `mask` (bool, x's shape or broadcastable to it) is true, in row-major order, as a 1-D
 // copy: x[mask] in NumPy. The gradient scatters back into x's shape.
-template <int = 0>
+template <int N = 0>
 tensor masked_select(const tensor& x, const tensor& mask) {
     const bool on_device = !x.is_cpu() || !mask.is_cpu();
     if (on_device) detail::check_same_device("masked_select", {&x, &mask});
@@ -227,7 +228,7 @@ tensor masked_select(const tensor& x, const tensor& mask) {
         using D = backend::thrust_device;
         tensor where(dtype::int64, dims{D::count_true(mp, m.numel())}, x.device());
         D::true_positions(mp, m.numel(), where.data<std::int64_t>());
-        return index_select(x.reshape({-1}), 0, where);
+        return index_select<N>(x.reshape({-1}), 0, where);
     }
 #endif
     detail::tape_pause pause;

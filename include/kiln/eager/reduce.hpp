@@ -32,8 +32,11 @@ tensor reduce(const tensor& x, const ops::reduce_attrs& a) {
 
 }  // namespace detail
 
-inline tensor sum(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
-    return detail::reduce<ops::reduction::sum>(x, ops::make_reduce_attrs(axes, keepdims, "sum"));
+// (Reductions are templates on an unused int, as the elementwise ops are: their kernels are compiled only in the
+// translation units that call them.)
+template <int N = 0>
+tensor sum(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
+    return detail::reduce<ops::reduction::sum, N>(x, ops::make_reduce_attrs(axes, keepdims, "sum"));
 }
 template <int N = 0>
 tensor prod(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) {
@@ -59,13 +62,15 @@ tensor mean(const tensor& x, std::vector<int> axes = {}, bool keepdims = false) 
     return s / static_cast<double>(n);
 }
 // The position of the first maximum (minimum) along `axis`, int64 (ops::arg_reduce).
-inline tensor argmax(const tensor& x, int axis, bool keepdims = false) {
+template <int N = 0>
+tensor argmax(const tensor& x, int axis, bool keepdims = false) {
     const int ax = axis < 0 && x.valid() ? axis + x.dim() : axis;  // a trace records the axis counted from the front
-    return detail::apply_structural<ops::arg_reduce<true>>(ops::arg_attrs{ax < 0 ? axis : ax, keepdims}, x);
+    return detail::apply_structural<ops::arg_reduce<true>, N>(ops::arg_attrs{ax < 0 ? axis : ax, keepdims}, x);
 }
-inline tensor argmin(const tensor& x, int axis, bool keepdims = false) {
+template <int N = 0>
+tensor argmin(const tensor& x, int axis, bool keepdims = false) {
     const int ax = axis < 0 && x.valid() ? axis + x.dim() : axis;
-    return detail::apply_structural<ops::arg_reduce<false>>(ops::arg_attrs{ax < 0 ? axis : ax, keepdims}, x);
+    return detail::apply_structural<ops::arg_reduce<false>, N>(ops::arg_attrs{ax < 0 ? axis : ax, keepdims}, x);
 }
 
 }  // namespace kiln
