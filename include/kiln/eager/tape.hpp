@@ -424,7 +424,7 @@ gradient_list op_rule(const tape_entry& e, const tensor& g) {
         ([&] {
             // (The type test, not is_tensor[I]: nvcc's front end does not see a captured constexpr array as a constant.)
             if constexpr (std::is_same_v<std::tuple_element_t<I, std::tuple<Args...>>, tensor>)
-                out.push_back(operand_gradient(e.inputs[where[I]], std::get<I>(rule)));
+                out.push_back(operand_gradient(e.inputs[where[I]], grad_at<I>(rule)));
         }(), ...);
         return out;
     }(std::index_sequence_for<Args...>{});
@@ -457,7 +457,7 @@ void record_structural(const typename Op::attributes& a, const dependent_tensor<
                       const auto r = Op::gradient(a, x..., y, g);
                       const auto xs = std::forward_as_tuple(x...);
                       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-                          return gradient_list{operand_gradient(std::get<I>(xs), std::get<I>(r))...};
+                          return gradient_list{operand_gradient(std::get<I>(xs), grad_at<I>(r))...};
                       }(std::index_sequence_for<X...>{});
                   }});
 }

@@ -21,7 +21,8 @@ struct eval_type {
     using type = typename Mode::template value_t<D>;  // constants and scalars
 };
 template <class L, class D, class Mode>
-struct eval_type<L, D, Mode, std::enable_if_t<is_leaf_v<L>>> {
+    requires is_leaf_v<L>
+struct eval_type<L, D, Mode, void> {
     using type = typename Mode::template value_t<typename L::value_type>;
 };
 template <class Op, class... A, class D, class Mode>

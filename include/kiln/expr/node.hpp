@@ -179,7 +179,8 @@ inline constexpr bool is_graph_v = is_leaf_v<T> || is_node_v<T> || is_scalar_nod
 namespace detail {
 
 template <class L>
-struct mode_of<L, std::enable_if_t<is_leaf_v<L>>> {
+    requires is_leaf_v<L>
+struct mode_of<L, void> {
     static constexpr operand_mode value = operand_mode::graph;
 };
 template <class T>
@@ -205,7 +206,8 @@ struct value_type_of {
     using type = weak;
 };
 template <class L>
-struct value_type_of<L, std::enable_if_t<is_leaf_v<L>>> {
+    requires is_leaf_v<L>
+struct value_type_of<L, void> {
     using type = typename L::value_type;
 };
 
@@ -307,7 +309,8 @@ struct shape_of {
     using type = shape<>;
 };
 template <class L>
-struct shape_of<L, std::enable_if_t<is_leaf_v<L>>> {
+    requires is_leaf_v<L>
+struct shape_of<L, void> {
     using type = typename L::shape_type;
 };
 
@@ -345,7 +348,8 @@ struct shape_of<node<Op, A...>> {
         using type = typename broadcast_all<Op, shape<>, typename shape_of<A>::type...>::type;
     };
     template <class O>
-    struct rule<O, std::enable_if_t<structural_op<O>>> {
+        requires structural_op<O>
+    struct rule<O, void> {
         using type = typename O::template static_shape<typename shape_of<A>::type...>;
     };
     using type = typename rule<Op>::type;
@@ -356,7 +360,8 @@ using shape_of_t = typename shape_of<E>::type;
 }  // namespace detail
 
 template <class L>
-struct element_type<L, std::enable_if_t<is_leaf_v<L>>> {
+    requires is_leaf_v<L>
+struct element_type<L, void> {
     using type = typename L::value_type;
 };
 template <class Op, class... A>

@@ -116,7 +116,8 @@ using leaves_t = typename leaves_of<List>::type;
 template <class E, class T, class = void>
 struct uniform_type : std::true_type {};
 template <class L, class T>
-struct uniform_type<L, T, std::enable_if_t<is_leaf_v<L>>> : std::is_same<typename L::value_type, T> {};
+    requires is_leaf_v<L>
+struct uniform_type<L, T, void> : std::is_same<typename L::value_type, T> {};
 template <class Op, class... A, class T>
 struct uniform_type<node<Op, A...>, T>
     : std::bool_constant<(std::is_same_v<value_type_t<node<Op, A...>>, T> ||

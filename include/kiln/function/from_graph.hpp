@@ -391,11 +391,11 @@ struct session_step_function {
 //   auto train_step = kiln::trace(s, step);            // a kiln::function of (x, y)
 //   kiln::tensor loss = train_step(x_batch, y_batch);
 template <class Session, class Step>
-    requires(!is_graph_v<Step> && requires(const Step& st) { st.loss; st.rule; Step::gradients(); } &&
+    requires(!is_graph_v<Step> && requires(const Step& st) { st.loss; st.rule; Step::gradient_types(); } &&
              requires(Session& s, std::string_view n) { s.parameter(n); s.has_parameter(n); })
 auto trace(Session& session, const Step& step) {
     session.initialize(step.loss);
-    auto fn = std::apply([&](const auto&... g) { return trace(session, step.loss, g...); }, Step::gradients());
+    auto fn = [&]<class... G>(detail::grad_types<G...>) { return trace(session, step.loss, G{}...); }(Step::gradient_types());
     using fn_t = std::remove_cvref_t<decltype(fn.callable())>;
     static_assert(fn_t::inputs > 0, "kiln::trace(session, step): the loss has no inputs");
     std::vector<tensor> params;

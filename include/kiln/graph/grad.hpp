@@ -30,7 +30,7 @@ constexpr auto accumulate(const A& a, const B& b) {
 template <class C, class A, class Y>
 constexpr auto to_operand(const C& c, const A& a, const Y& y) {
     if constexpr (structural_op<typename Y::op> || same_shape_v<A, Y>) return c;  // structural rules give a's shape
-    else return sum_to(like(c, y), a);
+    else return detail::sum_to(detail::like(c, y), a);  // (qualified: no argument-dependent lookup, see below)
 }
 
 // The backward pass runs on types: every node and adjoint here is pure (empty), so only types need computing.
@@ -55,7 +55,7 @@ struct add_contribution {
     template <class X>
     struct go<X, false> {
         static constexpr std::size_t k = index_of<X, List>::value;
-        using sum = decltype(accumulate(typename at<k, Adj>::type{}, to_operand(C{}, X{}, E{})));
+        using sum = decltype(detail::accumulate(typename at<k, Adj>::type{}, detail::to_operand(C{}, X{}, E{})));
         using type = typename replace_at<k, sum, Adj>::type;
     };
     using type = typename go<>::type;
@@ -140,19 +140,25 @@ constexpr auto gradients(const Loss&, const Params&...) {
                   "kiln::grad: differentiate with respect to inputs, parameters or nodes of the loss.");
     using List = unique_nodes_t<Loss>;
     if constexpr (!contains<Loss, List>::value) {
-        return std::tuple<typename zero_for<Params>::type...>{};  // a constant loss
+        return grad_types<typename zero_for<Params>::type...>{};  // a constant loss
     } else {
         constexpr std::size_t N = List::size;
         constexpr std::size_t root = index_of<Loss, List>::value;
         using start = typename seed_list<root, std::make_index_sequence<N>>::type;
         using adj = typename backprop<List, start, N>::type;
-        // Adjoints are pure: their types are their values (see detail::grads on building tuples of them). A rule
+        // Adjoints are pure: their types are their values (see detail::grad_types on building tuples of them). A rule
         // that put a C++ number into an adjoint would lose its value here, so it is refused.
         static_assert((is_pure<decltype(adjoint_of<adj, List, Params>())>::value && ...),
                       "kiln::grad: an op's gradient rule holds a run-time number (such as g * 3.0); graph-mode "
                       "gradients are types, so write the rule's constants as kiln constants (3_c, kiln::c<1, 2>).");
-        return std::tuple<decltype(adjoint_of<adj, List, Params>())...>{};
+        return grad_types<decltype(adjoint_of<adj, List, Params>())...>{};
     }
+}
+
+// The gradients as a std::tuple (kiln::grad's result for several parameters).
+template <class... G>
+constexpr std::tuple<G...> as_tuple(grad_types<G...>) {
+    return {};
 }
 
 }  // namespace detail
@@ -162,9 +168,9 @@ constexpr auto gradients(const Loss&, const Params&...) {
 template <class Loss, class... Params>
 constexpr auto grad(const Loss& loss, const Params&... params) {
     static_assert(sizeof...(Params) > 0, "kiln::grad: name at least one input or parameter to differentiate by.");
-    auto all = detail::gradients(loss, params...);
-    if constexpr (sizeof...(Params) == 1) return std::get<0>(all);
-    else return all;
+    using all = decltype(detail::gradients(loss, params...));  // detail::grad_types: types only
+    if constexpr (sizeof...(Params) == 1) return typename std::tuple_element<0, all>::type{};
+    else return detail::as_tuple(all{});
 }
 
 }  // namespace kiln

@@ -367,7 +367,7 @@ private:
         }
         // Every gradient is computed before any parameter changes.
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (compute_gradient<Device, plan_t, Params, I>(std::get<I>(grads), users, st), ...);
+            (compute_gradient<Device, plan_t, Params, I>(detail::grad_at<I>(grads), users, st), ...);
         }(std::index_sequence_for<Params...>{});
 
         finish_step<Device, T, Params...>(st);

@@ -58,7 +58,9 @@ struct training_step<Loss, Rule, detail::types<Params...>> {
     Loss loss;
     Rule rule;
     // The gradient of the loss with respect to each parameter, as expressions (for inspection).
-    static constexpr auto gradients() { return detail::gradients(Loss{}, Params{}...); }
+    static constexpr auto gradients() { return detail::as_tuple(gradient_types()); }
+    // The same as detail::grad_types (kiln's own uses: no std::tuple of large expression types is built).
+    static constexpr auto gradient_types() { return detail::gradients(Loss{}, Params{}...); }
 };
 
 namespace detail {
@@ -108,9 +110,8 @@ struct step_state : session_cache {
     using step_t = training_step<Loss, Rule, types<Params...>>;
     using T = root_type_t<Loss>;
     static constexpr std::size_t slot_count = Rule::slots;
-    static constexpr auto grads_of() { return step_t::gradients(); }
-    using plan_t = decltype(std::apply([](const auto&... g) { return plan<Loss, std::remove_cvref_t<decltype(g)>...>{}; },
-                                       grads_of()));
+    static constexpr auto grads_of() { return step_t::gradient_types(); }
+    using plan_t = decltype([]<class... G>(grad_types<G...>) { return plan<Loss, G...>{}; }(grads_of()));
     typename plan_t::workspace ws;
     std::array<tensor*, sizeof...(Params)> params{};
     std::array<aligned_buffer<T>, sizeof...(Params)> grad_buffers;

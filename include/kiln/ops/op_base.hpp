@@ -117,15 +117,31 @@ constexpr auto make(const Args&... args) {
 // Marks an operand that has no gradient (a condition, a comparison's operands).
 struct no_grad {};
 
+// The contributions of a rule whose every contribution is empty (graph mode's expressions, no_grad): their types
+// are their values, so only the types are kept. Not a std::tuple: constructing one costs GCC time exponential in
+// the depth of shared subtrees when built from the values, and clang 14 even when default-constructed (it prints
+// the failed enable_if conditions of tuple's constructors, which name every element type, in full: a type written
+// out is a tree, exponential in the depth of a residual chain). std::tuple_element and grad_at read it.
+template <class... G>
+struct grad_types {
+    static constexpr std::size_t size = sizeof...(G);
+};
+
 template <class... G>
 constexpr auto grads(const G&... g) {
     if constexpr ((std::is_empty_v<G> && ...)) {
-        // Graph mode (and no_grad): every contribution is an empty expression whose type is its value. Building
-        // the tuple from the values would cost GCC time exponential in the depth of shared subtrees.
-        return std::tuple<G...>{};
+        return grad_types<G...>{};
     } else {
         return std::tuple<G...>(g...);
     }
+}
+
+// Contribution I of a rule's result (a std::tuple, or grad_types whose elements are default-constructed).
+template <std::size_t I, class R>
+constexpr decltype(auto) grad_at(const R& r) {
+    if constexpr (requires { R::size; typename std::tuple_element<I, R>::type; } && std::is_empty_v<R>)
+        return typename std::tuple_element<I, R>::type{};
+    else return std::get<I>(r);
 }
 
 // Number mode: all operands are numbers or constants; the op runs now. Constants take the numbers' type.
@@ -205,3 +221,10 @@ KILN_HD KILN_INLINE constexpr T abs(const T& a) {
 }  // namespace kernels
 }  // namespace detail
 }  // namespace kiln
+
+namespace std {
+template <class... G>
+struct tuple_size<kiln::detail::grad_types<G...>> : integral_constant<size_t, sizeof...(G)> {};
+template <size_t I, class... G>
+struct tuple_element<I, kiln::detail::grad_types<G...>> : tuple_element<I, tuple<G...>> {};
+}  // namespace std

@@ -52,7 +52,8 @@ struct shape_key {
     using type = shape<>;  // constants and run-time scalars
 };
 template <class L>
-struct shape_key<L, std::enable_if_t<is_leaf_v<L>>> {
+    requires is_leaf_v<L>
+struct shape_key<L, void> {
     using type = std::conditional_t<fully_static_v<typename L::shape_type>, typename L::shape_type, L>;
 };
 

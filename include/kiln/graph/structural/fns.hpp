@@ -10,7 +10,8 @@ namespace ops {
 // Graph mode's structural helpers for the mode-neutral gradient rules (ops/structural.hpp). Attributes come as
 // attrs_c<value>: a graph node's attributes are part of its type.
 template <class V>
-struct structural_fns<V, std::enable_if_t<is_graph_v<V>>> {
+    requires is_graph_v<V>
+struct structural_fns<V, void> {
     template <class G, class R>
     static constexpr auto like(const G& g, const R& ref) {
         return detail::like(g, ref);
