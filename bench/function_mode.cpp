@@ -2,7 +2,8 @@
 // drifts, so read the ratios): the chain relu(x*y + 0.5*x - y)*2 + y at 2^16, 2^20 and 2^25 elements (graph mode's
 // run_into, a traced function, eager ops), the per-call cost of a traced a + b on 4 elements against eager a + b,
 // and the first call of the reference training step (tracing twice for its dynamic batch, the passes, one run)
-// against a replayed call.
+// against a replayed call. The chain also runs as the traced function with its fused group compiled
+// (kiln::jit_mode: kiln/function/jit.hpp); its kernels are cached under $KILN_JIT_CACHE or ~/.cache/kiln/jit.
 //   cmake --build build-bench --target bench_function_mode && build-bench/bench/bench_function_mode
 #include <chrono>
 #include <cstdio>
@@ -44,11 +45,22 @@ void chain(std::ptrdiff_t n) {
     auto run_graph = [&] { kiln::run_into(ov, graph, "x"_in = xv, "y"_in = yv); };
     auto run_function = [&] { volatile float s = *f(x, y).data<float>(); (void)s; };
     auto run_eager = [&] { volatile float s = *(kiln::relu(x * y + 0.5 * x - y) * 2 + y).data<float>(); (void)s; };
+    // The same function with its fused group compiled (kiln::set_jit; prepared, and compiled, at its first call).
+    auto fc = kiln::function([](const kiln::tensor& a, const kiln::tensor& b) { return kiln::relu(a * b + 0.5 * a - b) * 2 + b; });
+    kiln::jit_options jit = kiln::jit_settings();
+    jit.mode = kiln::jit_mode::blocking;
+    kiln::set_jit(jit);
+    (void)fc(x, y);
+    jit.mode = kiln::jit_mode::off;
+    kiln::set_jit(jit);
+    auto run_compiled = [&] { volatile float s = *fc(x, y).data<float>(); (void)s; };
     const auto [g, fn] = interleaved(run_graph, run_function, calls);
+    const auto [g2, fcomp] = interleaved(run_graph, run_compiled, calls);
     const auto [fn2, e] = interleaved(run_function, run_eager, calls);
-    std::printf("chain 2^%-2d  graph run_into %9.1f us  function %9.1f us  eager %9.1f us  function/graph %5.2f  "
-                "eager/function %5.2f\n",
-                n == (1 << 16) ? 16 : n == (1 << 20) ? 20 : 25, g * 1e6, fn * 1e6, e * 1e6, fn / g, e / fn2);
+    std::printf("chain 2^%-2d  graph run_into %9.1f us  function %9.1f us  compiled %9.1f us  eager %9.1f us  "
+                "function/graph %5.2f  compiled/graph %5.2f  eager/function %5.2f\n",
+                n == (1 << 16) ? 16 : n == (1 << 20) ? 20 : 25, g * 1e6, fn * 1e6, fcomp * 1e6, e * 1e6, fn / g,
+                fcomp / g2, e / fn2);
 }
 
 void small_add() {

@@ -55,4 +55,23 @@ inline std::string closest_text(std::string_view name, std::vector<std::string> 
     return msg;
 }
 
+// How C++ spells type T ("kiln::ops::add"), from the compiler's name of this function; empty where the compiler
+// does not say. Function mode's kernel compiler writes op structs into source with it (function/jit.hpp).
+template <class T>
+constexpr std::string_view type_spelling() noexcept {
+#if defined(__clang__) || defined(__GNUC__)
+    constexpr std::string_view p = __PRETTY_FUNCTION__;
+    constexpr std::size_t at = p.find("T = ");
+    if constexpr (at == std::string_view::npos) {
+        return {};
+    } else {
+        constexpr std::string_view rest = p.substr(at + 4);
+        constexpr std::size_t end = rest.find_first_of(";]");
+        return end == std::string_view::npos ? std::string_view{} : rest.substr(0, end);
+    }
+#else
+    return {};
+#endif
+}
+
 }  // namespace kiln::detail

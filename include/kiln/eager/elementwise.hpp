@@ -9,6 +9,7 @@
 
 #include "../backend/cpu/device.hpp"
 #include "../backend/cpu/fused_loop.hpp"
+#include "../core/names.hpp"
 #include "../ops/ops.hpp"
 #include "convert.hpp"
 #include "tensor.hpp"
@@ -382,6 +383,7 @@ struct op_builder<operand_mode::eager> {
             ++k;
         }(), ...);
         params.tile = tile_for<Op, Args...>(args...);
+        if (params.tile) params.recipe = recipe_for<Op, Args...>(args...);
         return active_tracer->record(Op::name, std::move(attrs), ins,
                                      [](std::span<const tensor> in, std::span<const std::int64_t> p) {
             return [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -427,6 +429,47 @@ struct op_builder<operand_mode::eager> {
             });
         }
     }
+
+    // The recipe of the tile kernel that tile_for returns (call it only where that is not null).
+    template <class Op, class... Args>
+    static const tile_recipe* recipe_for(const Args&... args) {
+        dtype d = dtype::float32;
+        bool any = false;
+        ([&] {
+            if constexpr (std::is_same_v<Args, tensor>)
+                if (!any) d = args.dtype(), any = true;
+        }(), ...);
+        return dispatch(d, [&]<class T>() -> const tile_recipe* {
+            if constexpr (std::is_floating_point_v<T>) return &tile_recipe_v<Op, T, Args...>;
+            else return nullptr;
+        });
+    }
+    template <class Op, class T, class... Args>
+    static std::uint64_t recipe_number(const std::int64_t* p, std::size_t i) {
+        std::uint64_t bits = 0;
+        std::size_t seen = 0;
+        ([&] {
+            if constexpr (!std::is_same_v<Args, tensor>) {
+                if (seen++ == i) {
+                    T v;
+                    if constexpr (std::is_floating_point_v<Args>) v = value_cast<T>(static_cast<Args>(param_number(p[i])));
+                    else v = value_cast<T>(static_cast<Args>(p[i]));
+                    std::memcpy(&bits, &v, sizeof v);
+                }
+            }
+        }(), ...);
+        return bits;
+    }
+    template <class Op, class T, class... Args>
+    static constexpr tile_recipe tile_recipe_v{
+        type_spelling<Op>(), std::is_same_v<T, float> ? std::string_view("float") : std::string_view("double"),
+        static_cast<std::uint8_t>(sizeof...(Args)),
+        [] {
+            std::uint8_t m = 0, k = 0;
+            ((m |= static_cast<std::uint8_t>(std::is_same_v<Args, tensor> ? 1u << k : 0u), ++k), ...);
+            return m;
+        }(),
+        &recipe_number<Op, T, Args...>};
 
     // The op on indexed leaves (its tensors) and scalars (its numbers, from the parameters), as eager mode builds it.
     template <class Op, class T, class... Args>

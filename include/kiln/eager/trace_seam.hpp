@@ -36,8 +36,21 @@ using effect_fn = std::function<void(std::span<const tensor>, std::span<const st
 // by tile (see executable in function/executor.hpp); an op whose operands differ in dtype has none.
 using tile_kernel = void (*)(const void* const* in, void* out, std::ptrdiff_t n, const std::int64_t* params);
 
+// What function mode's kernel compiler (function/jit.hpp) needs to write a tile kernel's op into C++ source: the
+// op struct's name as C++ spells it, the element type, which operands are tensors, and each number operand as the
+// kernel sees it (converted to the element type, as tile_run converts it).
+struct tile_recipe {
+    std::string_view op;          // "kiln::ops::add"
+    std::string_view value_type;  // "float" or "double"
+    std::uint8_t arity = 0;
+    std::uint8_t tensors = 0;     // bit k: operand k is a tensor; the others are numbers, in order
+    // The i-th number operand from the node's parameters, in the element type, as its bits (a float's in the low 32).
+    std::uint64_t (*number)(const std::int64_t* params, std::size_t i) = nullptr;
+};
+
 struct op_params {
     tile_kernel tile = nullptr;
+    const tile_recipe* recipe = nullptr;  // with `tile`: how to write the op into a compiled group (or null)
     std::vector<std::int64_t> values;
     std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
     std::uint64_t opaque = 0;        // bit k: values[k] must be the same for every extent (a digest, not a size)

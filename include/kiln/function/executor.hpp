@@ -3,6 +3,7 @@
 // dynamic extents) and run for each call.
 #include "buffer_plan.hpp"
 #include "fused_group.hpp"
+#include "jit.hpp"
 #include "plan_run.hpp"
 #include "tracer.hpp"
 
@@ -92,6 +93,7 @@ struct executable {
                     cur.exported.push_back(out);
                 }
                 groups.push_back(std::move(cur));
+                jit_prepare(graph, groups.back());
             }
             cur = fused_group{};
         };

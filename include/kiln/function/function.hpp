@@ -202,6 +202,15 @@ public:
     passes::pass_report report(A&&... args) {
         return executable_for(std::forward<A>(args)...)->report;
     }
+    // The fused elementwise groups of that graph, and how many of them run a compiled kernel now (kiln::set_jit:
+    // a group waiting for its kernel, or one that could not be compiled, runs interpreted).
+    template <class... A>
+    std::pair<std::size_t, std::size_t> compiled_groups(A&&... args) {
+        const auto e = executable_for(std::forward<A>(args)...);
+        std::size_t ready = 0;
+        for (const detail::fused_group& g : e->groups) ready += g.jit && g.jit->fn.load(std::memory_order_acquire);
+        return {e->groups.size(), ready};
+    }
 
 private:
     template <class... A>

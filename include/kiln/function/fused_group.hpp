@@ -2,7 +2,12 @@
 // A fused elementwise group of a traced function and the loop that runs it tile by tile: used by the executor
 // (function/executor.hpp) and by its buffer plan (function/buffer_plan.hpp).
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +15,19 @@
 
 namespace kiln {
 namespace detail {
+
+// A fused group's compiled kernel (function/jit.hpp): computes the group's exported members over elements [b, e)
+// of its operands `in` (one per distinct value from outside the group) into `out` (one per exported member), all
+// pointers to element 0, with streaming stores when `stream`.
+using group_kernel = void (*)(const void* const* in, void* const* out, std::ptrdiff_t b, std::ptrdiff_t e, bool stream);
+
+// Where a group's compiled kernel arrives (from the compiler's thread: null until then) and which of the group's
+// operands are its inputs, in order: (member, operand) of each distinct value's first use.
+struct jit_slot {
+    std::atomic<group_kernel> fn{nullptr};
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> operands;
+    std::string key;
+};
 
 // A chain of elementwise ops that runs tile by tile: each tile of every member is computed before the next tile,
 // so values used only inside the group never exist beyond one tile (which stays in L1).
@@ -26,7 +44,61 @@ struct fused_group {
     int rank = 0;
     std::ptrdiff_t tile = 1024;  // elements per tile: a multiple of every periodic operand's period
     bool periodic = false;       // some operand repeats along the group
+    std::shared_ptr<jit_slot> jit;  // its compiled kernel, where kiln::function's compiler is on
 };
+
+// Runs group g's compiled kernel: in one range split over the threads like graph mode's loop, or tile by tile
+// where an operand repeats along the group (each tile then reads one laid-out tile of it, as the ops do).
+inline void run_compiled(const fused_group& g, group_kernel fn, const std::size_t* first_operand,
+                         const std::byte* const* base, std::byte* const* outs, std::ptrdiff_t total) {
+    const std::size_t nin = g.jit->operands.size();
+    const std::size_t item = size_of(g.dtype);
+    std::array<const void*, 512> in;
+    std::array<void*, 64> out;
+    std::array<char, 512> repeats{};
+    std::size_t nout = 0;
+    for (std::size_t j = 0; j < g.members.size(); ++j)
+        if (g.exported[j]) out[nout++] = outs[j];
+    for (std::size_t k = 0; k < nin; ++k) {
+        const auto [j, q] = g.jit->operands[k];
+        in[k] = base[first_operand[j] + q];
+        repeats[k] = g.inputs[j][q].kind == fused_group::operand::periodic;
+    }
+    if (!g.periodic) {
+        const bool stream = total * static_cast<std::ptrdiff_t>(nout * item) >= streaming_threshold();
+        const int threads = total < parallel_threshold() ? 1 : num_threads();
+        if (threads <= 1) return fn(in.data(), out.data(), 0, total, stream);
+        const std::ptrdiff_t chunk = ((total + threads - 1) / threads + 1023) / 1024 * 1024;
+        const int tasks = static_cast<int>((total + chunk - 1) / chunk);
+        thread_pool::instance().parallel_for(
+            tasks, [&](int t) { fn(in.data(), out.data(), t * chunk, std::min(total, (t + 1) * chunk), stream); });
+        return;
+    }
+    const std::ptrdiff_t L = g.tile;
+    auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
+        std::array<const void*, 512> tin;
+        std::array<void*, 64> tout;
+        for (std::ptrdiff_t at = first; at < last; at += L) {
+            const std::ptrdiff_t len = std::min(L, last - at);
+            const std::size_t off = static_cast<std::size_t>(at) * item;
+            for (std::size_t k = 0; k < nin; ++k)
+                tin[k] = repeats[k] ? in[k] : static_cast<const std::byte*>(in[k]) + off;
+            for (std::size_t o = 0; o < nout; ++o) tout[o] = static_cast<std::byte*>(out[o]) + off;
+            fn(tin.data(), tout.data(), 0, len, false);
+        }
+    };
+    const std::ptrdiff_t count = (total + L - 1) / L;
+    const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
+    if (threads <= 1) {
+        tiles(0, total);
+    } else {
+        const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
+        thread_pool::instance().parallel_for(tasks, [&](int t) {
+            const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
+            tiles(a, b);
+        });
+    }
+}
 
 // Runs group g over `total` elements. `base` holds, for each operand of each member in order, where a full
 // operand starts or where one tile of a periodic operand (laid out over the whole tile) starts (member operands'
@@ -40,6 +112,8 @@ inline void run_tiles(const function_graph& graph, const fused_group& g, const s
     // Where each member's operands start in `base`.
     std::size_t first_operand[64];
     for (std::size_t j = 0, at = 0; j < m; at += g.inputs[j].size(), ++j) first_operand[j] = at;
+    if (g.jit)
+        if (const group_kernel fn = g.jit->fn.load(std::memory_order_acquire)) return run_compiled(g, fn, first_operand, base, outs, total);
     auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
         thread_local std::vector<std::byte> scratch;
         scratch.resize(m * static_cast<std::size_t>(L) * item);
