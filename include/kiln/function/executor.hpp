@@ -66,6 +66,7 @@ struct executable {
     // Groups consecutive elementwise ops (arguments, constants, variables and pure ops that need nothing of the
     // group may sit between them) of one floating dtype and one shape whose other operands are values of that shape, or repeat along it (a bias, a
     // number): each op's tile kernel then runs tile by tile.
+    template <int N = 0>
     void fuse() {
         groups.clear();
         const std::vector<char> written = passes::detail::written_values(graph);
@@ -93,7 +94,7 @@ struct executable {
                     cur.exported.push_back(out);
                 }
                 groups.push_back(std::move(cur));
-                jit_prepare(graph, groups.back());
+                jit_prepare<N>(graph, groups.back());
             }
             cur = fused_group{};
         };
@@ -174,12 +175,14 @@ struct executable {
 
     bool fusion = true;
 
+    // (Templates on an unused int: compiled only where a function is prepared, with the kernel compiler's hook.)
+    template <int N = 0>
     void prepare() {
         // A graph whose values live on a GPU runs node by node there, each op the device's kernels (eager mode's);
         // the CPU's fused tile loops and buffer plans read host memory.
         for (const graph_node& n : graph.nodes)
             if (n.device.type != device_type::cpu) fusion = planning = false;
-        if (fusion) fuse();
+        if (fusion) fuse<N>();
         result_aliases.clear();
         for (std::int32_t o : traced.outputs) {
             const node_kind k = traced.nodes[static_cast<std::size_t>(o)].kind;

@@ -153,10 +153,13 @@ inline std::string jit_target_flags() {
 // (pointers to element 0), with streaming stores when `stream`.
 // (group_kernel and jit_slot are declared in fused_group.hpp.)
 
-class jit_service {
+// (A class template on an unused int, like the functions below: only what a program calls is compiled, so
+// including kiln/kiln.hpp does not pay for the compiler's machinery.)
+template <int N = 0>
+class basic_jit_service {
 public:
-    static jit_service& instance() {
-        static jit_service s;
+    static basic_jit_service& instance() {
+        static basic_jit_service s;
         return s;
     }
 
@@ -192,6 +195,13 @@ public:
         ++stats_.requested;
         const jit_mode m = opts_.mode;
         if (m == jit_mode::off) return;
+        if (include_dir_locked().empty()) {
+            ++stats_.failed;
+            stats_.last_error = "kiln's headers (kiln/function/jit_kernel.hpp) were not found for the kernel compiler: "
+                                "this program was compiled against '" + std::string(__FILE__) +
+                                "', relative to where it was compiled; set KILN_JIT_INCLUDE or jit_options::include_dir";
+            return;
+        }
         const std::string cmd = command_locked();
         const std::string key = hex64(fnv1a(stamp_locked(), fnv1a(cmd, fnv1a(source))));
         slot->key = key;
@@ -243,7 +253,7 @@ public:
         stats_.last_error = std::move(why);
     }
 
-    ~jit_service() {
+    ~basic_jit_service() {
         {
             std::lock_guard lock(mu_);
             stop_ = true;
@@ -264,7 +274,7 @@ private:
         std::string key, source, command, dir;
     };
 
-    jit_service() { opts_.mode = jit_mode_from_env(); }
+    basic_jit_service() { opts_.mode = jit_mode_from_env(); }
 
     static std::string default_cache_dir() {
         std::string d = jit_env("KILN_JIT_CACHE");
@@ -276,18 +286,32 @@ private:
         return "/tmp/kiln-jit";
     }
 
+    static bool has_kernel_header(const std::string& dir) {
+#if KILN_JIT_SUPPORTED
+        struct stat st {};
+        return ::stat((dir + "/kiln/function/jit_kernel.hpp").c_str(), &st) == 0;
+#else
+        (void)dir;
+        return false;
+#endif
+    }
+
+    // kiln's include directory: the option, $KILN_JIT_INCLUDE, the directory this header was compiled from (a
+    // relative __FILE__ is relative to where the program was compiled, so it is tried from here), /usr/local/include,
+    // /usr/include. Empty where none holds kiln's headers.
     std::string include_dir_locked() const {
         if (!opts_.include_dir.empty()) return opts_.include_dir;
         std::string d = jit_env("KILN_JIT_INCLUDE");
         if (!d.empty()) return d;
         // This header is <include>/kiln/function/jit.hpp.
         std::string f = __FILE__;
-        for (int up = 0; up < 3; ++up) {
+        for (int up = 0; up < 3 && !f.empty(); ++up) {
             const std::size_t s = f.find_last_of('/');
-            if (s == std::string::npos) return ".";
-            f.erase(s);
+            f.erase(s == std::string::npos ? 0 : s);
         }
-        return f.empty() ? "/" : f;
+        for (const std::string& c : {f.empty() ? std::string(".") : f, std::string("/usr/local/include"), std::string("/usr/include")})
+            if (has_kernel_header(c)) return c;
+        return {};
     }
 
     // The command, without its input and output.
@@ -448,6 +472,7 @@ private:
     std::string stamp_;
     std::unordered_map<std::string, entry> kernels_;
 };
+using jit_service = basic_jit_service<>;
 
 inline bool jit_identifier_ok(std::string_view s) {
     if (s.empty()) return false;
@@ -461,7 +486,8 @@ inline bool jit_identifier_ok(std::string_view s) {
 // The C++ source of group g's kernel: its members as graph-mode node types over indexed leaves (one per distinct
 // operand from outside the group) and exact constants (its numbers, by their bits), its exported members as the
 // roots of one fused loop. Empty, with `why` set, where a member's op cannot be written into source.
-inline std::string jit_source(const function_graph& graph, const fused_group& g, jit_slot& slot, std::string& why) {
+template <int N = 0>
+std::string jit_source(const function_graph& graph, const fused_group& g, jit_slot& slot, std::string& why) {
     if (g.dtype != kiln::float32 && g.dtype != kiln::float64) return why = "not float32 or float64", std::string();
     const std::string T = g.dtype == kiln::float32 ? "float" : "double";
     std::string numbers, members;
@@ -519,7 +545,7 @@ inline std::string jit_source(const function_graph& graph, const fused_group& g,
     if (k == 0) return why = "the group exports nothing", std::string();
     std::string s = "// kiln: the kernel of one fused group of a traced function (kiln/function/jit.hpp)\n"
                     "#include <kiln/function/jit_kernel.hpp>\n";
-    for (const std::string& h : jit_service::instance().options().includes) s += "#include \"" + h + "\"\n";
+    for (const std::string& h : basic_jit_service<N>::instance().options().includes) s += "#include \"" + h + "\"\n";
     s += "namespace {\nusing T = " + T + ";\n" + numbers + "}  // namespace\nnamespace kiln {\n";
     for (const std::string& name : seen_numbers)
         s += "template <>\nstruct is_constant<::" + name + "> : std::true_type {};\n";
@@ -533,12 +559,13 @@ inline std::string jit_source(const function_graph& graph, const fused_group& g,
 }
 
 // Gives group g a slot and asks for its kernel (nothing when the compiler is off or the group cannot be written).
-inline void jit_prepare(const function_graph& graph, fused_group& g) {
-    jit_service& svc = jit_service::instance();
+template <int N = 0>
+void jit_prepare(const function_graph& graph, fused_group& g) {
+    basic_jit_service<N>& svc = basic_jit_service<N>::instance();
     if (svc.mode() == jit_mode::off || g.members.size() < 2) return;
     auto slot = std::make_shared<jit_slot>();
     std::string why;
-    const std::string source = jit_source(graph, g, *slot, why);
+    const std::string source = jit_source<N>(graph, g, *slot, why);
     if (source.empty()) return svc.refuse("a fused group cannot be written as C++ (" + why + "); it is interpreted");
     g.jit = slot;
     svc.request(slot, source);
@@ -548,11 +575,23 @@ inline void jit_prepare(const function_graph& graph, fused_group& g) {
 
 // Sets how kiln::function compiles its fused groups, for the whole process (functions prepared for a signature
 // afterwards). The environment variable KILN_JIT (off, background or blocking) sets the mode at start.
-inline void set_jit(jit_options options) { detail::jit_service::instance().set(std::move(options)); }
-inline jit_options jit_settings() { return detail::jit_service::instance().options(); }
+template <int N = 0>
+void set_jit(jit_options options) {
+    detail::basic_jit_service<N>::instance().set(std::move(options));
+}
+template <int N = 0>
+jit_options jit_settings() {
+    return detail::basic_jit_service<N>::instance().options();
+}
 // Counts of the kernels asked for, compiled, loaded and failed, and the last failure's reason.
-inline jit_statistics jit_stats() { return detail::jit_service::instance().stats(); }
+template <int N = 0>
+jit_statistics jit_stats() {
+    return detail::basic_jit_service<N>::instance().stats();
+}
 // Waits until every kernel being compiled is ready (or has failed).
-inline void jit_wait() { detail::jit_service::instance().wait(); }
+template <int N = 0>
+void jit_wait() {
+    detail::basic_jit_service<N>::instance().wait();
+}
 
 }  // namespace kiln
