@@ -226,3 +226,23 @@ TEST_CASE("an op of the program's own compiles once its header is named in jit_o
     CHECK(g.compiled_groups(x) == std::pair<std::size_t, std::size_t>{1, 1});
     jit_off();
 }
+
+TEST_CASE("function_options::jit overrides the process's setting for one function") {
+    const std::string dir = fresh_cache("option");
+    kiln::generator gen(13);
+    const kiln::tensor x = kiln::randn({4000}, kiln::float32, gen), y = kiln::randn({4000}, kiln::float32, gen);
+    auto body = [](const kiln::tensor& a, const kiln::tensor& b) { return kiln::abs(a - b) * 0.75f + a * b; };
+    // The process's compiler is off (only its cache directory is set); this function compiles.
+    use_jit(kiln::jit_mode::off, dir);
+    auto on = kiln::function(body, kiln::function_options{.jit = kiln::jit_mode::blocking});
+    auto ref = kiln::function(body);
+    check_bits(on(x, y), ref(x, y));
+    CHECK(on.compiled_groups(x, y) == std::pair<std::size_t, std::size_t>{1, 1});
+    CHECK(ref.compiled_groups(x, y) == std::pair<std::size_t, std::size_t>{1, 0});
+    // The process's compiler is on; this function stays interpreted.
+    use_jit(kiln::jit_mode::blocking, dir);
+    auto off = kiln::function(body, kiln::function_options{.jit = kiln::jit_mode::off});
+    check_bits(off(x, y), ref(x, y));
+    CHECK(off.compiled_groups(x, y) == std::pair<std::size_t, std::size_t>{1, 0});
+    jit_off();
+}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "elementwise.hpp"
+#include "factories.hpp"
 #include "linalg.hpp"
 #include "reduce.hpp"
 #include "../ops/scan.hpp"

@@ -94,7 +94,7 @@ struct executable {
                     cur.exported.push_back(out);
                 }
                 groups.push_back(std::move(cur));
-                jit_prepare<N>(graph, groups.back());
+                jit_prepare<N>(graph, groups.back(), jit);
             }
             cur = fused_group{};
         };
@@ -174,6 +174,7 @@ struct executable {
     }
 
     bool fusion = true;
+    std::optional<jit_mode> jit;  // the kernel compiler's mode for this graph's groups (empty: the process's)
 
     // (Templates on an unused int: compiled only where a function is prepared, with the kernel compiler's hook.)
     template <int N = 0>

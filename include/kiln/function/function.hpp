@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ struct function_options {
     // From the second call of a signature, run it from a buffer plan (function/buffer_plan.hpp): values in a
     // reused arena, matrix products, sums and elementwise ops run from raw pointers, views computed once.
     bool plan = true;
+    // How this function's fused groups are compiled (function/jit.hpp); empty: the process's setting (kiln::set_jit,
+    // or KILN_JIT), read when a signature is prepared.
+    std::optional<jit_mode> jit;
     // TensorFlow's reduce_retracing: an extent of a tensor argument that changes between traces becomes dynamic
     // (as if declared kiln::dyn in a spec), so the next trace serves every extent of it.
     bool reduce_retracing = false;
@@ -385,6 +389,7 @@ private:
         for (const graph_node& n : exe->graph.nodes) exe->has_dynamic = exe->has_dynamic || !n.dynamic.empty();
         exe->fusion = options_.fuse;
         exe->planning = options_.plan;
+        exe->jit = options_.jit;
         exe->collect_variables();
         exe->prepare();
         return exe;

@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -189,11 +190,10 @@ public:
 
     // Asks for the kernel of `source` for `slot`: at once from this process's kernels or the disk cache, else
     // compiled now (blocking) or on the worker thread (background).
-    void request(const std::shared_ptr<jit_slot>& slot, const std::string& source) {
+    void request(const std::shared_ptr<jit_slot>& slot, const std::string& source, jit_mode m) {
 #if KILN_JIT_SUPPORTED
         std::unique_lock lock(mu_);
         ++stats_.requested;
-        const jit_mode m = opts_.mode;
         if (m == jit_mode::off) return;
         if (include_dir_locked().empty()) {
             ++stats_.failed;
@@ -238,7 +238,7 @@ public:
         (void)source;
         std::lock_guard lock(mu_);
         ++stats_.requested;
-        if (opts_.mode != jit_mode::off) {
+        if (m != jit_mode::off) {
             ++stats_.failed;
             stats_.last_error = "kiln::function's kernel compiler needs dlopen (POSIX); groups are interpreted";
         }
@@ -560,15 +560,16 @@ std::string jit_source(const function_graph& graph, const fused_group& g, jit_sl
 
 // Gives group g a slot and asks for its kernel (nothing when the compiler is off or the group cannot be written).
 template <int N = 0>
-void jit_prepare(const function_graph& graph, fused_group& g) {
+void jit_prepare(const function_graph& graph, fused_group& g, std::optional<jit_mode> mode = std::nullopt) {
     basic_jit_service<N>& svc = basic_jit_service<N>::instance();
-    if (svc.mode() == jit_mode::off || g.members.size() < 2) return;
+    const jit_mode m = mode ? *mode : svc.mode();
+    if (m == jit_mode::off || g.members.size() < 2) return;
     auto slot = std::make_shared<jit_slot>();
     std::string why;
     const std::string source = jit_source<N>(graph, g, *slot, why);
     if (source.empty()) return svc.refuse("a fused group cannot be written as C++ (" + why + "); it is interpreted");
     g.jit = slot;
-    svc.request(slot, source);
+    svc.request(slot, source, m);
 }
 
 }  // namespace detail
