@@ -4,6 +4,7 @@
 // fails leaves the groups interpreted with the reason, and a background compile swaps the kernel in between calls.
 #include <kiln/function.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -20,14 +21,22 @@ using kiln_test::values;
 
 namespace {
 
-// A cache directory of this process's own, so that what the tests count is compiled here.
-std::string fresh_cache(const char* what) {
-    const char* base = std::getenv("KILN_JIT_TEST_DIR");
-    std::string dir = std::string(base ? base : "/tmp") + "/kiln-jit-test-" + std::to_string(::getpid()) + "-" + what;
-    std::string cmd = "rm -rf '" + dir + "'";
-    REQUIRE(std::system(cmd.c_str()) == 0);
-    return dir;
-}
+// A cache directory of this process's own, so that what the tests count is compiled here; removed when the test
+// case ends (a kernel the compiler refused has its log quoted in jit_stats().last_error, which the checks print).
+struct fresh_cache {
+    std::string dir;
+    explicit fresh_cache(const char* what) {
+        const char* base = std::getenv("KILN_JIT_TEST_DIR");
+        dir = std::string(base ? base : "/tmp") + "/kiln-jit-test-" + std::to_string(::getpid()) + "-" + what;
+        remove();
+    }
+    ~fresh_cache() { remove(); }
+    void remove() const {
+        const std::string cmd = "rm -rf '" + dir + "'";
+        if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+    }
+    operator const std::string&() const { return dir; }
+};
 
 void use_jit(kiln::jit_mode mode, const std::string& dir, std::string compiler = {}) {
     kiln::jit_options o;
@@ -58,7 +67,7 @@ kiln::tensor chain(const kiln::tensor& x, const kiln::tensor& y) { return kiln::
 }  // namespace
 
 TEST_CASE("a compiled fused group gives the interpreter's bits: float32 and float64, with a tail") {
-    const std::string dir = fresh_cache("bits");
+    const fresh_cache dir("bits");
     for (kiln::dtype d : {kiln::float32, kiln::float64}) {
         const std::ptrdiff_t n = (1 << 16) + 5;  // past the threads' threshold, and not a multiple of any batch
         kiln::generator gen(7);
@@ -87,7 +96,7 @@ TEST_CASE("a compiled fused group gives the interpreter's bits: float32 and floa
 }
 
 TEST_CASE("compiled groups with functions of the vocabulary, repeating operands and several exported values") {
-    const std::string dir = fresh_cache("mixed");
+    const fresh_cache dir("mixed");
     kiln::generator gen(11);
     const kiln::tensor x = kiln::randn({300, 10}, kiln::float32, gen), y = kiln::randn({300, 10}, kiln::float32, gen);
     const kiln::tensor w = kiln::randn({10}, kiln::float32, gen), b = kiln::randn({1, 10}, kiln::float32, gen);
@@ -118,7 +127,7 @@ TEST_CASE("compiled groups with functions of the vocabulary, repeating operands 
 }
 
 TEST_CASE("identical groups share one kernel, and a second process loads it from the disk cache") {
-    const std::string dir = fresh_cache("share");
+    const fresh_cache dir("share");
     use_jit(kiln::jit_mode::blocking, dir);
     const kiln::tensor x = kiln::full({100}, 3.0f), y = kiln::full({100}, 2.0f);
     auto body = [](const kiln::tensor& a, const kiln::tensor& b) { return (a - b) * (a + b) * 0.25f; };
@@ -136,10 +145,17 @@ TEST_CASE("identical groups share one kernel, and a second process loads it from
     const ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
     REQUIRE(len > 0);
     exe[len] = '\0';
-    const std::string cmd = "KILN_JIT_TEST_CHILD_CACHE='" + dir + "' '" + std::string(exe) +
-                            "' --no-skip --test-case='*child process*' > '" + dir + "/child.log' 2>&1";
+    const std::string log = dir.dir + "/child.log";
+    const std::string cmd = "KILN_JIT_TEST_CHILD_CACHE='" + dir.dir + "' '" + std::string(exe) +
+                            "' --no-skip --test-case='*child process*' > '" + log + "' 2>&1";
     const int rc = std::system(cmd.c_str());
-    INFO("child log in " << dir << "/child.log");
+    std::string out;
+    if (std::FILE* f = std::fopen(log.c_str(), "r")) {
+        char buf[4096];
+        out.assign(buf, std::fread(buf, 1, sizeof buf, f));
+        std::fclose(f);
+    }
+    INFO("the child process said: " << out);
     CHECK(rc == 0);
 }
 
@@ -157,7 +173,7 @@ TEST_CASE("the child process of the disk cache test: its kernel comes from disk"
 }
 
 TEST_CASE("a compiler that fails leaves the groups interpreted, with the reason") {
-    const std::string dir = fresh_cache("fail");
+    const fresh_cache dir("fail");
     use_jit(kiln::jit_mode::blocking, dir, "/nonexistent/kiln-test-c++");
     const kiln::jit_statistics before = kiln::jit_stats();
     kiln::generator gen(3);
@@ -174,7 +190,7 @@ TEST_CASE("a compiler that fails leaves the groups interpreted, with the reason"
 }
 
 TEST_CASE("in the background, calls run interpreted until the kernel is ready, from several threads, with the same bits") {
-    const std::string dir = fresh_cache("background");
+    const fresh_cache dir("background");
     kiln::generator gen(5);
     const kiln::tensor x = kiln::randn({5000}, kiln::float32, gen), y = kiln::randn({5000}, kiln::float32, gen);
     auto body = [](const kiln::tensor& a, const kiln::tensor& b) { return kiln::minimum(a * 1.25, b) - kiln::neg(b) / 7.0; };
@@ -200,7 +216,7 @@ TEST_CASE("in the background, calls run interpreted until the kernel is ready, f
 }
 
 TEST_CASE("an op of the program's own compiles once its header is named in jit_options::includes") {
-    const std::string dir = fresh_cache("user");
+    const fresh_cache dir("user");
     kiln::generator gen(9);
     const kiln::tensor x = kiln::randn({3000}, kiln::float32, gen);
     auto body = [](const kiln::tensor& a) { return kiln::detail::make<jit_user::cube_plus_one>(a * 0.5f) - a; };
@@ -228,7 +244,7 @@ TEST_CASE("an op of the program's own compiles once its header is named in jit_o
 }
 
 TEST_CASE("function_options::jit overrides the process's setting for one function") {
-    const std::string dir = fresh_cache("option");
+    const fresh_cache dir("option");
     kiln::generator gen(13);
     const kiln::tensor x = kiln::randn({4000}, kiln::float32, gen), y = kiln::randn({4000}, kiln::float32, gen);
     auto body = [](const kiln::tensor& a, const kiln::tensor& b) { return kiln::abs(a - b) * 0.75f + a * b; };
