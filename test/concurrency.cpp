@@ -134,21 +134,25 @@ int main() {
         kiln::run_functions_eagerly(false);
         traced_want.push_back(y.item<double>() + kiln::sum(dx.to(kiln::float64)).item<double>());
     }
-    std::vector<std::thread> callers;
-    for (int t = 0; t < 8; ++t)
-        callers.emplace_back([&, t] {
-            for (int k = 0; k < 20; ++k) {
-                const std::size_t i = static_cast<std::size_t>((t + k) % 8);
-                const auto [y, dx] = traced(xs[i], ws[i]);
-                const double r = y.item<double>() + kiln::sum(dx.to(kiln::float64)).item<double>();
-                if (r != traced_want[i]) {
-                    std::printf("concurrency: traced function, thread %d, input %zu: %.17g, expected %.17g\n", t, i, r,
-                                traced_want[i]);
-                    ++failures;
+    // Calls f from 8 threads, `calls` times each over the 8 inputs, and checks every result.
+    auto call_from_8_threads = [&](auto& f, const char* what, int calls) {
+        std::vector<std::thread> callers;
+        for (int t = 0; t < 8; ++t)
+            callers.emplace_back([&, t] {
+                for (int k = 0; k < calls; ++k) {
+                    const std::size_t i = static_cast<std::size_t>((t + k) % 8);
+                    const auto [y, dx] = f(xs[i], ws[i]);
+                    const double r = y.item<double>() + kiln::sum(dx.to(kiln::float64)).item<double>();
+                    if (r != traced_want[i]) {
+                        std::printf("concurrency: %s, thread %d, input %zu: %.17g, expected %.17g\n", what, t, i, r,
+                                    traced_want[i]);
+                        ++failures;
+                    }
                 }
-            }
-        });
-    for (auto& t : callers) t.join();
+            });
+        for (auto& t : callers) t.join();
+    };
+    call_from_8_threads(traced, "traced function", 20);
     if (traced.trace_count() != 2) {
         std::printf("concurrency: the traced function traced %zu times for 2 signatures\n", traced.trace_count());
         ++failures;
@@ -165,24 +169,9 @@ int main() {
             return std::make_tuple(y, tape.gradient(y, x));
         },
         kiln::function_options{.name = "compiled", .jit = kiln::jit_mode::background});
-    for (int round = 0; round < 2; ++round) {
-        std::vector<std::thread> workers;
-        for (int t = 0; t < 8; ++t)
-            workers.emplace_back([&, t] {
-                for (int k = 0; k < 10; ++k) {
-                    const std::size_t i = static_cast<std::size_t>((t + k) % 8);
-                    const auto [y, dx] = compiled(xs[i], ws[i]);
-                    const double r = y.item<double>() + kiln::sum(dx.to(kiln::float64)).item<double>();
-                    if (r != traced_want[i]) {
-                        std::printf("concurrency: compiled function, round %d, thread %d, input %zu: %.17g, expected %.17g\n",
-                                    round, t, i, r, traced_want[i]);
-                        ++failures;
-                    }
-                }
-            });
-        for (auto& t : workers) t.join();
-        kiln::jit_wait();
-    }
+    call_from_8_threads(compiled, "compiled function, while its kernels compile", 10);
+    kiln::jit_wait();
+    call_from_8_threads(compiled, "compiled function", 10);
     const auto [groups, ready] = compiled.compiled_groups(xs[0], ws[0]);
     std::printf("concurrency: compiled function: %zu of %zu fused groups compiled%s%s\n", ready, groups,
                 kiln::jit_stats().last_error.empty() ? "" : "; ", kiln::jit_stats().last_error.c_str());

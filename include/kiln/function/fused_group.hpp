@@ -47,6 +47,24 @@ struct fused_group {
     std::shared_ptr<jit_slot> jit;  // its compiled kernel, where kiln::function's compiler is on
 };
 
+// Calls tiles(first, last) over [0, total) in whole tiles of L elements: on this thread, or split over the thread
+// pool past the threads' threshold. (The thread count is asked for only past the threshold: asking starts the
+// pool, whose workers then compete with this thread on small steps.)
+template <class F>
+void split_tiles(std::ptrdiff_t total, std::ptrdiff_t L, const F& tiles) {
+    const std::ptrdiff_t count = (total + L - 1) / L;
+    const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
+    if (threads <= 1) {
+        tiles(std::ptrdiff_t{0}, total);
+    } else {
+        const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
+        thread_pool::instance().parallel_for(tasks, [&](int t) {
+            const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
+            tiles(a, b);
+        });
+    }
+}
+
 // Runs group g's compiled kernel: in one range split over the threads like graph mode's loop, or tile by tile
 // where an operand repeats along the group (each tile then reads one laid-out tile of it, as the ops do).
 inline void run_compiled(const fused_group& g, group_kernel fn, const std::size_t* first_operand,
@@ -87,17 +105,7 @@ inline void run_compiled(const fused_group& g, group_kernel fn, const std::size_
             fn(tin.data(), tout.data(), 0, len, false);
         }
     };
-    const std::ptrdiff_t count = (total + L - 1) / L;
-    const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
-    if (threads <= 1) {
-        tiles(0, total);
-    } else {
-        const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
-        thread_pool::instance().parallel_for(tasks, [&](int t) {
-            const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
-            tiles(a, b);
-        });
-    }
+    split_tiles(total, L, tiles);
 }
 
 // Runs group g over `total` elements. `base` holds, for each operand of each member in order, where a full
@@ -137,19 +145,7 @@ inline void run_tiles(const function_graph& graph, const fused_group& g, const s
             }
         }
     };
-    const std::ptrdiff_t count = (total + L - 1) / L;
-    // (The thread count only past the threshold: asking for it starts the pool, whose workers then compete
-    // with this thread on small steps.)
-    const int threads = total < parallel_threshold() || count < 2 ? 1 : num_threads();
-    if (threads <= 1) {
-        tiles(0, total);
-    } else {
-        const int tasks = static_cast<int>(std::min<std::ptrdiff_t>(threads, count));
-        thread_pool::instance().parallel_for(tasks, [&](int t) {
-            const std::ptrdiff_t a = count * t / tasks * L, b = std::min(total, count * (t + 1) / tasks * L);
-            tiles(a, b);
-        });
-    }
+    split_tiles(total, L, tiles);
 }
 
 // Lays one period of a periodic operand (`period` elements of `item` bytes at `from`) over a whole tile of
