@@ -111,6 +111,45 @@ TEST_CASE("a traced function runs on the device where its arguments live") {
     }
 }
 
+TEST_CASE("a traced function's fused groups run on the device as one compiled kernel each") {
+    // kiln/function/jit.hpp: on the emulated device the kernel is built by g++ on Thrust's OpenMP system (nvcc for a
+    // GPU); it computes what the group's ops compute one by one there, bit for bit.
+    kiln::generator gen(21);
+    const kiln::tensor xc = kiln::randn({300, 7}, kiln::float32, gen), yc = kiln::randn({300, 7}, kiln::float32, gen);
+    const kiln::tensor xd = xc.to(kiln::cuda), yd = yc.to(kiln::cuda);
+    auto body = [](const kiln::tensor& x, const kiln::tensor& y) {
+        const kiln::tensor t = kiln::tanh(x * y + 0.5f * x) - kiln::abs(y) / 3.0f;  // used after the group too
+        return std::make_tuple(kiln::relu(t) * 2.0f + y, kiln::sum(t, {1}));
+    };
+    auto node_by_node = kiln::function(body, kiln::function_options{.jit = kiln::jit_mode::off});
+    auto compiled = kiln::function(body, kiln::function_options{.jit = kiln::jit_mode::blocking});
+    const auto [a0, s0] = node_by_node(xd, yd);
+    const auto [a1, s1] = compiled(xd, yd);
+    INFO(kiln::jit_stats().last_error);
+    const auto [groups, ready] = compiled.compiled_groups(xd, yd);
+    CHECK(groups >= 1);
+    CHECK(ready == groups);
+    CHECK(node_by_node.compiled_groups(xd, yd) == std::pair<std::size_t, std::size_t>{0, 0});
+    CHECK(a1.device() == kiln::cuda);
+    CHECK(s1.device() == kiln::cuda);
+    same_tensor(a1.to(kiln::cpu), a0.to(kiln::cpu), 0);  // bit for bit
+    same_tensor(s1.to(kiln::cpu), s0.to(kiln::cpu), 0);
+    const auto [ac, sc] = body(xc, yc);  // and eager mode on the CPU
+    same_tensor(a1.to(kiln::cpu), ac, 1e-5);
+    same_tensor(s1.to(kiln::cpu), sc, 1e-5);
+    // A second call runs the same kernel on new values.
+    const kiln::tensor x2 = kiln::randn({300, 7}, kiln::float32, gen).to(kiln::cuda);
+    const auto [a2, s2] = compiled(x2, yd);
+    const auto [a3, s3] = node_by_node(x2, yd);
+    same_tensor(a2.to(kiln::cpu), a3.to(kiln::cpu), 0);
+    same_tensor(s2.to(kiln::cpu), s3.to(kiln::cpu), 0);
+    // Both calls ran every group's kernel (not the ops one by one).
+    for (const auto& g : compiled.compiled(xd, yd)->groups) {
+        REQUIRE(g.jit);
+        CHECK(g.jit->runs.load() == 2);
+    }
+}
+
 TEST_CASE("a traced function mixes devices only as eager mode does") {
     const kiln::tensor d = kiln::ones({4}, kiln::float32, kiln::cuda);
     // A captured CPU tensor with a device argument: eager mode's device_error, raised while tracing.

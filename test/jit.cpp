@@ -81,6 +81,7 @@ TEST_CASE("a compiled fused group gives the interpreter's bits: float32 and floa
         const kiln::tensor got = compiled(x, y);
         INFO("dtype " << kiln::name(d) << "; " << kiln::jit_stats().last_error);
         CHECK(compiled.compiled_groups(x, y) == std::pair<std::size_t, std::size_t>{1, 1});
+        CHECK(compiled.compiled(x, y)->groups[0].jit->runs.load() == 1);  // the kernel ran, not the interpreter
         check_bits(got, want);
         kiln_test::check_all_close(values(got), values(chain(x, y)), 1e-6);
         // Small and odd sizes run the same kernel (one range below the threads' threshold).

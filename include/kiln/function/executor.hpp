@@ -94,7 +94,7 @@ struct executable {
                     cur.exported.push_back(out);
                 }
                 groups.push_back(std::move(cur));
-                jit_prepare<N>(graph, groups.back(), jit);
+                jit_prepare<N>(graph, groups.back(), jit, device_groups);
             }
             cur = fused_group{};
         };
@@ -140,6 +140,7 @@ struct executable {
                         ins.push_back({fused_group::operand::full, v});
                         continue;
                     }
+                    if (device_groups) return false;  // (a device group's operands are all of its shape)
                     // Repeats along the group: its shape is the group's trailing extents (leading ones of size 1).
                     bool periodic = x.shape.rank <= shape.rank;
                     for (int d = 0; periodic && d < x.shape.rank; ++d) {
@@ -175,14 +176,22 @@ struct executable {
 
     bool fusion = true;
     std::optional<jit_mode> jit;  // the kernel compiler's mode for this graph's groups (empty: the process's)
+    // The graph's values live on kiln's GPU device, and its groups run as compiled kernels there (node by node
+    // until a kernel is ready, or where none can be made).
+    bool device_groups = false;
 
     // (Templates on an unused int: compiled only where a function is prepared, with the kernel compiler's hook.)
     template <int N = 0>
     void prepare() {
         // A graph whose values live on a GPU runs node by node there, each op the device's kernels (eager mode's);
         // the CPU's fused tile loops and buffer plans read host memory.
-        for (const graph_node& n : graph.nodes)
-            if (n.device.type != device_type::cpu) fusion = planning = false;
+        bool on_device = false;
+        for (const graph_node& n : graph.nodes) on_device = on_device || n.device.type != device_type::cpu;
+        if (on_device) {
+            planning = false;
+            const jit_mode m = jit ? *jit : basic_jit_service<N>::instance().mode();
+            device_groups = fusion = fusion && m != jit_mode::off;
+        }
         if (fusion) fuse<N>();
         result_aliases.clear();
         for (std::int32_t o : traced.outputs) {
@@ -249,6 +258,43 @@ struct executable {
         return bound.emplace(extents, std::move(p)).first->second;
     }
 
+    // A group on kiln's GPU device through its compiled kernel: false (and nothing done) while the kernel is not
+    // ready or the operands are not contiguous values of one shape, dtype and device.
+    bool run_on_device(const fused_group& g, std::vector<std::optional<tensor>>& slots) const {
+        const device_group_kernel fn = g.jit ? g.jit->device_fn.load(std::memory_order_acquire) : nullptr;
+        if (!fn || g.jit->operands.size() > 512) return false;
+        const tensor* first = nullptr;
+        for (const auto& ins : g.inputs)
+            for (const auto& op : ins) {
+                if (op.kind == fused_group::operand::member) continue;
+                const tensor& t = *slots[static_cast<std::size_t>(op.index)];
+                if (!first) first = &t;
+                if (op.kind != fused_group::operand::full || !t.is_contiguous() || t.dtype() != g.dtype ||
+                    !(t.shape() == first->shape()) || !(t.device() == first->device()))
+                    return false;
+            }
+        if (!first || first->device().type == device_type::cpu) return false;
+        std::array<const void*, 512> in;
+        std::array<void*, 64> out;
+        for (std::size_t k = 0; k < g.jit->operands.size(); ++k) {
+            const auto [j, q] = g.jit->operands[k];
+            in[k] = slots[static_cast<std::size_t>(g.inputs[j][q].index)]->raw_data();
+        }
+        std::size_t nout = 0;
+        for (std::size_t j = 0; j < g.members.size(); ++j)
+            if (g.exported[j]) {
+                slots[static_cast<std::size_t>(g.members[j])] = tensor(g.dtype, first->shape(), first->device());
+                out[nout++] = slots[static_cast<std::size_t>(g.members[j])]->raw_data();
+            }
+        void* stream = nullptr;
+#if KILN_HAS_GPU && KILN_GPU_CUDA
+        stream = static_cast<void*>(backend::gpu_memory::stream(first->device().index));
+#endif
+        fn(in.data(), out.data(), first->numel(), stream);
+        g.jit->runs.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+
     // One fused group: its shape comes from a full operand (dynamic extents included); operands that are not
     // contiguous are copied first; a call whose operands do not fit the group's pattern runs its ops one by one.
     void run_group(const fused_group& g, std::vector<std::optional<tensor>>& slots,
@@ -258,6 +304,20 @@ struct executable {
             if (params && !(*params)[static_cast<std::size_t>(node)].empty()) return (*params)[static_cast<std::size_t>(node)].data();
             return graph.nodes[static_cast<std::size_t>(node)].params.values.data();
         };
+        auto one_by_one = [&] {
+            std::vector<tensor> in;
+            for (std::int32_t node : g.members) {
+                const graph_node& nd = graph.nodes[static_cast<std::size_t>(node)];
+                in.clear();
+                for (std::int32_t v : nd.inputs) in.push_back(*slots[static_cast<std::size_t>(v)]);
+                const std::int64_t* p = params_of(node);
+                slots[static_cast<std::size_t>(node)] = nd.fn(in, std::span<const std::int64_t>(p, nd.params.values.size()));
+            }
+        };
+        if (device_groups) {
+            if (!run_on_device(g, slots)) one_by_one();
+            return;
+        }
         dims shape;
         bool have = false, fits = true;
         for (const auto& ins : g.inputs)
@@ -278,15 +338,7 @@ struct executable {
         bool narrow = m <= 64;
         for (const auto& ins : g.inputs) narrow = narrow && ins.size() <= 8;
         if (!fits || !narrow || shape.rank != g.rank) {
-            // One by one, as without fusion.
-            std::vector<tensor> in;
-            for (std::int32_t node : g.members) {
-                const graph_node& nd = graph.nodes[static_cast<std::size_t>(node)];
-                in.clear();
-                for (std::int32_t v : nd.inputs) in.push_back(*slots[static_cast<std::size_t>(v)]);
-                const std::int64_t* p = params_of(node);
-                slots[static_cast<std::size_t>(node)] = nd.fn(in, std::span<const std::int64_t>(p, nd.params.values.size()));
-            }
+            one_by_one();  // as without fusion
             return;
         }
         const std::ptrdiff_t L = g.tile;

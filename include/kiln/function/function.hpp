@@ -212,7 +212,8 @@ public:
     std::pair<std::size_t, std::size_t> compiled_groups(A&&... args) {
         const auto e = executable_for(std::forward<A>(args)...);
         std::size_t ready = 0;
-        for (const detail::fused_group& g : e->groups) ready += g.jit && g.jit->fn.load(std::memory_order_acquire);
+        for (const detail::fused_group& g : e->groups)
+            ready += g.jit && (g.jit->fn.load(std::memory_order_acquire) || g.jit->device_fn.load(std::memory_order_acquire));
         return {e->groups.size(), ready};
     }
 

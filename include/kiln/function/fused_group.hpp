@@ -23,8 +23,14 @@ using group_kernel = void (*)(const void* const* in, void* const* out, std::ptrd
 
 // Where a group's compiled kernel arrives (from the compiler's thread: null until then) and which of the group's
 // operands are its inputs, in order: (member, operand) of each distinct value's first use.
+// The same for a group on kiln's GPU device: elements [0, n) of contiguous device operands, on `stream` (the
+// device's cudaStream_t; null on the emulated device).
+using device_group_kernel = void (*)(const void* const* in, void* const* out, std::ptrdiff_t n, void* stream);
+
 struct jit_slot {
     std::atomic<group_kernel> fn{nullptr};
+    std::atomic<device_group_kernel> device_fn{nullptr};
+    std::atomic<std::uint64_t> runs{0};  // calls that ran the kernel (for tests and diagnostics)
     std::vector<std::pair<std::uint32_t, std::uint32_t>> operands;
     std::string key;
 };
@@ -71,6 +77,7 @@ inline void run_compiled(const fused_group& g, group_kernel fn, const std::size_
                          const std::byte* const* base, std::byte* const* outs, std::ptrdiff_t total) {
     const std::size_t nin = g.jit->operands.size();
     const std::size_t item = size_of(g.dtype);
+    g.jit->runs.fetch_add(1, std::memory_order_relaxed);
     std::array<const void*, 512> in;
     std::array<void*, 64> out;
     std::array<char, 512> repeats{};

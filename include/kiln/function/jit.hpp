@@ -190,7 +190,7 @@ public:
 
     // Asks for the kernel of `source` for `slot`: at once from this process's kernels or the disk cache, else
     // compiled now (blocking) or on the worker thread (background).
-    void request(const std::shared_ptr<jit_slot>& slot, const std::string& source, jit_mode m) {
+    void request(const std::shared_ptr<jit_slot>& slot, const std::string& source, jit_mode m, bool device = false) {
 #if KILN_JIT_SUPPORTED
         std::unique_lock lock(mu_);
         ++stats_.requested;
@@ -202,7 +202,7 @@ public:
                                 "', relative to where it was compiled; set KILN_JIT_INCLUDE or jit_options::include_dir";
             return;
         }
-        const std::string cmd = command_locked();
+        const std::string cmd = command_locked(device);
         const std::string key = hex64(fnv1a(stamp_locked(), fnv1a(cmd, fnv1a(source))));
         slot->key = key;
         auto it = kernels_.find(key);
@@ -210,7 +210,7 @@ public:
             entry& e = it->second;
             if (e.fn) {
                 ++stats_.reused;
-                slot->fn.store(e.fn, std::memory_order_release);
+                hand_over(*slot, e.fn, device);
                 return;
             }
             if (!e.error.empty()) {
@@ -224,7 +224,7 @@ public:
         entry& e = kernels_[key];
         e.waiting.push_back(slot);
         ++pending_;
-        job j{key, source, cmd, opts_.cache_dir.empty() ? default_cache_dir() : opts_.cache_dir};
+        job j{key, source, cmd, opts_.cache_dir.empty() ? default_cache_dir() : opts_.cache_dir, device};
         if (m == jit_mode::blocking) {
             lock.unlock();
             build(j);
@@ -265,14 +265,20 @@ public:
 
 private:
     struct entry {
-        group_kernel fn = nullptr;
+        void* fn = nullptr;  // a group_kernel, or a device_group_kernel for a device group
         std::string error;
         bool done = false;
         std::vector<std::weak_ptr<jit_slot>> waiting;
     };
     struct job {
         std::string key, source, command, dir;
+        bool device = false;
     };
+
+    static void hand_over(jit_slot& slot, void* fn, bool device) {
+        if (device) slot.device_fn.store(reinterpret_cast<device_group_kernel>(fn), std::memory_order_release);
+        else slot.fn.store(reinterpret_cast<group_kernel>(fn), std::memory_order_release);
+    }
 
     basic_jit_service() { opts_.mode = jit_mode_from_env(); }
 
@@ -314,8 +320,10 @@ private:
         return {};
     }
 
-    // The command, without its input and output.
-    std::string command_locked() const {
+    // The command, without its input and output: the host compiler with this program's target flags; for a group
+    // on kiln's GPU device, nvcc where this program was built for CUDA, else the host compiler on Thrust's OpenMP
+    // system (the emulated device).
+    std::string command_locked(bool device) const {
         std::string cxx = opts_.compiler.empty() ? jit_env("KILN_JIT_CXX") : opts_.compiler;
         if (cxx.empty()) {
 #if defined(__clang__)
@@ -325,6 +333,21 @@ private:
 #endif
         }
         std::string flags = opts_.flags.empty() ? jit_env("KILN_JIT_FLAGS") : opts_.flags;
+        if (device) {
+#if defined(KILN_GPU_CUDA) && KILN_GPU_CUDA
+            std::string nvcc = jit_env("KILN_JIT_NVCC");
+            std::string arch = jit_env("KILN_JIT_CUDA_ARCH");
+            return (nvcc.empty() ? std::string("nvcc") : nvcc) + " -std=c++20 -arch=" + (arch.empty() ? "sm_90" : arch) +
+                   " -O2 -x cu -shared -Xcompiler -fPIC --expt-relaxed-constexpr -fmad=false -DNDEBUG -DKILN_GPU=1"
+                   " -DKILN_FP_CONTRACT=0 -I'" + include_dir_locked() + "'" + (flags.empty() ? "" : " " + flags);
+#else
+            std::string cccl = jit_env("KILN_JIT_CCCL");
+            return cxx + jit_target_flags() + " -O2 -DNDEBUG -ffp-contract=off -DKILN_FP_CONTRACT=0 -fPIC -shared -fopenmp"
+                   " -DKILN_GPU=1 -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP -I'" +
+                   (cccl.empty() ? std::string("/usr/local/cuda/include/cccl") : cccl) + "' -I'" + include_dir_locked() +
+                   "'" + (flags.empty() ? "" : " " + flags);
+#endif
+        }
         return cxx + jit_target_flags() + " -O2 -DNDEBUG -ffp-contract=off -DKILN_FP_CONTRACT=0 -fPIC -shared -I'" +
                include_dir_locked() + "'" + (flags.empty() ? "" : " " + flags);
     }
@@ -394,7 +417,7 @@ private:
 
     // Loads (compiling first if the disk cache lacks it) and hands the kernel to the slots waiting for it.
     void build(const job& j) {
-        group_kernel fn = nullptr;
+        void* fn = nullptr;
         std::string error;
         bool compiled = false;
         double seconds = 0;
@@ -434,8 +457,9 @@ private:
                     const char* why = ::dlerror();
                     error = "cannot load " + so + ": " + (why ? why : "unknown error");
                 } else {
-                    fn = reinterpret_cast<group_kernel>(::dlsym(h, "kiln_fused_group"));
-                    if (!fn) error = "no kiln_fused_group in " + so;
+                    const char* symbol = j.device ? "kiln_fused_group_device" : "kiln_fused_group";
+                    fn = ::dlsym(h, symbol);
+                    if (!fn) error = std::string("no ") + symbol + " in " + so;
                 }
             }
         }
@@ -447,7 +471,7 @@ private:
         if (fn) {
             (compiled ? stats_.compiled : stats_.from_disk) += 1;
             for (const auto& w : e.waiting)
-                if (auto s = w.lock()) s->fn.store(fn, std::memory_order_release);
+                if (auto s = w.lock()) hand_over(*s, fn, j.device);
         } else {
             stats_.failed += e.waiting.size();
             stats_.last_error = error;
@@ -486,8 +510,10 @@ inline bool jit_identifier_ok(std::string_view s) {
 // The C++ source of group g's kernel: its members as graph-mode node types over indexed leaves (one per distinct
 // operand from outside the group) and exact constants (its numbers, by their bits), its exported members as the
 // roots of one fused loop. Empty, with `why` set, where a member's op cannot be written into source.
+// On kiln's GPU device (`device`), the roots of the device's elementwise kernel, one thrust::for_each.
 template <int N = 0>
-std::string jit_source(const function_graph& graph, const fused_group& g, jit_slot& slot, std::string& why) {
+std::string jit_source(const function_graph& graph, const fused_group& g, jit_slot& slot, std::string& why,
+                       bool device = false) {
     if (g.dtype != kiln::float32 && g.dtype != kiln::float64) return why = "not float32 or float64", std::string();
     const std::string T = g.dtype == kiln::float32 ? "float" : "double";
     std::string numbers, members;
@@ -508,6 +534,8 @@ std::string jit_source(const function_graph& graph, const fused_group& g, jit_sl
                 const auto& op = g.inputs[j][tensor_at];
                 if (op.kind == fused_group::operand::member) {
                     args += "M" + std::to_string(op.index);
+                } else if (device && op.kind == fused_group::operand::periodic) {
+                    return why = "an operand repeats along a group on the GPU device", std::string();
                 } else {
                     std::size_t leaf = 0;
                     while (leaf < leaf_value.size() && leaf_value[leaf] != op.index) ++leaf;
@@ -543,13 +571,16 @@ std::string jit_source(const function_graph& graph, const fused_group& g, jit_sl
             ++k;
         }
     if (k == 0) return why = "the group exports nothing", std::string();
-    std::string s = "// kiln: the kernel of one fused group of a traced function (kiln/function/jit.hpp)\n"
-                    "#include <kiln/function/jit_kernel.hpp>\n";
+    std::string s = std::string("// kiln: the kernel of one fused group of a traced function (kiln/function/jit.hpp)\n") +
+                    (device ? "#include <kiln/function/jit_device_kernel.hpp>\n" : "#include <kiln/function/jit_kernel.hpp>\n");
     for (const std::string& h : basic_jit_service<N>::instance().options().includes) s += "#include \"" + h + "\"\n";
     s += "namespace {\nusing T = " + T + ";\n" + numbers + "}  // namespace\nnamespace kiln {\n";
     for (const std::string& name : seen_numbers)
         s += "template <>\nstruct is_constant<::" + name + "> : std::true_type {};\n";
     s += "}  // namespace kiln\nnamespace {\n" + members + "}  // namespace\n";
+    if (device)
+        return s + "extern \"C\" void kiln_fused_group_device(const void* const* in, void* const* out, std::ptrdiff_t n, "
+                   "void* stream) {\n    kiln::detail::run_device_group<" + roots + ">(in, out, n, stream);\n}\n";
     std::string ptrs;
     for (std::size_t j = 0; j < k; ++j) ptrs += std::string(j ? ", " : "") + "T*";
     s += "extern \"C\" void kiln_fused_group(const void* const* in, void* const* out, std::ptrdiff_t b, "
@@ -560,16 +591,17 @@ std::string jit_source(const function_graph& graph, const fused_group& g, jit_sl
 
 // Gives group g a slot and asks for its kernel (nothing when the compiler is off or the group cannot be written).
 template <int N = 0>
-void jit_prepare(const function_graph& graph, fused_group& g, std::optional<jit_mode> mode = std::nullopt) {
+void jit_prepare(const function_graph& graph, fused_group& g, std::optional<jit_mode> mode = std::nullopt,
+                 bool device = false) {
     basic_jit_service<N>& svc = basic_jit_service<N>::instance();
     const jit_mode m = mode ? *mode : svc.mode();
     if (m == jit_mode::off || g.members.size() < 2) return;
     auto slot = std::make_shared<jit_slot>();
     std::string why;
-    const std::string source = jit_source<N>(graph, g, *slot, why);
+    const std::string source = jit_source<N>(graph, g, *slot, why, device);
     if (source.empty()) return svc.refuse("a fused group cannot be written as C++ (" + why + "); it is interpreted");
     g.jit = slot;
-    svc.request(slot, source, m);
+    svc.request(slot, source, m, device);
 }
 
 }  // namespace detail

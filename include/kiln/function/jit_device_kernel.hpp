@@ -1,0 +1,50 @@
+#pragma once
+// What a compiled kernel of a fused group on kiln's GPU device includes (function/jit.hpp writes its source): the
+// vocabulary's op structs and the device's elementwise kernel (backend/thrust/kernels.hpp), compiled by nvcc for a
+// GPU or by a host compiler on Thrust's OpenMP system for the emulated device.
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <thrust/execution_policy.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include "../backend/thrust/kernels.hpp"
+#include "../ops/ops.hpp"
+
+namespace kiln::detail {
+
+template <class L>
+struct jit_device_leaf_index;
+template <std::size_t K, class T>
+struct jit_device_leaf_index<indexed_leaf<K, T>> {
+    static constexpr std::size_t value = K;
+};
+
+// Computes Roots over elements [0, n) of contiguous device operands: leaf K reads in[K], root J writes out[J]; one
+// thrust::for_each on `stream` (a cudaStream_t; unused on the emulated device). The kernel is the device's own
+// eval_kernel, the one eager mode's ops run, with the whole group as its roots.
+template <class... Roots>
+void run_device_group(const void* const* in, void* const* out, std::ptrdiff_t n, [[maybe_unused]] void* stream) {
+    using list = unique_nodes_t<Roots...>;
+    using leaves = leaves_t<list>;
+    backend::gpu::eval_kernel<list, leaves::size, Roots...> k{};
+    k.roots = root_pack<Roots...>(Roots{}...);
+    k.flat = true;
+    [&]<class... L>(types<L...>) {
+        std::size_t j = 0;
+        ((k.in[j++] = in[jit_device_leaf_index<L>::value]), ...);
+    }(leaves{});
+    for (std::size_t j = 0; j < sizeof...(Roots); ++j) k.out[j] = out[j];
+    if (n <= 0) return;
+#if KILN_GPU_CUDA
+    ::thrust::for_each_n(::thrust::cuda::par_nosync.on(static_cast<cudaStream_t>(stream)),
+                         ::thrust::counting_iterator<std::ptrdiff_t>(0), n, k);
+#else
+    ::thrust::for_each_n(::thrust::device, ::thrust::counting_iterator<std::ptrdiff_t>(0), n, k);
+#endif
+}
+
+}  // namespace kiln::detail
