@@ -16,6 +16,12 @@ out="${KILN_GPU_OUT:-build-gpu}"
 mkdir -p "$out"
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 arch="${KILN_CUDA_ARCH:-sm_90}"
+# Function mode's kernel compiler (test/gpu_modes.cpp's compiled groups) builds device kernels with the same nvcc
+# and architecture, into a cache under the output directory.
+case "$out" in /*) jit_cache="$out/jit-cache" ;; *) jit_cache="$PWD/$out/jit-cache" ;; esac
+export KILN_JIT_NVCC="${KILN_JIT_NVCC:-$nvcc}" KILN_JIT_CUDA_ARCH="$arch" KILN_JIT_INCLUDE="$PWD/include" \
+       KILN_JIT_CACHE="$jit_cache"
+[ -n "${KILN_DEPS_INCLUDE:-}" ] && export KILN_JIT_FLAGS="-I$KILN_DEPS_INCLUDE"
 flags=(-std=c++20 "-arch=$arch" -O2 --expt-relaxed-constexpr -x cu -DKILN_GPU=1 -DKILN_HAVE_CBLAS=0 -Iinclude)
 [ -n "${KILN_DEPS_INCLUDE:-}" ] && flags+=("-I$KILN_DEPS_INCLUDE")
 

@@ -113,13 +113,9 @@ strided<T> strided_out(tensor& t) {
 }
 
 template <class L>
-struct leaf_position;
-template <std::size_t K, class T>
-struct leaf_position<indexed_leaf<K, T>> {
-    static constexpr std::size_t value = K;
-};
+using leaf_position = indexed_position<L>;
 template <class L>
-inline constexpr std::size_t leaf_position_v = leaf_position<L>::value;
+inline constexpr std::size_t leaf_position_v = indexed_position<L>::value;
 
 inline std::string operands_text(std::initializer_list<const tensor*> ts) {
     std::string s;

@@ -71,6 +71,13 @@ struct indexed_leaf : leaf_base {
     using shape_type = dynamic;
     using kind = input_kind;
 };
+// Its position K (which operand it reads).
+template <class L>
+struct indexed_position;
+template <std::size_t K, class T>
+struct indexed_position<indexed_leaf<K, T>> {
+    static constexpr std::size_t value = K;
+};
 }  // namespace detail
 
 namespace detail {

@@ -336,6 +336,7 @@ private:
         if (device) {
 #if defined(KILN_GPU_CUDA) && KILN_GPU_CUDA
             std::string nvcc = jit_env("KILN_JIT_NVCC");
+            if (nvcc.empty() && ::access("/usr/local/cuda/bin/nvcc", X_OK) == 0) nvcc = "/usr/local/cuda/bin/nvcc";
             std::string arch = jit_env("KILN_JIT_CUDA_ARCH");
             return (nvcc.empty() ? std::string("nvcc") : nvcc) + " -std=c++20 -arch=" + (arch.empty() ? "sm_90" : arch) +
                    " -O2 -x cu -shared -Xcompiler -fPIC --expt-relaxed-constexpr -fmad=false -DNDEBUG -DKILN_GPU=1"

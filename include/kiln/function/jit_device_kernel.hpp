@@ -16,13 +16,6 @@
 
 namespace kiln::detail {
 
-template <class L>
-struct jit_device_leaf_index;
-template <std::size_t K, class T>
-struct jit_device_leaf_index<indexed_leaf<K, T>> {
-    static constexpr std::size_t value = K;
-};
-
 // Computes Roots over elements [0, n) of contiguous device operands: leaf K reads in[K], root J writes out[J]; one
 // thrust::for_each on `stream` (a cudaStream_t; unused on the emulated device). The kernel is the device's own
 // eval_kernel, the one eager mode's ops run, with the whole group as its roots.
@@ -35,7 +28,7 @@ void run_device_group(const void* const* in, void* const* out, std::ptrdiff_t n,
     k.flat = true;
     [&]<class... L>(types<L...>) {
         std::size_t j = 0;
-        ((k.in[j++] = in[jit_device_leaf_index<L>::value]), ...);
+        ((k.in[j++] = in[indexed_position<L>::value]), ...);
     }(leaves{});
     for (std::size_t j = 0; j < sizeof...(Roots); ++j) k.out[j] = out[j];
     if (n <= 0) return;

@@ -12,13 +12,6 @@
 
 namespace kiln::detail {
 
-template <class L>
-struct jit_leaf_index;
-template <std::size_t K, class T>
-struct jit_leaf_index<indexed_leaf<K, T>> {
-    static constexpr std::size_t value = K;
-};
-
 // Computes Roots (node types over indexed leaves and exact constants: they hold no run-time value) over elements
 // [b, e): leaf K reads in[K], root J writes std::get<J>(out).
 template <class... Roots, class Out>
@@ -27,7 +20,7 @@ void run_jit_group(const void* const* in, const Out& out, std::ptrdiff_t b, std:
     using loop = fused_loop<list, Roots...>;
     const auto lp = [&]<class... L>(types<L...>) {
         return std::tuple<const typename L::value_type*...>(
-            static_cast<const typename L::value_type*>(in[jit_leaf_index<L>::value])...);
+            static_cast<const typename L::value_type*>(in[indexed_position<L>::value])...);
     }(leaves_t<list>{});
     loop::flat_range(root_pack<Roots...>(Roots{}...), lp, out, b, e, stream);
 }
