@@ -141,7 +141,8 @@ int main() {
             callers.emplace_back([&, t] {
                 for (int k = 0; k < calls; ++k) {
                     const std::size_t i = static_cast<std::size_t>((t + k) % 8);
-                    const auto [y, dx] = f(xs[i], ws[i]);
+                    const auto [yr, dxr] = f(xs[i], ws[i]);
+                    const kiln::tensor y = yr, dx = dxr;
                     const double r = y.item<double>() + kiln::sum(dx.to(kiln::float64)).item<double>();
                     if (r != traced_want[i]) {
                         std::printf("concurrency: %s, thread %d, input %zu: %.17g, expected %.17g\n", what, t, i, r,
