@@ -21,12 +21,12 @@ namespace detail {
 // pointers to element 0, with streaming stores when `stream`.
 using group_kernel = void (*)(const void* const* in, void* const* out, std::ptrdiff_t b, std::ptrdiff_t e, bool stream);
 
-// Where a group's compiled kernel arrives (from the compiler's thread: null until then) and which of the group's
-// operands are its inputs, in order: (member, operand) of each distinct value's first use.
 // The same for a group on kiln's GPU device: elements [0, n) of contiguous device operands, on `stream` (the
 // device's cudaStream_t; null on the emulated device).
 using device_group_kernel = void (*)(const void* const* in, void* const* out, std::ptrdiff_t n, void* stream);
 
+// Where a group's compiled kernel arrives (from the compiler's thread: null until then) and which of the group's
+// operands are its inputs, in order: (member, operand) of each distinct value's first use.
 struct jit_slot {
     std::atomic<group_kernel> fn{nullptr};
     std::atomic<device_group_kernel> device_fn{nullptr};
