@@ -25,9 +25,12 @@ template <class L, class D, class Mode>
 struct eval_type<L, D, Mode, void> {
     using type = typename Mode::template value_t<typename L::value_type>;
 };
+template <class N, class D, class Mode>
+    requires is_node_v<N>
+struct eval_type<N, D, Mode, void> : eval_type<form_of<N>, D, Mode> {};
 template <class Op, class... A, class D, class Mode>
-struct eval_type<node<Op, A...>, D, Mode> {
-    using ctx = context_of<D, node<Op, A...>>;
+struct eval_type<node_form<Op, A...>, D, Mode> {
+    using ctx = context_of<D, node_form<Op, A...>>;
     using type = std::remove_cvref_t<decltype(Op::apply(std::declval<typename eval_type<A, ctx, Mode>::type>()...))>;
 };
 
@@ -40,8 +43,11 @@ concept fma_value = std::is_same_v<V, float> || std::is_same_v<V, double> ||
 // A product node and its factors.
 template <class E>
 struct mul_factors : std::false_type {};
+template <class N>
+    requires is_node_v<N>
+struct mul_factors<N> : mul_factors<form_of<N>> {};
 template <class P, class Q>
-struct mul_factors<node<ops::mul, P, Q>> : std::true_type {
+struct mul_factors<node_form<ops::mul, P, Q>> : std::true_type {
     using first = P;
     using second = Q;
 };
@@ -115,15 +121,17 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
         }
     }
 
-    template <class D, class Op, class... A>
-    KILN_HD KILN_INLINE auto evaluate_node(const node<Op, A...>& e) const {
-        return apply_op<context_of<D, node<Op, A...>>>(e, std::index_sequence_for<A...>{});
+    template <class D, class N>
+    KILN_HD KILN_INLINE auto evaluate_node(const N& e) const {
+        return apply_op<context_of<D, N>>(e, std::make_index_sequence<N::arity>{});
     }
 
     // A member, not a lambda, so that it is always inlined like the rest of the evaluation.
-    template <class Ctx, class Op, class... A, std::size_t... J>
-    KILN_HD KILN_INLINE auto apply_op(const node<Op, A...>& e, std::index_sequence<J...>) const {
-        if constexpr (constexpr int m = contraction<Ctx, Op, A...>(); m != 0) return contract<Ctx, m>(e);
+    template <class Ctx, class N, std::size_t... J>
+    KILN_HD KILN_INLINE auto apply_op(const N& e, std::index_sequence<J...>) const {
+        using Op = typename N::op;
+        if constexpr (constexpr int m = contraction<Ctx, Op, typename N::template arg_type<J>...>(); m != 0)
+            return contract<Ctx, m>(e);
         else return Op::apply(evaluate<Ctx>(e.template arg<J>())...);
     }
 
@@ -158,8 +166,9 @@ struct frame<Mode, types<Nodes...>, std::index_sequence<I...>>
         }
     }
 
-    template <class Ctx, int M, class Op, class A0, class A1>
-    KILN_HD KILN_INLINE auto contract(const node<Op, A0, A1>& e) const {
+    template <class Ctx, int M, class N>
+    KILN_HD KILN_INLINE auto contract(const N& e) const {
+        using Op = typename N::op;
         constexpr std::size_t p = M == 1 ? 0 : 1;  // the product's position
         const auto& prod = e.template arg<p>();
         using MC = context_of<Ctx, std::remove_cvref_t<decltype(prod)>>;

@@ -103,11 +103,36 @@ struct arg_slot {
 template <std::size_t I, class T>
 struct arg_slot<I, T, false> {};
 
+// A stored child by reference, an empty one by value.
+template <std::size_t I, class T, bool Stored>
+KILN_HD constexpr std::conditional_t<Stored, const T&, T> get_arg(const arg_slot<I, T, Stored>& s) noexcept {
+    if constexpr (Stored) return s.value;
+    else return (void)s, T{};
+}
+
+// The I-th of a pack of types.
+template <std::size_t I, class T, class... Ts>
+struct nth_type : nth_type<I - 1, Ts...> {};
+template <class T, class... Ts>
+struct nth_type<0, T, Ts...> {
+    using type = T;
+};
+
+
 template <class Seq, class... Args>
 struct arg_pack;
 
 template <std::size_t... I, class... Args>
-struct arg_pack<std::index_sequence<I...>, Args...> : arg_slot<I, Args>... {};
+struct arg_pack<std::index_sequence<I...>, Args...> : arg_slot<I, Args>... {
+    static constexpr std::size_t arity = sizeof...(Args);
+    template <std::size_t J>
+    using arg_type = typename nth_type<J, Args...>::type;
+
+    template <std::size_t J>
+    KILN_HD constexpr decltype(auto) arg() const noexcept {
+        return detail::get_arg<J>(*this);
+    }
+};
 
 // Copies the stored children into their slots (empty ones have none): what a node and a root_pack are built with.
 template <std::size_t... I, class... Args>
@@ -115,13 +140,6 @@ KILN_HD constexpr void store_args(arg_pack<std::index_sequence<I...>, Args...>& 
     ([&] {
         if constexpr (stored_arg_v<Args>) static_cast<arg_slot<I, Args>&>(p).value = args;
     }(), ...);
-}
-
-// A stored child by reference, an empty one by value.
-template <std::size_t I, class T, bool Stored>
-KILN_HD constexpr std::conditional_t<Stored, const T&, T> get_arg(const arg_slot<I, T, Stored>& s) noexcept {
-    if constexpr (Stored) return s.value;
-    else return (void)s, T{};
 }
 
 // The roots of one fused loop, stored like a node's children. (Not std::tuple: constructing a std::tuple of an
@@ -137,21 +155,65 @@ struct root_pack : arg_pack<std::index_sequence_for<Roots...>, Roots...> {
     }
 };
 
-// An op applied to its operands.
+// A node's type as a pattern: node_form<Op, A...>. Traits and overloads that take a node apart match its form,
+// never the node type itself (see expression_node below). A form is only ever named, never built.
 template <class Op, class... Args>
-struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
-    // Declared, so that a node is not an aggregate: `node{}` then value-initializes through each type's own
-    // (memoized) constructor, where aggregate initialization would build an initializer for every subobject of the
-    // whole expression tree, exponentially many for the shared subtrees of a gradient.
-    constexpr node() = default;
-    using op = Op;
-    static constexpr std::size_t arity = sizeof...(Args);
+struct node_form {};
+template <class F>
+struct is_node_form : std::false_type {};
+template <class Op, class... Args>
+struct is_node_form<node_form<Op, Args...>> : std::true_type {};
 
-    template <std::size_t I>
-    KILN_HD constexpr decltype(auto) arg() const noexcept {
-        return detail::get_arg<I>(*this);
-    }
+}  // namespace detail
+
+// An op applied to its operands: kiln::detail::node<Op, Args...>. Its operands (by value), `arity`, `arg<I>()` and
+// `arg_type<I>` come from its base arg_pack; `op` is Op and `form` is node_form<Op, Args...>.
+//
+// A node's type is not a class template specialization node<Op, Args...>, because of what compilers do with such
+// a type's template arguments, which for a graph with shared subtrees (h = h + tanh(h), and every gradient) are a
+// tree of 2^depth leaves written out:
+// - argument-dependent lookup, for every operator and unqualified call, visits the template arguments, theirs,
+//   and so on down to the leaves; clang (14 and 19) does it without remembering the types it has seen;
+// - clang names each class in its LLVM IR with its type written out in full (13 GB of IR for a depth-8 gradient).
+// So a node is a local class of the function expression_node<Op, Args...>(): lookup does not visit the template
+// arguments of its function, and it is written out as `node`, so both are linear in the number of unique nodes.
+// (Its namespace, kiln, is where the operators are found.) nvcc does not accept a local type among the template
+// arguments of a kernel, so there a node is the member class expression_node<Op, Args...>::type, which lookup
+// does not walk either.
+#if defined(__CUDACC__)
+template <class Op, class... Args>
+struct expression_node {
+    struct type : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
+        // Declared, so that a node is not an aggregate: `node{}` then value-initializes through each type's own
+        // (memoized) constructor, where aggregate initialization would build an initializer for every subobject of
+        // the whole expression tree, exponentially many for the shared subtrees of a gradient.
+        constexpr type() = default;
+        using op = Op;
+        using form = detail::node_form<Op, Args...>;
+    };
 };
+namespace detail {
+template <class Op, class... Args>
+using node = typename expression_node<Op, Args...>::type;
+}  // namespace detail
+#else
+template <class Op, class... Args>
+constexpr auto expression_node() {
+    struct node : detail::arg_pack<std::index_sequence_for<Args...>, Args...> {
+        constexpr node() = default;  // not an aggregate (see above)
+        // ([[maybe_unused]]: GCC takes a local class's member types for local typedefs.)
+        using op [[maybe_unused]] = Op;
+        using form [[maybe_unused]] = detail::node_form<Op, Args...>;
+    };
+    return node{};
+}
+namespace detail {
+template <class Op, class... Args>
+using node = decltype(kiln::expression_node<Op, Args...>());
+}  // namespace detail
+#endif
+
+namespace detail {
 
 template <class Op, class... Args>
 constexpr node<Op, Args...> make_node(const Args&... args) {
@@ -173,12 +235,20 @@ struct is_scalar_node : std::false_type {};
 template <class T>
 struct is_scalar_node<detail::scalar<T>> : std::true_type {};
 
-template <class T>
+// (Detected with void_t, not with a requires-expression: clang writes out the type of every failed requirement
+// as text when it checks a constraint, and a node's form written out is a tree of 2^depth leaves.)
+template <class T, class = void>
 struct is_node : std::false_type {};
-template <class Op, class... A>
-struct is_node<detail::node<Op, A...>> : std::true_type {};
+template <class T>
+struct is_node<T, std::void_t<typename T::form>> : detail::is_node_form<typename T::form> {};
 template <class T>
 inline constexpr bool is_node_v = is_node<T>::value;
+
+namespace detail {
+// A node's form, what traits match: form_of<node<Op, A...>> is node_form<Op, A...>.
+template <class N>
+using form_of = typename N::form;
+}  // namespace detail
 
 template <class T>
 inline constexpr bool is_graph_v = is_leaf_v<T> || is_node_v<T> || is_scalar_node<T>::value || is_constant_v<T>;
@@ -194,16 +264,20 @@ template <class T>
 struct mode_of<scalar<T>> {
     static constexpr operand_mode value = operand_mode::graph;
 };
-template <class Op, class... A>
-struct mode_of<node<Op, A...>> {
+template <class N>
+    requires is_node_v<N>
+struct mode_of<N> {
     static constexpr operand_mode value = operand_mode::graph;
 };
 
 // A pure node holds no run-time value (no scalar below it): its type alone says what it computes.
 template <class E>
 struct is_pure : std::bool_constant<!is_scalar_node<E>::value> {};
+template <class N>
+    requires is_node_v<N>
+struct is_pure<N> : is_pure<form_of<N>> {};
 template <class Op, class... A>
-struct is_pure<node<Op, A...>> : std::bool_constant<(is_pure<A>::value && ...)> {};
+struct is_pure<node_form<Op, A...>> : std::bool_constant<(is_pure<A>::value && ...)> {};
 
 // Element types. Constants and run-time scalars are weak: they take the type of what they meet.
 struct weak {};
@@ -283,8 +357,11 @@ struct operand_type_impl<Op, std::index_sequence<I...>, A...> {
 };
 template <class N>
 struct operand_type;
+template <class N>
+    requires is_node_v<N>
+struct operand_type<N> : operand_type<form_of<N>> {};
 template <class Op, class... A>
-struct operand_type<node<Op, A...>> {
+struct operand_type<node_form<Op, A...>> {
     using type = typename operand_type_impl<Op, std::index_sequence_for<A...>, A...>::type;
 };
 template <class N>
@@ -302,9 +379,12 @@ struct result_type<Op, weak, A...> {
     using type = weak;
 };
 
+template <class N>
+    requires is_node_v<N>
+struct value_type_of<N, void> : value_type_of<form_of<N>> {};
 template <class Op, class... A>
-struct value_type_of<node<Op, A...>> {
-    using type = typename result_type<Op, operand_type_t<node<Op, A...>>, A...>::type;
+struct value_type_of<node_form<Op, A...>, void> {
+    using type = typename result_type<Op, operand_type_t<node_form<Op, A...>>, A...>::type;
 };
 
 template <class E>
@@ -348,8 +428,11 @@ struct broadcast_all<Op, Acc, S, Rest...> {
 template <class Op>
 concept structural_op = requires { Op::structural; };
 
+template <class N>
+    requires is_node_v<N>
+struct shape_of<N, void> : shape_of<form_of<N>> {};
 template <class Op, class... A>
-struct shape_of<node<Op, A...>> {
+struct shape_of<node_form<Op, A...>, void> {
     template <class O, class = void>
     struct rule {
         using type = typename broadcast_all<Op, shape<>, typename shape_of<A>::type...>::type;
@@ -371,9 +454,10 @@ template <class L>
 struct element_type<L, void> {
     using type = typename L::value_type;
 };
-template <class Op, class... A>
-struct element_type<detail::node<Op, A...>> {
-    using type = detail::value_type_t<detail::node<Op, A...>>;
+template <class N>
+    requires is_node_v<N>
+struct element_type<N, void> {
+    using type = detail::value_type_t<N>;
 };
 
 }  // namespace kiln

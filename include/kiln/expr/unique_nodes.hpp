@@ -77,16 +77,20 @@ template <bool Listed, class E, class List>
 struct collect_node {
     using type = List;
 };
-template <class Op, class... A, class List>
-struct collect_node<false, node<Op, A...>, List> {
-    using E = node<Op, A...>;
-    using walked = typename collect_args<List, A...>::type;
+template <class List, class Form>
+struct collect_operands;
+template <class List, class Op, class... A>
+struct collect_operands<List, node_form<Op, A...>> : collect_args<List, A...> {};
+template <class E, class List>
+struct collect_node<false, E, List> {
+    using walked = typename collect_operands<List, form_of<E>>::type;
     using type = std::conditional_t<is_listed_v<E>, typename append<walked, E>::type, walked>;
 };
 
-template <class Op, class... A, class List>
-struct collect<node<Op, A...>, List> {
-    using type = typename collect_node<contains<node<Op, A...>, List>::value, node<Op, A...>, List>::type;
+template <class N, class List>
+    requires is_node_v<N>
+struct collect<N, List> {
+    using type = typename collect_node<contains<N, List>::value, N, List>::type;
 };
 
 template <class... Roots>
@@ -118,11 +122,14 @@ struct uniform_type : std::true_type {};
 template <class L, class T>
     requires is_leaf_v<L>
 struct uniform_type<L, T, void> : std::is_same<typename L::value_type, T> {};
+template <class N, class T>
+    requires is_node_v<N>
+struct uniform_type<N, T, void> : uniform_type<form_of<N>, T> {};
 template <class Op, class... A, class T>
-struct uniform_type<node<Op, A...>, T>
-    : std::bool_constant<(std::is_same_v<value_type_t<node<Op, A...>>, T> ||
-                          std::is_same_v<value_type_t<node<Op, A...>>, bool> ||
-                          std::is_same_v<value_type_t<node<Op, A...>>, weak>) &&
+struct uniform_type<node_form<Op, A...>, T>
+    : std::bool_constant<(std::is_same_v<value_type_t<node_form<Op, A...>>, T> ||
+                          std::is_same_v<value_type_t<node_form<Op, A...>>, bool> ||
+                          std::is_same_v<value_type_t<node_form<Op, A...>>, weak>) &&
                          (uniform_type<A, T>::value && ...)> {};
 
 }  // namespace kiln::detail

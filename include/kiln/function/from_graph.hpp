@@ -84,11 +84,12 @@ public:
     }
 
 private:
-    template <class Op, class... A>
-    auto compute(const node<Op, A...>& e) {
+    template <class N>
+        requires is_node_v<N>
+    auto compute(const N& e) {
         return [&]<std::size_t... I>(std::index_sequence<I...>) {
-            return apply<Op>(e, eval(e.template arg<I>())...);
-        }(std::index_sequence_for<A...>{});
+            return apply<typename N::op>(e, eval(e.template arg<I>())...);
+        }(std::make_index_sequence<N::arity>{});
     }
 
     template <class X>

@@ -23,19 +23,26 @@ namespace kiln::detail {
 
 template <class E>
 struct is_structural_node : std::false_type {};
-template <class Op, class... A>
-struct is_structural_node<node<Op, A...>> : std::bool_constant<structural_op<Op>> {};
+template <class N>
+    requires is_node_v<N>
+struct is_structural_node<N> : std::bool_constant<structural_op<typename N::op>> {};
 
 template <class E>
 struct has_structural : std::false_type {};
+template <class N>
+    requires is_node_v<N>
+struct has_structural<N> : has_structural<form_of<N>> {};
 template <class Op, class... A>
-struct has_structural<node<Op, A...>> : std::bool_constant<structural_op<Op> || (has_structural<A>::value || ...)> {};
+struct has_structural<node_form<Op, A...>> : std::bool_constant<structural_op<Op> || (has_structural<A>::value || ...)> {};
 
 template <class E>
 struct structural_is_pure : std::true_type {};
+template <class N>
+    requires is_node_v<N>
+struct structural_is_pure<N> : structural_is_pure<form_of<N>> {};
 template <class Op, class... A>
-struct structural_is_pure<node<Op, A...>>
-    : std::bool_constant<(!structural_op<Op> || is_pure<node<Op, A...>>::value) && (structural_is_pure<A>::value && ...)> {};
+struct structural_is_pure<node_form<Op, A...>>
+    : std::bool_constant<(!structural_op<Op> || is_pure<node_form<Op, A...>>::value) && (structural_is_pure<A>::value && ...)> {};
 
 // The value of materialized node K: a leaf that the fused loop reads from the slot's view.
 template <std::size_t K, class T>
@@ -72,16 +79,20 @@ struct structural_operands<types<N...>> {
     struct add_operand {
         using type = add1<L, X>;
     };
-    template <class L, class E, class R>
-    struct add_operand<L, node<ops::broadcast_like, E, R>> {
-        using type = add1<add1<L, node<ops::broadcast_like, E, R>>, E>;
+    template <class L, class X>
+        requires(is_node_v<X> && std::is_same_v<typename X::op, ops::broadcast_like>)
+    struct add_operand<L, X> {
+        using type = add1<add1<L, X>, typename X::template arg_type<0>>;
     };
     template <class Acc, class E>
     struct add_args {
         using type = Acc;
     };
+    template <class Acc, class X>
+        requires is_node_v<X>
+    struct add_args<Acc, X> : add_args<Acc, form_of<X>> {};
     template <class Acc, class Op, class... A>
-    struct add_args<Acc, node<Op, A...>> {
+    struct add_args<Acc, node_form<Op, A...>> {
         template <class L, std::size_t I, class... X>
         struct add_all {
             using type = L;

@@ -22,6 +22,12 @@ template <class... Roots>
 struct fetch_t {
     root_pack<Roots...> roots;
 };
+// Whether E is a kiln::fetch(...). (A trait, not `requires { expr.roots; }`: clang writes out the type of a failed
+// requirement as text, and a graph's type written out is exponential in its depth.)
+template <class E>
+inline constexpr bool is_fetch_v = false;
+template <class... Roots>
+inline constexpr bool is_fetch_v<fetch_t<Roots...>> = true;
 }  // namespace detail
 
 // Several roots computed in one pass: kiln::run(kiln::fetch(loss, y), feeds...).
@@ -256,7 +262,7 @@ inline constexpr bool feeds_ok = bound_leaves<Leaves>::template check<Feeds...>(
 // Runs an expression: one fused pass over memory; the result is an xtensor container.
 template <class E, class... Feeds>
 auto run(const E& expr, const Feeds&... feeds) {
-    if constexpr (requires { expr.roots; }) {
+    if constexpr (detail::is_fetch_v<E>) {
         using traits = detail::pack_traits<std::remove_cvref_t<decltype(expr.roots)>>;
         if constexpr (detail::feeds_ok<typename traits::leaves, Feeds...>)
             return detail::run_roots(expr.roots, feeds...);

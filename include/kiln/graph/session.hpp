@@ -77,7 +77,7 @@ public:
     // The feeds are checked first, as in kiln::run (see detail::feeds_ok): a mistake gives one static_assert.
     template <class E, class... Feeds>
     auto run(const E& expr, const Feeds&... feeds) {
-        if constexpr (requires { expr.roots; }) {
+        if constexpr (detail::is_fetch_v<E>) {
             using traits = detail::pack_traits<std::remove_cvref_t<decltype(expr.roots)>>;
             if constexpr (feeds_ok<typename traits::leaves, Feeds...>()) return run_roots(expr.roots, feeds...);
             else return typename traits::results{};

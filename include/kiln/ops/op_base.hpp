@@ -127,6 +127,11 @@ struct grad_types {
     static constexpr std::size_t size = sizeof...(G);
 };
 
+template <class R>
+inline constexpr bool is_grad_types_v = false;
+template <class... G>
+inline constexpr bool is_grad_types_v<grad_types<G...>> = true;
+
 template <class... G>
 constexpr auto grads(const G&... g) {
     if constexpr ((std::is_empty_v<G> && ...)) {
@@ -139,7 +144,7 @@ constexpr auto grads(const G&... g) {
 // Contribution I of a rule's result (a std::tuple, or grad_types whose elements are default-constructed).
 template <std::size_t I, class R>
 constexpr decltype(auto) grad_at(const R& r) {
-    if constexpr (requires { R::size; typename std::tuple_element<I, R>::type; } && std::is_empty_v<R>)
+    if constexpr (is_grad_types_v<R>)  // (a trait: a failed requirement on a tuple of graph types prints them)
         return typename std::tuple_element<I, R>::type{};
     else return std::get<I>(r);
 }

@@ -74,8 +74,11 @@ inline constexpr bool absorbs_v<shape<A...>, shape<B...>> = [] {
     return true;
 }();
 
+template <class N>
+    requires is_node_v<N>
+struct shape_key<N, void> : shape_key<form_of<N>> {};
 template <class Op, class... A>
-struct shape_key<node<Op, A...>> {
+struct shape_key<node_form<Op, A...>, void> {
     using self = node<Op, A...>;
     using own_shape = shape_of_t<self>;
     template <std::size_t I>
