@@ -118,7 +118,6 @@ struct nth_type<0, T, Ts...> {
     using type = T;
 };
 
-
 template <class Seq, class... Args>
 struct arg_pack;
 

@@ -45,7 +45,7 @@ template <std::size_t I, class List>
 struct at;
 template <std::size_t I, class... Ts>
 struct at<I, types<Ts...>> {
-    using type = std::tuple_element_t<I, std::tuple<Ts...>>;
+    using type = typename nth_type<I, Ts...>::type;
 };
 
 // A node is listed when it is pure and has an element type of its own (weak all-constant subtrees are evaluated in

@@ -82,7 +82,7 @@ struct shape_key<node_form<Op, A...>, void> {
     using self = node<Op, A...>;
     using own_shape = shape_of_t<self>;
     template <std::size_t I>
-    using arg_t = std::tuple_element_t<I, std::tuple<A...>>;
+    using arg_t = typename nth_type<I, A...>::type;
     // An operand decides nothing when its key is rank 0 or another operand's static shape absorbs its shape.
     static constexpr std::array<bool, sizeof...(A)> rank0{std::is_same_v<typename shape_key<A>::type, shape<>>...};
     template <class X>
