@@ -5,8 +5,13 @@
 #include <tuple>
 
 #include <xsimd/xsimd.hpp>
-#if defined(__SSE2__)
+// The streaming stores below. <immintrin.h> declares every x86 extension (about 58,000 lines, a tenth of
+// <kiln/kiln.hpp>'s compile time); without AVX enabled only SSE2's header is needed (xsimd includes <immintrin.h>
+// itself when AVX is on).
+#if defined(__AVX__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 #include "../../expr/evaluate.hpp"
