@@ -78,7 +78,8 @@ TEST_CASE("tracing on each of five calls warns through the callback") {
     CHECK(warnings.empty());
     f(kiln::ones({5}));
     REQUIRE(warnings.size() == 1);
-    CHECK(warnings[0].find("function 'shapes' traced on each of its last 5 calls") != std::string::npos);
+    CHECK(warnings[0].find("function 'shapes' traced on each of its last 5 calls (5 traces; the last because argument 0: "
+                           "shape (4,) float32 on cpu -> shape (5,) float32 on cpu)") != std::string::npos);
     f(kiln::ones({5}));  // a cached call breaks the run
     f(kiln::ones({6}));
     CHECK(warnings.size() == 1);
@@ -462,6 +463,15 @@ TEST_CASE("calls that contradict the specs name the argument and the spec") {
     CHECK_THROWS_WITH_AS(g(kiln::zeros({2})), "kiln: value_error in 'one': the function has 2 specs but was called with 1 tensor arguments",
                          kiln::value_error);
     CHECK(f.trace_count() == 0);
+    // An empty spec list declares nothing: the options after it apply, and every shape traces as without specs.
+    kiln::function_options o;
+    o.name = "no_specs";
+    o.reduce_retracing = true;
+    auto h = kiln::function([](const kiln::tensor& x) { return kiln::sum(x * 2.0); }, {}, o);
+    CHECK(h(kiln::ones({1, 3})).item<float>() == 6.0f);
+    CHECK(h(kiln::ones({2, 3})).item<float>() == 12.0f);
+    CHECK(h(kiln::ones({5, 3})).item<float>() == 30.0f);  // the changed extent became dynamic: no third trace
+    CHECK(h.trace_count() == 2);
 }
 
 TEST_CASE("a symbolic tensor kept past its trace is a trace_error, not a crash") {
@@ -585,6 +595,29 @@ TEST_CASE("kiln::while_loop: eagerly a C++ loop; traced, the trip count comes fr
                                 [](const kiln::tensor& s) { return kiln::concat({s, s}); }, v);
     });
     CHECK_THROWS_AS(bad(x), kiln::value_error);
+}
+
+TEST_CASE("a while_loop's condition and body may use plain tensors captured from outside: constants of trace time") {
+    // docs/function-mode.md's example: the limit is a plain tensor the lambdas capture, not an argument.
+    kiln::tensor limit = f64({10}, {});
+    const kiln::tensor factor = f64({2}, {});
+    auto f = kiln::function([&](const kiln::tensor& x) {
+        auto [i, y] = kiln::while_loop([&](const kiln::tensor&, const kiln::tensor& v) { return kiln::sum(v) < limit + 0.0; },
+                                       [&](const kiln::tensor& k, const kiln::tensor& v) { return std::make_tuple(k + 1, v * factor); },
+                                       kiln::zeros({}, kiln::int64), x);
+        return std::make_tuple(i, y);
+    });
+    auto [i1, y1] = f(f64({1, 2}, {2}));
+    CHECK(i1.item<std::int64_t>() == 2);  // 3 -> 6 -> 12
+    CHECK(values(y1) == std::vector<double>{4, 8});
+    auto [i2, y2] = f(f64({0.5, 0.5}, {2}));
+    CHECK(i2.item<std::int64_t>() == 4);  // 1 -> 2 -> 4 -> 8 -> 16
+    CHECK(values(y2) == std::vector<double>{8, 8});
+    // Captured by value at trace time, as TensorFlow captures a Python tensor: a later change is not seen.
+    limit = f64({1000}, {});
+    auto [i3, y3] = f(f64({1, 2}, {2}));
+    CHECK(i3.item<std::int64_t>() == 2);
+    CHECK(f.trace_count() == 1);
 }
 
 TEST_CASE("a while_loop's body may write into variables, at every trip and every call") {

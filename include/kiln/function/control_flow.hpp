@@ -107,11 +107,15 @@ loop_part trace_loop_part(tracer& outer, const std::vector<tensor>& state, F&& f
     loop_part part;
     part.exe = std::make_shared<executable>();
     function_graph g = std::move(tr.graph);
-    capture_constants(g);
-    part.exe->traced = g;
-    part.exe->graph = std::move(g);
-    part.exe->report = passes::optimize(part.exe->graph);
-    part.exe->prepare();
+    // The enclosing trace is still recording: copying the captured constants (and anything the passes compute)
+    // must not become ops of it, or the sub-graph's constants would be that trace's symbolic tensors.
+    passes::detail::untraced([&] {
+        capture_constants(g);
+        part.exe->traced = g;
+        part.exe->graph = std::move(g);
+        part.exe->report = passes::optimize(part.exe->graph);
+        part.exe->prepare();
+    });
     part.captures = tr.captures();
     return part;
 }

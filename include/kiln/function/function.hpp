@@ -156,8 +156,9 @@ class function {
 public:
     explicit function(F f, function_options options = {}) : f_(std::move(f)), options_(std::move(options)) {}
     // With a spec for each tensor argument: calls are checked against it, and its kiln::dyn extents are dynamic.
+    // An empty list declares nothing (`kiln::function(f, {}, options)` is `kiln::function(f, options)`).
     function(F f, std::vector<spec> specs, function_options options = {})
-        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs)), has_specs_(true) {}
+        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs)), has_specs_(!specs_.empty()) {}
 
     template <class... A>
     decltype(auto) operator()(A&&... args) {
@@ -412,9 +413,9 @@ private:
             stale = found->second->stale();
             drop_stale();  // a variable was rebound: every trace that read its old storage goes
         }
-        record_call(true);
         const std::vector<std::string> parts = describe_all_with(true, args...).concrete_parts;
         if (traces_ > 0) reasons_.push_back(stale.empty() ? reason(parts) : stale);
+        record_call(true);  // (after the reason: the warning names this call's)
         last_parts_ = parts;
         // reduce_retracing: extents that changed since the last trace become dynamic, and the call is described
         // again with them (it may then find a trace already made).
