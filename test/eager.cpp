@@ -291,6 +291,24 @@ TEST_CASE("in-place forms write into the tensor and check shape and dtype") {
     CHECK_THROWS_AS(a += kiln::ones({2, 2, 2}), kiln::shape_error);
 }
 
+TEST_CASE("in-place forms on a temporary view write into the tensor it views") {
+    auto m = f32({1, 2, 3, 4, 5, 6}, {2, 3});
+    m.slice(1, 1, 2) *= 100;  // docs/eager-mode.md's example
+    CHECK(values(m) == std::vector<double>{1, 200, 3, 4, 500, 6});
+    m[0] += 1;
+    m(1, 2) -= 6;
+    m.transpose(0, 1)[2] /= 2;  // column 2
+    CHECK(values(m) == std::vector<double>{2, 201, 2, 4, 500, 0});
+    auto y = kiln::arange(0, 6, 1, kiln::float64);
+    y.slice(0, 1, 6) += y.slice(0, 0, 5);  // overlapping: read as if copied first, as NumPy does
+    CHECK(values(y) == std::vector<double>{0, 1, 3, 5, 7, 9});
+    const kiln::tensor r = (m[1] *= 2);  // the result is the view
+    CHECK(values(r) == std::vector<double>{8, 1000, 0});
+    CHECK(values(m[1]) == std::vector<double>{8, 1000, 0});
+    CHECK_THROWS_AS(m.slice(0, 0, 1) += kiln::ones({3, 3}), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::ones({3}).broadcast_to({2, 3}) += 1, kiln::value_error);
+}
+
 TEST_CASE("errors name the op, the shapes and the dtypes") {
     const auto a = kiln::ones({2, 3}), b = kiln::ones({4}, kiln::float64);
     CHECK_THROWS_WITH_AS(a + b, "kiln: shape_error in 'add': cannot broadcast (2, 3) float32 and (4,) float64",
@@ -334,11 +352,28 @@ TEST_CASE("reductions over axes with keepdims") {
 
 TEST_CASE("printing like NumPy") {
     CHECK(kiln::to_string(f32({1, 2, 3, 4}, {2, 2})) == "tensor([[1., 2.],\n        [3., 4.]], dtype=float32)");
-    CHECK(kiln::to_string(f32({0.5f, -1.25f}, {2})) == "tensor([  0.5, -1.25], dtype=float32)");
+    // The layouts below are numpy.array's repr of the same values (NumPy 2.4): every value shows its point, the points
+    // line up, and scientific notation is chosen for all values at once.
+    CHECK(kiln::to_string(f32({0.5f, -1.25f}, {2})) == "tensor([ 0.5 , -1.25], dtype=float32)");
+    CHECK(kiln::to_string(f64({0, 10, 0.5}, {3})) == "tensor([ 0. , 10. ,  0.5], dtype=float64)");
+    CHECK(kiln::to_string(f64({1.5, 2, 3, 4.25}, {2, 2})) == "tensor([[1.5 , 2.  ],\n        [3.  , 4.25]], dtype=float64)");
+    CHECK(kiln::to_string(f64({1e-5, 1, 100}, {3})) == "tensor([1.e-05, 1.e+00, 1.e+02], dtype=float64)");
+    CHECK(kiln::to_string(f64({1e-5, 1.5, std::nan(""), -INFINITY}, {4})) == "tensor([1.0e-05, 1.5e+00,     nan,    -inf], dtype=float64)");
+    CHECK(kiln::to_string(f64({1e9, 2e9}, {2})) == "tensor([1.e+09, 2.e+09], dtype=float64)");
+    CHECK(kiln::to_string(f64({1e-5, 1e100}, {2})) == "tensor([1.e-005, 1.e+100], dtype=float64)");
+    CHECK(kiln::to_string(f64({123456.7, 1.5}, {2})) == "tensor([1.234567e+05, 1.500000e+00], dtype=float64)");
+    CHECK(kiln::to_string(f64({0.0, -0.0}, {2})) == "tensor([ 0., -0.], dtype=float64)");
+    CHECK(kiln::to_string(f64({1.5, std::nan(""), 2}, {3})) == "tensor([1.5, nan, 2. ], dtype=float64)");
+    CHECK(kiln::to_string(f64({1, std::nan(""), 2}, {3})) == "tensor([ 1., nan,  2.], dtype=float64)");
+    CHECK(kiln::to_string(f64({0.1 + 0.2, 1}, {2})) == "tensor([0.3, 1. ], dtype=float64)");
+    CHECK(kiln::to_string(f64({9.99999999999, 1}, {2})) == "tensor([10.,  1.], dtype=float64)");
     CHECK(kiln::to_string(kiln::from_values<std::int64_t>({1, -20}, {2})) == "tensor([  1, -20], dtype=int64)");
     CHECK(kiln::to_string(kiln::from_values<bool>({true, false}, {2})) == "tensor([ True, False], dtype=bool)");
     CHECK(kiln::to_string(kiln::full({}, 7)) == "tensor(7., dtype=float32)");
     CHECK(kiln::to_string(kiln::zeros({0, 2})) == "tensor([], dtype=float32, shape=(0, 2))");
+    std::ostringstream parts;
+    parts << kiln::float64 << ' ' << f64({1, 2, 3, 4, 5, 6}, {2, 3}).shape() << ' ' << kiln::cpu << ' ' << kiln::dims{};
+    CHECK(parts.str() == "float64 (2, 3) cpu ()");
     const std::string big = kiln::to_string(kiln::arange(2000));
     CHECK(big == "tensor([   0,    1,    2, ..., 1997, 1998, 1999], dtype=int64)");
     std::ostringstream os;

@@ -195,6 +195,14 @@ TEST_CASE("tapes: persistence, nesting, variables, stop_gradient") {
         CHECK(values(g[0]) == std::vector<double>{1.5, -0.5});  // stop_gradient cut the second use
         CHECK(values(g[1]) == std::vector<double>{0, 0});        // x was not watched
         CHECK_THROWS_AS(w += 1, kiln::value_error);             // in place on a watched tensor
+        // A braced list is a list of sources, of one too (TensorFlow's tape.gradient(loss, [w])).
+        kiln::gradient_tape t2(true);
+        const auto l2 = kiln::sum(w * w);
+        const std::vector<kiln::tensor> one = t2.gradient(l2, {w});
+        REQUIRE(one.size() == 1);
+        CHECK(values(one[0]) == std::vector<double>{4, 6});
+        CHECK(values(t2.gradient(l2, {w, x})[0]) == std::vector<double>{4, 6});
+        CHECK(values(t2.gradient(l2, w)) == std::vector<double>{4, 6});  // one source without braces: one tensor
     }
     kiln::variable v(f64({1, 2}, {2}));
     const auto id = v.id();

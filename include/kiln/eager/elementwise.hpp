@@ -697,5 +697,18 @@ template <class B>
 tensor& operator*=(tensor& a, const B& b) { return detail::eager_in_place<ops::mul>(a, detail::eager_operand(b)); }
 template <class B>
 tensor& operator/=(tensor& a, const B& b) { return detail::eager_in_place<ops::div>(a, detail::eager_operand(b)); }
+// The same on a temporary view, which writes into the tensor it views: `m.slice(1, 1, 2) *= 100`, `x[0] += 1`.
+template <class A, class B>
+    requires std::is_same_v<A, tensor>  // a tensor prvalue or xvalue only, never a number converted to one
+tensor operator+=(A&& a, const B& b) { detail::eager_in_place<ops::add>(a, detail::eager_operand(b)); return std::move(a); }
+template <class A, class B>
+    requires std::is_same_v<A, tensor>  // a tensor prvalue or xvalue only, never a number converted to one
+tensor operator-=(A&& a, const B& b) { detail::eager_in_place<ops::sub>(a, detail::eager_operand(b)); return std::move(a); }
+template <class A, class B>
+    requires std::is_same_v<A, tensor>  // a tensor prvalue or xvalue only, never a number converted to one
+tensor operator*=(A&& a, const B& b) { detail::eager_in_place<ops::mul>(a, detail::eager_operand(b)); return std::move(a); }
+template <class A, class B>
+    requires std::is_same_v<A, tensor>  // a tensor prvalue or xvalue only, never a number converted to one
+tensor operator/=(A&& a, const B& b) { detail::eager_in_place<ops::div>(a, detail::eager_operand(b)); return std::move(a); }
 
 }  // namespace kiln

@@ -2,7 +2,7 @@
 // Printing like NumPy: nested brackets, right-aligned columns, summarized with "..." when large.
 #include <cmath>
 #include <cstdio>
-#include <functional>
+#include <algorithm>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -45,22 +45,98 @@ inline print_options get_printoptions() { return detail::current_print_options()
 
 namespace detail {
 
+// How the shown floating values of one tensor print, decided from all of them as NumPy decides it: scientific
+// notation when the largest magnitude is at least 1e8, the smallest non-zero one below 1e-4 or their ratio above
+// 1e3; otherwise positional. Either way every value shows its point and the points line up: [ 0. , 10. ,  0.5],
+// [1.0e-05, 1.5e+00]. `precision` counts significant digits (NumPy's counts fractional ones).
+struct float_layout {
+    bool scientific = false;
+    int digits = 6;        // significant digits
+    int frac = 0;          // scientific: digits after the point, the same for every value
+    std::size_t left = 0;  // positional: the widest integer part (sign included); scientific: the widest mantissa's
+    std::size_t right = 0; // positional: the widest fractional part
+    std::size_t exp_digits = 2;
+
+    template <class T>
+    static float_layout of(const std::vector<T>& shown, int precision) {
+        float_layout f;
+        f.digits = precision >= 0 ? std::max(precision, 1) : std::is_same_v<T, float> ? 6 : 8;
+        double lo = 0, hi = 0;
+        bool any = false;
+        for (const T v : shown) {
+            if (!std::isfinite(v) || v == 0) continue;
+            const double a = std::abs(static_cast<double>(v));
+            lo = any ? std::min(lo, a) : a;
+            hi = any ? std::max(hi, a) : a;
+            any = true;
+        }
+        f.scientific = any && (hi >= 1e8 || lo < 1e-4 || hi / lo > 1e3);
+        for (const T v : shown) {
+            if (!std::isfinite(v)) continue;
+            const std::string r = f.raw(static_cast<double>(v));
+            const std::size_t dot = r.find('.'), e = r.find('e');
+            f.left = std::max(f.left, dot);
+            if (f.scientific) {
+                f.frac = std::max(f.frac, static_cast<int>(e - dot - 1));
+                f.exp_digits = std::max(f.exp_digits, r.size() - e - 2);
+            } else {
+                f.right = std::max(f.right, r.size() - dot - 1);
+            }
+        }
+        return f;
+    }
+
+    // One value with `digits` significant digits, trailing zeros dropped, the point kept: "10.", "0.5", "1.e-05".
+    std::string raw(double v) const {
+        char buf[64];
+        std::string s;
+        if (scientific) {
+            std::snprintf(buf, sizeof buf, "%#.*e", digits - 1, v);
+            s = buf;
+            const std::size_t e = s.find('e');
+            std::size_t end = e;
+            while (end > 0 && s[end - 1] == '0') --end;
+            s.erase(end, e - end);
+            return s;
+        }
+        int after = 0;
+        if (v != 0) after = std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(std::abs(v)))));
+        std::snprintf(buf, sizeof buf, "%#.*f", after, v);
+        s = buf;
+        while (s.back() == '0') s.pop_back();
+        return s;
+    }
+
+    // The value laid out: its point at the same column as every other value's.
+    std::string text(double v) const {
+        if (v != v) return "nan";
+        if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+        char buf[64];
+        std::string s;
+        if (scientific) {
+            std::snprintf(buf, sizeof buf, "%#.*e", frac, v);
+            s = buf;
+            const std::size_t e = s.find('e');
+            const std::string digits_part = s.substr(e + 2);
+            s = s.substr(0, e + 2) + std::string(exp_digits > digits_part.size() ? exp_digits - digits_part.size() : 0, '0') + digits_part;
+        } else {
+            s = raw(v);
+            s += std::string(right - (s.size() - s.find('.') - 1), ' ');
+        }
+        const std::size_t dot = s.find('.');
+        return std::string(left > dot ? left - dot : 0, ' ') + s;
+    }
+};
+
 template <class T>
-std::string element_text(T v, bool all_integral, int precision) {
-    char buf[48];
+std::string element_text(T v) {
+    char buf[32];
     if constexpr (std::is_same_v<T, bool>) {
         return v ? "True" : "False";
-    } else if constexpr (std::is_integral_v<T>) {
-        std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
     } else {
-        if (v != v) return "nan";
-        if (v == std::numeric_limits<T>::infinity()) return "inf";
-        if (v == -std::numeric_limits<T>::infinity()) return "-inf";
-        if (all_integral) std::snprintf(buf, sizeof buf, "%.0f.", static_cast<double>(v));
-        else std::snprintf(buf, sizeof buf, "%.*g", precision >= 0 ? precision : std::is_same_v<T, float> ? 6 : 8,
-                           static_cast<double>(v));
+        std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+        return buf;
     }
-    return buf;
 }
 
 struct printer {
@@ -91,15 +167,25 @@ struct printer {
             out += ' ';
     }
 
+    // The shown elements in visiting order.
     template <class T>
-    void collect(const T* base, int d, std::ptrdiff_t off, bool all_integral) {
-        if (d == t.dim()) {
-            cells.push_back(element_text(base[off], all_integral, opt.precision));
-            width = std::max(width, cells.back().size());
-            return;
-        }
+    void gather(const T* base, int d, std::ptrdiff_t off, std::vector<T>& out) const {
+        if (d == t.dim()) return out.push_back(base[off]);
         for (std::ptrdiff_t i = 0; i < t.shape()[d]; ++i)
-            if (shown(d, i)) collect(base, d + 1, off + i * t.strides()[d], all_integral);
+            if (shown(d, i)) gather(base, d + 1, off + i * t.strides()[d], out);
+    }
+
+    template <class T>
+    void collect(const T* base) {
+        std::vector<T> values;
+        gather(base, 0, 0, values);
+        if constexpr (std::is_floating_point_v<T>) {
+            const float_layout f = float_layout::of(values, opt.precision);
+            for (const T v : values) cells.push_back(f.text(static_cast<double>(v)));
+        } else {
+            for (const T v : values) cells.push_back(element_text(v));
+        }
+        for (const std::string& c : cells) width = std::max(width, c.size());
     }
 
     std::size_t next = 0;
@@ -152,21 +238,7 @@ inline std::string to_string(const tensor& t) {
     const print_options opt = get_printoptions();
     detail::printer p{t, t.numel() > opt.threshold, opt, {}, 0};
     if (t.numel() > 0) {
-        detail::dispatch(t.dtype(), [&]<class T>() {
-            const T* base = t.data<const T>();
-            bool all_integral = true;
-            if constexpr (std::is_floating_point_v<T>) {
-                // Only the shown elements decide the format, as in NumPy.
-                auto check = [&](T v) { all_integral = all_integral && (v != v || std::isinf(v) || (v == std::floor(v) && std::abs(v) < 1e16)); };
-                std::function<void(int, std::ptrdiff_t)> walk = [&](int d, std::ptrdiff_t off) {
-                    if (d == t.dim()) return check(base[off]);
-                    for (std::ptrdiff_t i = 0; i < t.shape()[d]; ++i)
-                        if (p.shown(d, i)) walk(d + 1, off + i * t.strides()[d]);
-                };
-                walk(0, 0);
-            }
-            p.collect(base, 0, 0, all_integral);
-        });
+        detail::dispatch(t.dtype(), [&]<class T>() { p.collect(t.data<const T>()); });
     }
     std::string out = "tensor(";
     if (t.numel() == 0) out += "[]";
@@ -177,6 +249,10 @@ inline std::string to_string(const tensor& t) {
 }
 
 inline std::ostream& operator<<(std::ostream& os, const tensor& t) { return os << to_string(t); }
+// A tensor's dtype, shape and device print as they read in messages: `float32`, `(2, 3)`, `cpu`.
+inline std::ostream& operator<<(std::ostream& os, dtype d) { return os << name(d); }
+inline std::ostream& operator<<(std::ostream& os, const dims& s) { return os << to_string(s); }
+inline std::ostream& operator<<(std::ostream& os, const device& d) { return os << to_string(d); }
 
 // Prints t ("label: tensor(...)" with a label) to `out`, now in eager mode and every time a traced function that
 // calls it runs (a C++ printf inside a traced function prints only while tracing).

@@ -4,6 +4,7 @@
 // while one tape computes a gradient, the tapes around it record that computation, which gives higher derivatives.
 #include <array>
 #include <bit>
+#include <initializer_list>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -228,6 +229,13 @@ public:
     template <int N = 0>
     tensor gradient(const tensor& target, const tensor& source) {
         return gradient<N>(target, std::vector<tensor>{source})[0];
+    }
+
+    // A braced list is a list of sources, one element too: tape.gradient(loss, {w}) is a vector of one gradient, as
+    // TensorFlow's tape.gradient(loss, [w]) is a list (without this overload `{w}` would pick the form above).
+    template <int N = 0>
+    std::vector<tensor> gradient(const tensor& target, std::initializer_list<tensor> sources) {
+        return gradient<N>(target, std::vector<tensor>(sources));
     }
 
     // The gradients of a model's parameters: tape.gradient(loss, model.parameters()).
