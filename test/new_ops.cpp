@@ -80,6 +80,17 @@ TEST_CASE("advanced indexing: index_select, t[index], masks, take_along_axis and
     // Boolean masks select elements in row-major order.
     CHECK(values(m[m > 2.5]) == vec{3, 4, 5, 6});
     CHECK(values(kiln::masked_select(m, kiln::from_values<bool>({true, false}, {2}))) == vec{1, 3, 5});
+    // t[mask] with a mask of the leading extents picks those rows, as NumPy's m[[True, False, True]] does; it does not
+    // broadcast (NumPy and PyTorch refuse a mask of another shape).
+    const kiln::tensor rows = m[kiln::from_values<bool>({true, false, true}, {3})];
+    CHECK(rows.shape() == kiln::dims{2, 2});
+    CHECK(values(rows) == vec{1, 2, 5, 6});
+    CHECK(m[kiln::from_values<bool>({false, false, false}, {3})].shape() == kiln::dims{0, 2});
+    CHECK_THROWS_WITH_AS(m[kiln::from_values<bool>({true, false}, {2})],
+                         "kiln: shape_error in 'index': the bool mask has shape (2,); it must have the tensor's shape (3, 2) "
+                         "or its leading extents", kiln::shape_error);
+    CHECK_THROWS_AS(kiln::ones({3})[kiln::from_values<bool>({true}, {1})], kiln::shape_error);
+    check_tape_gradient([&](const kiln::tensor& x) { return x[kiln::from_values<bool>({false, true, true}, {3})] * x[kiln::from_values<bool>({false, true, true}, {3})]; }, m);
     // take_along_axis and scatter_add.
     const kiln::tensor order = kiln::from_values<std::int64_t>({1, 0, 0, 0, 1, 1}, {3, 2});
     CHECK(values(kiln::take_along_axis(m, order, 1)) == vec{2, 1, 3, 3, 6, 6});

@@ -255,7 +255,28 @@ tensor masked_select(const tensor& x, const tensor& mask) {
 
 template <int N>
 tensor tensor::operator[](const tensor& index) const {
-    if (index.dtype() == dtype::boolean) return masked_select(*this, index);
+    if (index.dtype() == dtype::boolean) {
+        // NumPy's and PyTorch's rule: the mask has this tensor's shape (the elements where it is true, 1-D) or its
+        // leading extents (the sub-tensors where it is true, stacked). Unlike masked_select, it does not broadcast.
+        check_valid("index");
+        index.check_valid("index");
+        const int k = index.dim();
+        bool leading = k <= dim();
+        for (int i = 0; leading && i < k; ++i) leading = index.shape()[i] == shape_[i];
+        if (!leading || (k == 0 && dim() > 0))
+            throw shape_error("kiln: shape_error in 'index': the bool mask has shape " + to_string(index.shape()) +
+                              "; it must have the tensor's shape " + to_string(shape_) + " or its leading extents");
+        if (k == dim()) return masked_select(*this, index);
+        // Positions of the true entries among the leading extents, then those rows of the tensor seen as
+        // (leading elements, rest...): index_select records the gradient.
+        dims rows;
+        rows.rank = dim() - k + 1;
+        rows[0] = index.numel();
+        for (int i = k; i < dim(); ++i) rows[i - k + 1] = shape_[i];
+        const tensor positions = masked_select(arange(0, static_cast<double>(index.numel()), 1, dtype::int64, index.device())
+                                                   .reshape(index.shape()), index);
+        return index_select(reshape(rows), 0, positions);
+    }
     if (dim() == 0) throw value_error("kiln: value_error in 'index': a rank-0 tensor cannot be indexed");
     // The result's shape: the index's, then this tensor's without its first dimension (NumPy's t[index]).
     dims r;

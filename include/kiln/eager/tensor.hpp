@@ -228,8 +228,9 @@ public:
     // t[i]: the sub-tensor at index i of the first dimension (a view; negative i counts from the end).
     tensor operator[](std::ptrdiff_t i) const { return select(0, i); }
     // t[index]: NumPy's advanced indexing on the first dimension. An integer tensor selects rows (a copy,
-    // kiln::index_select(t, 0, index)); a bool tensor of t's shape (or leading shape) selects the elements where it
-    // is true into a 1-D copy (kiln::masked_select). Both are recorded on gradient tapes.
+    // kiln::index_select(t, 0, index)); a bool tensor of t's shape selects the elements where it is true into a 1-D
+    // copy (kiln::masked_select), and one of t's leading extents the sub-tensors where it is true, stacked; any other
+    // mask shape is a shape_error (no broadcasting, as in NumPy). Both are recorded on gradient tapes.
     template <int = 0>
     tensor operator[](const tensor& index) const;
     // t(i, j, ...): the sub-tensor at those indices of the leading dimensions (a view; all indices give a rank-0
