@@ -222,6 +222,52 @@ TEST_CASE("in-place ops inside a traced function: on intermediate values and on 
     CHECK(values(counter) == std::vector<double>{2});
 }
 
+TEST_CASE("writes into views of a captured plain tensor are state: applied at every call and read back") {
+    // Each write below goes through a view the trace makes of `state`; before, the trace wrote into its copy of
+    // state's value at trace time, and reads of state were folded to that value (wrong answers, no error).
+    kiln::tensor state = f64({0, 0, 0, 0}, {4});
+    auto f = kiln::function([&](const kiln::tensor& x) {
+        state(1) = x(0);                                      // assignment to an element
+        state[2] += x[0];                                     // in place on an element
+        state.slice(0, 3, 4).copy_(x * 10.0);                 // copy_ into a slice
+        return state * 1.0;
+    });
+    const kiln::tensor x = f64({2}, {1});
+    CHECK(values(f(x)) == std::vector<double>{0, 2, 2, 20});
+    CHECK(values(f(f64({3}, {1}))) == std::vector<double>{0, 3, 5, 30});
+    CHECK(values(state) == std::vector<double>{0, 3, 5, 30});
+    CHECK(f.trace_count() == 1);
+    // A view captured whole (made outside the function) and the tensor it views: one storage, both state.
+    kiln::tensor base = f64({1, 1}, {2});
+    const kiln::tensor first = base.slice(0, 0, 1);
+    auto g = kiln::function([&](const kiln::tensor& y) {
+        const kiln::tensor before = base * 1.0;
+        kiln::tensor w = first;
+        w += y;
+        return std::make_tuple(before, base * 1.0);
+    });
+    auto [b1, a1] = g(f64({5}, {1}));
+    CHECK(values(b1) == std::vector<double>{1, 1});
+    CHECK(values(a1) == std::vector<double>{6, 1});
+    auto [b2, a2] = g(f64({5}, {1}));
+    CHECK(values(b2) == std::vector<double>{6, 1});
+    CHECK(values(a2) == std::vector<double>{11, 1});
+    // A copy made before a write keeps the value before it: `x * 1` and `x / 1` are not replaced by a value
+    // written later (they were, and returned the written value).
+    kiln::variable v(f64({0, 0}, {2}));
+    auto h = kiln::function([&](const kiln::tensor& y) {
+        const kiln::tensor before = v / 1;
+        v.assign(v + y);
+        return std::make_tuple(before, v * 1.0);
+    });
+    auto [h1, v1] = h(f64({1, 1}, {2}));
+    CHECK(values(h1) == std::vector<double>{0, 0});
+    CHECK(values(v1) == std::vector<double>{1, 1});
+    auto [h2, v2] = h(f64({1, 1}, {2}));
+    CHECK(values(h2) == std::vector<double>{1, 1});
+    CHECK(values(v2) == std::vector<double>{2, 2});
+}
+
 TEST_CASE("plain captured tensors are constants with their values at trace time") {
     kiln::tensor bias = f64({1, 1}, {2});
     auto f = kiln::function([&](const kiln::tensor& x) { return x + bias; });

@@ -8,6 +8,7 @@
 //   remove_dead_code                 pure ops and constants that no output and no effect needs are removed.
 // A value that an effect writes into, and every value it is a view of, is never folded or merged; a node whose
 // parameters follow a dynamic dimension is never folded or simplified, and merges only with its equal.
+#include <algorithm>
 #include <unordered_map>
 
 #include "graph.hpp"
@@ -34,6 +35,19 @@ inline std::vector<char> written_values(const function_graph& g) {
     for (const graph_node& n : g.nodes)
         if (n.kind == node_kind::effect)
             for (std::size_t k = 0; k < n.writes && k < n.inputs.size(); ++k) mark(n.inputs[k]);
+    // Captures of one storage (a tensor and a view of it, captured apart) are written together.
+    std::vector<const void*> written;
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& n = g.nodes[i];
+        if (w[i] && n.kind == node_kind::variable && n.value.valid()) written.push_back(n.value.storage_handle().get());
+    }
+    if (!written.empty())
+        for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+            const graph_node& n = g.nodes[i];
+            if (!w[i] && n.kind == node_kind::variable && n.value.valid() &&
+                std::find(written.begin(), written.end(), n.value.storage_handle().get()) != written.end())
+                w[i] = 1;
+        }
     return w;
 }
 
@@ -155,7 +169,10 @@ inline std::size_t simplify_identities(function_graph& g) {
                           (n.op == "mul" && (one || n.attrs == "operand0=1i" || n.attrs == "operand0=1" ||
                                              n.attrs == "operand0=1f")) ||
                           (n.op == "div" && one) || (n.op == "sub" && zero);
-        if (same) {
+        // x * 1 is a copy of x: where something writes into x, the copy keeps x's value before the write, so it
+        // stays (a reshape or broadcast_to is a view of x either way).
+        const bool copy = n.op != "reshape" && n.op != "broadcast_to";
+        if (same && !(copy && written[static_cast<std::size_t>(n.inputs[0])])) {
             to[i] = n.inputs[0];
             ++simplified;
         }

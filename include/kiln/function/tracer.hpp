@@ -11,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -103,7 +104,7 @@ public:
         auto found = captured_.find(k);
         if (found != captured_.end()) return found->second;
         graph_node n;
-        n.kind = t.trainable() ? node_kind::variable : node_kind::constant;
+        n.kind = t.trainable() || written_storage_.count(t.storage_handle().get()) ? node_kind::variable : node_kind::constant;
         n.dtype = t.dtype();
         n.shape = t.shape();
         n.device = t.device();
@@ -148,13 +149,35 @@ public:
         for (std::size_t i = 0; i < inputs.size(); ++i) {
             const tensor& t = inputs[i];
             const std::int32_t v = value_of(t, op);
-            if (i < writes && !t.is_symbolic()) {
-                graph_node& target = graph.nodes[static_cast<std::size_t>(v)];
-                if (t.id() >= first_id_ && !t.trainable())
-                    throw trace_error(error_prefix("trace_error", op) + "'" + name_ + "' writes into a tensor that "
-                                      "was made while tracing by code the tracer does not see; make it with "
-                                      "kiln::zeros or kiln::full, or run the function eagerly");
-                target.kind = node_kind::variable;  // written: read where it lives from now on
+            if (i < writes) {
+                // The tensor written: t itself, or, for a view the trace made (state[1] += x, state.slice(...) =
+                // y), the tensor at the end of its chain of views. A captured tensor that is written into is
+                // state: read where it lives from now on, never its value of trace time.
+                std::int32_t root = v;
+                while (true) {
+                    const graph_node& r = graph.nodes[static_cast<std::size_t>(root)];
+                    if (r.kind != node_kind::op || !passes::detail::is_view(r.op) || r.inputs.empty()) break;
+                    root = r.inputs[0];
+                }
+                graph_node& target = graph.nodes[static_cast<std::size_t>(root)];
+                const bool captured = target.kind == node_kind::variable ||
+                                      (target.kind == node_kind::constant && target.op.empty());
+                if (captured) {
+                    const tensor& base = t.is_symbolic() ? target.value : t;
+                    if (base.id() >= first_id_ && !base.trainable())
+                        throw trace_error(error_prefix("trace_error", op) + "'" + name_ + "' writes into a tensor "
+                                          "that was made while tracing by code the tracer does not see; make it "
+                                          "with kiln::zeros or kiln::full, or run the function eagerly");
+                    target.kind = node_kind::variable;
+                    // Every other capture of that storage (a view of it captured whole, the tensor read before
+                    // the write) is state too, and so is any later one (value_of).
+                    const storage* written = base.storage_handle().get();
+                    written_storage_.insert(written);
+                    for (graph_node& other : graph.nodes)
+                        if (other.kind == node_kind::constant && other.op.empty() && other.value.valid() &&
+                            other.value.storage_handle().get() == written)
+                            other.kind = node_kind::variable;
+                }
             }
             n.inputs.push_back(v);
         }
@@ -219,6 +242,7 @@ private:
     std::string name_;
     std::uint64_t first_id_;
     std::map<key, std::int32_t> captured_;
+    std::set<const storage*> written_storage_;  // captured tensors' storage that the function writes into
     std::vector<std::weak_ptr<storage>> made_;
     tracer* parent_ = nullptr;
     std::vector<tensor> captures_;
