@@ -268,6 +268,36 @@ TEST_CASE("writes into views of a captured plain tensor are state: applied at ev
     CHECK(values(v2) == std::vector<double>{2, 2});
 }
 
+TEST_CASE("results are separate tensors where eager mode's are, after the passes merged them") {
+    // x * 2.0 twice is one value after common-subexpression elimination; eagerly they are two tensors.
+    auto f = kiln::function([](const kiln::tensor& x) { return std::make_tuple(x * 2.0, x * 2.0, (x * 2.0).reshape({2, 1}), x); });
+    const kiln::tensor a = f64({1, 2}, {2});
+    for (int call = 0; call < 2; ++call) {  // the first call runs node by node, the second from the buffer plan
+        auto [p, q, r, same] = f(a);
+        p += 1;
+        CHECK(values(p) == std::vector<double>{3, 5});
+        CHECK(values(q) == std::vector<double>{2, 4});
+        CHECK(values(r) == std::vector<double>{2, 4});
+        CHECK(same.storage_handle() == a.storage_handle());  // returned as it was given, as eagerly
+    }
+    CHECK(f.graph(a).count("mul") == 1);
+}
+
+TEST_CASE("a traced function may return a variable") {
+    kiln::variable v(f64({1, 2}, {2}));
+    auto f = kiln::function([&]() { return v; });
+    CHECK(values(f()) == std::vector<double>{1, 2});
+    v.assign(f64({5, 6}, {2}));
+    CHECK(values(f()) == std::vector<double>{5, 6});  // read where it lives at every call
+    auto g = kiln::function([&](const kiln::tensor& x) { return std::make_tuple(v, x + v); });
+    auto [w, s] = g(f64({1, 1}, {2}));
+    CHECK(values(w) == std::vector<double>{5, 6});
+    CHECK(values(s) == std::vector<double>{6, 7});
+    g.run_eagerly(true);
+    auto [w2, s2] = g(f64({1, 1}, {2}));
+    CHECK(values(s2) == std::vector<double>{6, 7});
+}
+
 TEST_CASE("plain captured tensors are constants with their values at trace time") {
     kiln::tensor bias = f64({1, 1}, {2});
     auto f = kiln::function([&](const kiln::tensor& x) { return x + bias; });

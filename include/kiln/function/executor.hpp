@@ -199,9 +199,23 @@ struct executable {
             result_aliases.push_back(k == node_kind::argument || k == node_kind::variable);
         }
         copy_result.clear();
+        // The storage a value lives in: the end of its chain of views.
+        auto root = [](const function_graph& g, std::int32_t v) {
+            while (true) {
+                const graph_node& x = g.nodes[static_cast<std::size_t>(v)];
+                if (x.kind != node_kind::op || !passes::detail::is_view(x.op) || x.inputs.empty()) return v;
+                v = x.inputs[0];
+            }
+        };
         for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
             const node_kind kind = graph.nodes[static_cast<std::size_t>(graph.outputs[k])].kind;
-            copy_result.push_back(kind == node_kind::constant ||
+            // Results that the passes made share storage (two equal results merged into one, or one a view of
+            // the other) are separate tensors, as eager mode's are, unless they shared it when traced.
+            bool merged = false;
+            for (std::size_t j = 0; j < k && !merged && k < traced.outputs.size(); ++j)
+                merged = root(graph, graph.outputs[j]) == root(graph, graph.outputs[k]) &&
+                         root(traced, traced.outputs[j]) != root(traced, traced.outputs[k]);
+            copy_result.push_back(merged || kind == node_kind::constant ||
                                   ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]));
         }
         const std::size_t n = graph.nodes.size();

@@ -221,11 +221,13 @@ public:
 private:
     template <class... A>
     decltype(auto) call(A&&... args) {
-        using R = std::invoke_result_t<F&, A&&...>;
+        using R = detail::traced_result_t<std::invoke_result_t<F&, A&&...>>;
         // Debugging, nesting (a function called while another traces inlines into that trace), and gradient
         // tapes recording around the call (they must see the ops) run f itself.
-        if (eager_ || functions_run_eagerly() || detail::active_tracer || detail::recording_tapes > 0)
-            return std::invoke(f_, std::forward<A>(args)...);
+        if (eager_ || functions_run_eagerly() || detail::active_tracer || detail::recording_tapes > 0) {
+            if constexpr (std::is_void_v<R>) return std::invoke(f_, std::forward<A>(args)...);
+            else return R(std::invoke(f_, std::forward<A>(args)...));
+        }
         call_info info = describe_locked(args...);
         const std::shared_ptr<const detail::executable> exe = find_or_trace<R>(info, args...);
         if (exe->has_dynamic && info.extents.size() != exe->traced_extents.size())
@@ -245,7 +247,7 @@ private:
 
     template <class... A>
     std::shared_ptr<const detail::executable> executable_for(A&&... args) {
-        using R = std::invoke_result_t<F&, A&&...>;
+        using R = detail::traced_result_t<std::invoke_result_t<F&, A&&...>>;
         call_info info = describe_locked(args...);
         return find_or_trace<R>(info, args...);
     }

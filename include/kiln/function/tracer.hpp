@@ -259,6 +259,19 @@ struct tracing_scope {
     tracing_scope& operator=(const tracing_scope&) = delete;
 };
 
+// What a traced function returns, from what f returns: a tensor for anything that is one (a kiln::variable, a
+// layer's parameter), element by element in a tuple.
+template <class R>
+struct traced_result {
+    using type = std::conditional_t<std::is_base_of_v<tensor, std::remove_cvref_t<R>>, tensor, std::remove_cvref_t<R>>;
+};
+template <class... T>
+struct traced_result<std::tuple<T...>> {
+    using type = std::tuple<typename traced_result<T>::type...>;
+};
+template <class R>
+using traced_result_t = typename traced_result<std::remove_cvref_t<R>>::type;
+
 template <class R>
 struct result_traits {
     static_assert(std::is_same_v<R, tensor> || std::is_void_v<R>,
