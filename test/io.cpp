@@ -492,6 +492,26 @@ TEST_CASE("ONNX: kiln's export reads back with kiln::load_onnx and computes what
     CHECK(kiln::to_string(f.graph()).find("Gemm(") != std::string::npos);  // (matmul + bias: one Gemm)
 }
 
+TEST_CASE("loaded functions give results that share storage apart, as the traced function does") {
+    // x * 2 twice is one value in the saved graph (common subexpressions), and ONNX's outputs are Identities of it.
+    auto f = kiln::function([](const kiln::tensor& x) { return std::make_tuple(x * 2.0f, x * 2.0f, x); }, {.name = "dup"});
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {kiln::dyn, 2})};
+    const std::string path = temp_path("dup.kfn");
+    kiln::save(f, sig, path);
+    const std::string onnx = kiln::onnx_bytes(f, sig);
+    const kiln::loaded_function from_kfn = kiln::load(path), from_onnx = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    for (const kiln::loaded_function* g : {&from_kfn, &from_onnx}) {
+        const kiln::tensor x = kiln::ones({3, 2});
+        std::vector<kiln::tensor> y = (*g)(x);
+        REQUIRE(y.size() == 3);
+        y[0] += 1;
+        CHECK(values(y[0]) == std::vector<double>(6, 3));
+        CHECK(values(y[1]) == std::vector<double>(6, 2));
+        CHECK(values(y[2]) == std::vector<double>(6, 1));
+    }
+    std::remove(path.c_str());
+}
+
 TEST_CASE("ONNX: a damaged or unsupported model is refused with a kiln::file_error naming what is wrong") {
     const std::string good = small_model_onnx();
     REQUIRE(onnx_refusal(good).empty());

@@ -21,6 +21,9 @@ struct executable {
     // Whether result k was, as traced, an argument or a variable itself (returned as it is, as eager mode does);
     // a result that the passes turned into one (x * 1 is x) is the caller's own copy.
     std::vector<char> result_aliases;
+    // Whether `traced` is the graph as traced in this program; a loaded function's is the file's graph, after the
+    // passes, so its results that share storage are given apart.
+    bool traced_here = true;
 
     std::vector<fused_group> groups;
 
@@ -211,10 +214,12 @@ struct executable {
             const node_kind kind = graph.nodes[static_cast<std::size_t>(graph.outputs[k])].kind;
             // Results that the passes made share storage (two equal results merged into one, or one a view of
             // the other) are separate tensors, as eager mode's are, unless they shared it when traced.
+            // (A loaded function has no traced graph: its results are separate tensors.)
+            const bool have_traced = traced_here && traced.outputs.size() == graph.outputs.size();
             bool merged = false;
-            for (std::size_t j = 0; j < k && !merged && k < traced.outputs.size(); ++j)
+            for (std::size_t j = 0; j < k && !merged; ++j)
                 merged = root(graph, graph.outputs[j]) == root(graph, graph.outputs[k]) &&
-                         root(traced, traced.outputs[j]) != root(traced, traced.outputs[k]);
+                         (!have_traced || root(traced, traced.outputs[j]) != root(traced, traced.outputs[k]));
             copy_result.push_back(merged || kind == node_kind::constant ||
                                   ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]));
         }
@@ -406,6 +411,22 @@ struct executable {
     // (A template on an unused int: compiled only where a traced function runs.)
     template <int N = 0>
     std::vector<tensor> run(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents = {}) const {
+        std::vector<tensor> out = run_graph<N>(args, extents);
+        if (!traced_here)
+            // A loaded graph's results that share storage (an ONNX Identity of another result, two results the
+            // saving program's passes merged) are given apart; an argument returned stays the caller's tensor.
+            for (std::size_t k = 1; k < out.size(); ++k) {
+                const auto* s = out[k].storage_handle().get();
+                bool shared = false;
+                for (std::size_t j = 0; j < k && !shared; ++j) shared = out[j].storage_handle().get() == s;
+                for (const tensor& a : args) shared = shared && a.storage_handle().get() != s;
+                if (shared) out[k] = out[k].clone();
+            }
+        return out;
+    }
+
+    template <int N = 0>
+    std::vector<tensor> run_graph(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents) const {
         // The traced extents take no lock; other extents take it once, for their parameters and their plan.
         const bool traced_key = !has_dynamic || extents == traced_extents;
         std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params;

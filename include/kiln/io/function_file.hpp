@@ -548,6 +548,7 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
                  std::string(name(y.dtype())) + ", but the file says " + to_string(n.shape) + " " + std::string(name(n.dtype)));
     }
     exe->traced = g;
+    exe->traced_here = false;
     for (const graph_node& n : g.nodes) exe->has_dynamic = exe->has_dynamic || !n.dynamic.empty();
     exe->traced_extents = f.traced_;
     exe->prepare();

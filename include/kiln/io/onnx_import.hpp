@@ -327,6 +327,7 @@ struct onnx_importer {
             n.shape = vals[i].shape();
         }
         exe->traced = g;
+        exe->traced_here = false;
         exe->traced_extents = f.traced_;
         exe->prepare();
         f.exe_ = std::move(exe);
