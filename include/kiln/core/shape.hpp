@@ -44,7 +44,7 @@ struct dims {
     template <class It>
     void assign(It first, std::size_t n) {
         if (n > static_cast<std::size_t>(max_rank))
-            throw value_error("kiln: rank " + std::to_string(n) + " exceeds kiln::max_rank (" +
+            throw value_error("kiln: value_error in 'dims': rank " + std::to_string(n) + " exceeds kiln::max_rank (" +
                               std::to_string(max_rank) + ")");
         rank = static_cast<int>(n);
         for (int i = 0; i < rank; ++i, ++first) d[i] = static_cast<std::ptrdiff_t>(*first);

@@ -600,8 +600,8 @@ bool watched_by_a_tape(const tensor& t);
 template <class Op, class B>
 tensor& eager_in_place(tensor& a, const B& b) {
     if (recording_tapes > 0 && watched_by_a_tape(a))
-        throw value_error("kiln: '" + std::string(Op::name) + "_' (in place) on a tensor that a gradient tape "
-                          "watches would corrupt its gradient; use the out-of-place form");
+        throw value_error("kiln: value_error in '" + std::string(Op::name) + "_' (in place): a gradient tape watches the "
+                          "tensor, and writing into it would corrupt its gradient; use the out-of-place form");
     if (a.has_repeated_elements())
         throw value_error("kiln: value_error in '" + std::string(Op::name) + "_' (in place): the output " +
                           to_string(a.shape()) + " is a broadcast view whose elements repeat (stride 0); "

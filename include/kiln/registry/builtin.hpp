@@ -98,7 +98,7 @@ inline std::vector<int> int_list(const attributes& a, std::string_view n) {
     if (const attr_value* v = a.find(n))
         for (std::int64_t i : v->integers()) {
             if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
-                throw value_error("kiln: value_error: attribute '" + std::string(n) + "' holds " + std::to_string(i) +
+                throw value_error("kiln: value_error in 'attributes': attribute '" + std::string(n) + "' holds " + std::to_string(i) +
                                   ", out of range for an axis");
             out.push_back(static_cast<int>(i));
         }
@@ -108,7 +108,7 @@ inline std::vector<int> int_list(const attributes& a, std::string_view n) {
 inline int int_attr(const attributes& a, std::string_view n) {
     const std::int64_t i = a.integer(n);
     if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
-        throw value_error("kiln: value_error: attribute '" + std::string(n) + "' holds " + std::to_string(i) +
+        throw value_error("kiln: value_error in 'attributes': attribute '" + std::string(n) + "' holds " + std::to_string(i) +
                           ", out of range for an axis");
     return static_cast<int>(i);
 }
