@@ -84,6 +84,12 @@ TEST_CASE("session::set refuses a name that no parameter has, naming the closest
                          kiln::value_error);
     CHECK_THROWS_WITH_AS(s.set("l1/w", kiln::zeros({2, 3}, kiln::float64)),
                          doctest::Contains("is declared float32 but the value's dtype is float64"), kiln::dtype_error);
+    // A value that contradicts the parameter's static shape is refused when it is set, not at the next run.
+    CHECK_THROWS_WITH_AS(s.set("l1/w", kiln::zeros({3, 2})),
+                         "kiln: shape_error in 'session::set': parameter 'l1/w' is declared with shape (2, 3) but was fed shape (3, 2)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(s.set(b1, kiln::zeros({4})), kiln::shape_error);
+    CHECK(s.parameter_names().empty());
     s.set("l1/w", kiln::ones({2, 3}));
     s.set(b1, kiln::full({3}, 0.5));
     CHECK_THROWS_WITH_AS(s.parameter("l1/bb"), doctest::Contains("closest known: 'l1/b'"), kiln::value_error);

@@ -127,10 +127,11 @@ public:
         if (it == params_.end()) {
             const auto d = declared_.find(name);
             if (d == declared_.end()) throw_unknown_parameter("kiln::session::set", name);
-            if (d->second != value.dtype())
+            if (d->second.dt != value.dtype())
                 throw dtype_error("kiln: dtype_error in 'session::set': parameter '" + std::string(name) + "' is declared " +
-                                  std::string(kiln::name(d->second)) + " but the value's dtype is " +
+                                  std::string(kiln::name(d->second.dt)) + " but the value's dtype is " +
                                   std::string(kiln::name(value.dtype())) + " (convert it with .to())");
+            d->second.check_shape(value.shape(), "session::set");  // its static shape, where it has one
             params_.emplace(std::string(name), copy_of(value));
             return;
         }
@@ -280,7 +281,9 @@ private:
     template <class LeafList>
     void declare_leaves() {
         [&]<class... L>(detail::types<L...>) {
-            ((is_param_v<L> ? (void)declared_.emplace(std::string(L::name.view()), dtype_of<typename L::value_type>())
+            ((is_param_v<L> ? (void)declared_.emplace(std::string(L::name.view()),
+                                                      declared_param{dtype_of<typename L::value_type>(),
+                                                                     &detail::check_static_shape<L>})
                             : void()),
              ...);
         }(LeafList{});
@@ -613,7 +616,11 @@ private:
     generator gen_;
     kiln::device dev_ = kiln::cpu;
     std::map<std::string, tensor, std::less<>> params_;
-    std::map<std::string, dtype, std::less<>> declared_;  // parameters of the expressions seen, with their dtypes
+    struct declared_param {
+        dtype dt;
+        void (*check_shape)(const dims&, const char*);  // a shape_error unless the shape fits the static one
+    };
+    std::map<std::string, declared_param, std::less<>> declared_;  // parameters of the expressions seen, with their dtypes
     std::unordered_map<std::type_index, std::unique_ptr<detail::session_cache>> cache_;
     std::type_index last_key_{typeid(void)};
     detail::session_cache* last_ = nullptr;
