@@ -73,6 +73,12 @@ TEST_CASE("random numbers are seedable and have the right moments") {
     CHECK(*std::min_element(un.begin(), un.end()) >= -2.0);
     CHECK(*std::max_element(un.begin(), un.end()) < 3.0);
     CHECK_THROWS_AS(kiln::randn({2}, kiln::int32), kiln::dtype_error);
+    // The generator may follow the shape directly (float32), as PyTorch's generator= does.
+    kiln::generator h1(9), h2(9);
+    CHECK(values(kiln::randn({4}, h1)) == values(kiln::randn({4}, kiln::float32, h2)));
+    CHECK(values(kiln::rand({4}, h1)) == values(kiln::rand({4}, kiln::float32, h2)));
+    CHECK(values(kiln::uniform({4}, -1, 1, h1)) == values(kiln::uniform({4}, -1, 1, kiln::float32, h2)));
+    CHECK(kiln::randn({2}, h1).dtype() == kiln::float32);
 }
 
 TEST_CASE("a seed restarts the stream even after an odd count of normals") {

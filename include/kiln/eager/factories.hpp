@@ -202,4 +202,9 @@ inline tensor randn(const dims& shape, dtype d, const device& dev, generator& g 
     return randn(shape, d, g).to(dev);
 }
 
+// The generator right after the shape (float32), as PyTorch's generator= reads: kiln::randn({3, 4}, g).
+inline tensor uniform(const dims& shape, double low, double high, generator& g) { return uniform(shape, low, high, dtype::float32, g); }
+inline tensor rand(const dims& shape, generator& g) { return rand(shape, dtype::float32, g); }
+inline tensor randn(const dims& shape, generator& g) { return randn(shape, dtype::float32, g); }
+
 }  // namespace kiln
