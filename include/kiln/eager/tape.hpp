@@ -23,7 +23,11 @@ class variable;
 
 namespace detail {
 
-inline thread_local std::vector<gradient_tape*> tape_stack;
+// (Function-local: a program that never records compiles and emits none of this thread-local state.)
+inline std::vector<gradient_tape*>& tape_stack() {
+    thread_local std::vector<gradient_tape*> s;
+    return s;
+}
 
 // The tensor inputs of a tape entry: up to three inline (no allocation for the ops of the vocabulary), more on
 // the heap (concat of many parts).
@@ -126,7 +130,10 @@ struct tape_entry {
 };
 
 // A list of entries kept from the last tape destroyed on this thread.
-inline thread_local std::vector<tape_entry> spare_entries;
+inline std::vector<tape_entry>& spare_entries() {
+    thread_local std::vector<tape_entry> s;
+    return s;
+}
 
 // A set of tensor ids (never 0): open addressing in one array, with room for a few ids before it allocates.
 class id_set {
@@ -177,8 +184,8 @@ class gradient_tape {
 public:
     // Starts recording on this thread until destroyed. A persistent tape allows several gradient() calls.
     explicit gradient_tape(bool persistent = false) : persistent_(persistent) {
-        entries_.swap(detail::spare_entries);
-        detail::tape_stack.push_back(this);
+        entries_.swap(detail::spare_entries());
+        detail::tape_stack().push_back(this);
         ++detail::recording_tapes;
     }
     gradient_tape(const gradient_tape&) = delete;
@@ -187,7 +194,7 @@ public:
         stop_recording();
         // The cleared list of entries goes to the next tape on this thread: recording allocates no list per tape.
         entries_.clear();
-        if (entries_.capacity() > detail::spare_entries.capacity()) detail::spare_entries.swap(entries_);
+        if (entries_.capacity() > detail::spare_entries().capacity()) detail::spare_entries().swap(entries_);
     }
 
     // Records ops on t from now on.
@@ -197,7 +204,7 @@ public:
 
     // Stops recording (gradient() still works on what was recorded).
     void stop_recording() {
-        auto& st = detail::tape_stack;
+        auto& st = detail::tape_stack();
         for (auto it = st.begin(); it != st.end(); ++it)
             if (*it == this) {
                 st.erase(it);
@@ -289,13 +296,13 @@ private:
     }
 
     bool pause() {
-        const auto& st = detail::tape_stack;
+        const auto& st = detail::tape_stack();
         const bool active = std::find(st.begin(), st.end(), this) != st.end();
         if (active) stop_recording();
         return active;
     }
     void resume() {
-        detail::tape_stack.push_back(this);
+        detail::tape_stack().push_back(this);
         ++detail::recording_tapes;
     }
 
@@ -308,15 +315,16 @@ private:
 namespace detail {
 
 inline bool watched_by_a_tape(const tensor& t) {
-    for (gradient_tape* tape : tape_stack)
+    for (gradient_tape* tape : tape_stack())
         if (tape->watches(t)) return true;
     return false;
 }
 
 inline void record_entry(tape_entry e) {
     // The innermost tape takes the entry itself; outer tapes (nesting is rare) take copies.
-    for (std::size_t i = 0; i + 1 < tape_stack.size(); ++i) tape_stack[i]->record(e);
-    if (!tape_stack.empty()) tape_stack.back()->record(std::move(e));
+    std::vector<gradient_tape*>& st = tape_stack();
+    for (std::size_t i = 0; i + 1 < st.size(); ++i) st[i]->record(e);
+    if (!st.empty()) st.back()->record(std::move(e));
 }
 
 // The gradient of a broadcast operand: summed over the dimensions it was repeated along, in its own shape.
