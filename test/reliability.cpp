@@ -381,7 +381,7 @@ TEST_CASE("cross_entropy refuses class indices out of range") {
 
 TEST_CASE("large float64 values print whole") {
     const std::string s = kiln::to_string(kiln_test::f64({1e47, 2}, {2}));
-    CHECK(s == "tensor([1e+47,     2], dtype=float64)");
+    CHECK(s == "tensor([1.e+47, 2.e+00], dtype=float64)");  // numpy.array([1e47, 2])'s repr
     CHECK(kiln::to_string(kiln_test::f64({-1.5e300}, {1})) == "tensor([-1.5e+300], dtype=float64)");
     CHECK(kiln::to_string(kiln_test::f64({3, 4}, {2})) == "tensor([3., 4.], dtype=float64)");
 }
