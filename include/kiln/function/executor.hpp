@@ -202,24 +202,16 @@ struct executable {
             result_aliases.push_back(k == node_kind::argument || k == node_kind::variable);
         }
         copy_result.clear();
-        // The storage a value lives in: the end of its chain of views.
-        auto root = [](const function_graph& g, std::int32_t v) {
-            while (true) {
-                const graph_node& x = g.nodes[static_cast<std::size_t>(v)];
-                if (x.kind != node_kind::op || !passes::detail::is_view(x.op) || x.inputs.empty()) return v;
-                v = x.inputs[0];
-            }
-        };
+        using passes::detail::view_root;
         for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
             const node_kind kind = graph.nodes[static_cast<std::size_t>(graph.outputs[k])].kind;
             // Results that the passes made share storage (two equal results merged into one, or one a view of
-            // the other) are separate tensors, as eager mode's are, unless they shared it when traced.
-            // (A loaded function has no traced graph: its results are separate tensors.)
-            const bool have_traced = traced_here && traced.outputs.size() == graph.outputs.size();
+            // the other) are separate tensors, as eager mode's are, unless they shared it when traced. (A loaded
+            // function's traced graph is the file's: run() gives its results apart.)
             bool merged = false;
-            for (std::size_t j = 0; j < k && !merged; ++j)
-                merged = root(graph, graph.outputs[j]) == root(graph, graph.outputs[k]) &&
-                         (!have_traced || root(traced, traced.outputs[j]) != root(traced, traced.outputs[k]));
+            for (std::size_t j = 0; j < k && !merged && traced_here; ++j)
+                merged = view_root(graph, graph.outputs[j]) == view_root(graph, graph.outputs[k]) &&
+                         view_root(traced, traced.outputs[j]) != view_root(traced, traced.outputs[k]);
             copy_result.push_back(merged || kind == node_kind::constant ||
                                   ((kind == node_kind::argument || kind == node_kind::variable) && !result_aliases[k]));
         }

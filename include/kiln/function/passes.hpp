@@ -22,6 +22,15 @@ inline bool is_view(std::string_view op) {
            op == "unsqueeze" || op == "broadcast_to";
 }
 
+// The value whose storage v lives in: the end of v's chain of views (v itself when it is not a view).
+inline std::int32_t view_root(const function_graph& g, std::int32_t v) {
+    while (true) {
+        const graph_node& n = g.nodes[static_cast<std::size_t>(v)];
+        if (n.kind != node_kind::op || !is_view(n.op) || n.inputs.empty()) return v;
+        v = n.inputs[0];
+    }
+}
+
 // The values whose storage an effect writes: its written inputs and what they are views of.
 inline std::vector<char> written_values(const function_graph& g) {
     std::vector<char> w(g.nodes.size(), 0);

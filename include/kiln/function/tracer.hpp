@@ -153,13 +153,7 @@ public:
                 // The tensor written: t itself, or, for a view the trace made (state[1] += x, state.slice(...) =
                 // y), the tensor at the end of its chain of views. A captured tensor that is written into is
                 // state: read where it lives from now on, never its value of trace time.
-                std::int32_t root = v;
-                while (true) {
-                    const graph_node& r = graph.nodes[static_cast<std::size_t>(root)];
-                    if (r.kind != node_kind::op || !passes::detail::is_view(r.op) || r.inputs.empty()) break;
-                    root = r.inputs[0];
-                }
-                graph_node& target = graph.nodes[static_cast<std::size_t>(root)];
+                graph_node& target = graph.nodes[static_cast<std::size_t>(passes::detail::view_root(graph, v))];
                 const bool captured = target.kind == node_kind::variable ||
                                       (target.kind == node_kind::constant && target.op.empty());
                 if (captured) {
