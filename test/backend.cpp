@@ -89,10 +89,14 @@ void check_gemm(std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, std::mt199
 
 TEST_CASE("the CPU device's matrix product: every layout, small, BLAS-sized and degenerate shapes, every dtype") {
     std::mt19937 g(7);
-    // Small products take the register-blocked kernel; 80 x 70 x 90 is past its limit (BLAS when found, with unit
+    // Small products take the register-blocked kernel (tiles of 4 rows and up to 4 vectors, then narrower ones, then
+    // single columns); 80 x 70 x 90 is past its limit (BLAS when found, with unit
     // strides); gapped operands take the portable kernel.
     for (auto [m, n, k] : std::vector<std::array<std::ptrdiff_t, 3>>{{2, 3, 4}, {33, 17, 65}, {1, 50, 7}, {50, 1, 7},
-                                                                     {7, 3, 1}, {9, 4, 20}, {80, 70, 90}}) {
+                                                                     {7, 3, 1}, {9, 4, 20}, {80, 70, 90},
+                                                                     // the reference step's products; odd tails
+                                                                     {32, 64, 10}, {10, 64, 32}, {32, 64, 1}, {64, 1, 32},
+                                                                     {6, 130, 9}, {5, 40, 3}}) {
         check_gemm<float>(m, n, k, g);
         check_gemm<double>(m, n, k, g);
     }

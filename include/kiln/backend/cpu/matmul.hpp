@@ -37,6 +37,54 @@ KILN_INLINE void strip(T* row, const T* a, std::ptrdiff_t acs, const T* b, std::
     for (int q = 0; q < NB; ++q) acc[q].store_unaligned(row + q * W);
 }
 
+// C[R rows, NB batches) (rows ldc apart) = sum over p of A[r, p] * B[p, 0 .. NB batches): R rows of A share each
+// load of B, and R x NB independent accumulators keep both FMA units busy however short k is.
+template <int R, int NB, class T>
+KILN_INLINE void tile(T* c, std::ptrdiff_t ldc, const T* a, std::ptrdiff_t ars, std::ptrdiff_t acs, const T* b,
+                      std::ptrdiff_t brs, std::ptrdiff_t k) {
+    using batch = xsimd::batch<T>;
+    constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
+    batch acc[R][NB];
+    for (int r = 0; r < R; ++r)
+        for (int q = 0; q < NB; ++q) acc[r][q] = batch(T(0));
+    for (std::ptrdiff_t p = 0; p < k; ++p) {
+        const T* bp = b + p * brs;
+        batch vb[NB];
+        for (int q = 0; q < NB; ++q) vb[q] = batch::load_unaligned(bp + q * W);
+        for (int r = 0; r < R; ++r) {
+            const batch va(a[r * ars + p * acs]);
+            for (int q = 0; q < NB; ++q) acc[r][q] = xsimd::fma(va, vb[q], acc[r][q]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int q = 0; q < NB; ++q) acc[r][q].store_unaligned(c + r * ldc + q * W);
+}
+
+// R rows of C (R rows of A from a) across all n columns, widest tiles first, the last columns one by one.
+template <int R, class T>
+KILN_INLINE void row_block(T* c, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t ars, std::ptrdiff_t acs,
+                           const T* b, std::ptrdiff_t brs) {
+    using batch = xsimd::batch<T>;
+    constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
+    // 32 vector registers with AVX-512, 16 otherwise: a 4 x 4 tile (16 accumulators) or 4 x 2.
+    constexpr int wide = sizeof(batch) >= 64 ? 4 : 2;
+    std::ptrdiff_t j = 0;
+    if constexpr (R == 1) {
+        for (; j + 8 * W <= n; j += 8 * W) tile<1, 8>(c + j, n, a, ars, acs, b + j, brs, k);
+    }
+    for (; j + wide * W <= n; j += wide * W) tile<R, wide>(c + j, n, a, ars, acs, b + j, brs, k);
+    if constexpr (wide > 2) {
+        for (; j + 2 * W <= n; j += 2 * W) tile<R, 2>(c + j, n, a, ars, acs, b + j, brs, k);
+    }
+    for (; j + W <= n; j += W) tile<R, 1>(c + j, n, a, ars, acs, b + j, brs, k);
+    for (; j < n; ++j)
+        for (int r = 0; r < R; ++r) {
+            T acc = 0;
+            for (std::ptrdiff_t p = 0; p < k; ++p) acc += a[r * ars + p * acs] * b[p * brs + j];
+            c[r * n + j] = acc;
+        }
+}
+
 // The register-blocked kernel for float and double, by the operands' layouts.
 template <class T>
 void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_ref<T> a, matrix_ref<T> b) {
@@ -44,27 +92,18 @@ void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_re
     constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
     const std::ptrdiff_t ars = a.rs, acs = a.cs, brs = b.rs, bcs = b.cs;
     if (bcs == 1 && n > 1) {
-        // Rows of B are contiguous: a strip of a row of C stays in registers while it accumulates
-        // a[i, p] * B[p, strip] over p, vectorized along the row. Eight accumulators hide the FMA latency;
-        // narrower strips finish the row.
-        for (std::ptrdiff_t i = 0; i < m; ++i) {
-            T* row = c + i * n;
-            const T* arow = a.data + i * ars;
-            std::ptrdiff_t j = 0;
-            for (; j + 8 * W <= n; j += 8 * W) strip<8>(row + j, arow, acs, b.data + j, brs, k);
-            for (; j + 2 * W <= n; j += 2 * W) strip<2>(row + j, arow, acs, b.data + j, brs, k);
-            for (; j + W <= n; j += W) strip<1>(row + j, arow, acs, b.data + j, brs, k);
-            for (; j < n; ++j) {
-                T acc = 0;
-                for (std::ptrdiff_t p = 0; p < k; ++p) acc += arow[p * acs] * b.data[p * brs + j];
-                row[j] = acc;
-            }
-        }
+        // Rows of B are contiguous: a tile of C (four rows, vectorized along them) stays in registers while it
+        // accumulates A[rows, p] * B[p, tile] over p.
+        const T* ap = a.data;
+        std::ptrdiff_t rows = m;
+        for (; rows >= 4; rows -= 4, ap += 4 * ars, c += 4 * n) row_block<4>(c, n, k, ap, ars, acs, b.data, brs);
+        for (; rows > 0; --rows, ap += ars, c += n) row_block<1>(c, n, k, ap, ars, acs, b.data, brs);
     } else if (ars == 1 && n == 1) {
         // A matrix times a vector with A's columns contiguous (a transposed operand): strips of C stay in
         // registers while they accumulate b[p] * A[strip, p] over p.
         std::ptrdiff_t i = 0;
         for (; i + 8 * W <= m; i += 8 * W) strip<8>(c + i, b.data, brs, a.data + i, acs, k);
+        for (; i + 4 * W <= m; i += 4 * W) strip<4>(c + i, b.data, brs, a.data + i, acs, k);
         for (; i + 2 * W <= m; i += 2 * W) strip<2>(c + i, b.data, brs, a.data + i, acs, k);
         for (; i + W <= m; i += W) strip<1>(c + i, b.data, brs, a.data + i, acs, k);
         for (; i < m; ++i) {
@@ -90,8 +129,25 @@ void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_re
             }
         }
     } else {
-        // Dot products of rows of A with columns of B.
-        for (std::ptrdiff_t i = 0; i < m; ++i)
+        // Dot products of rows of A with columns of B. A matrix with contiguous rows times a vector takes four rows
+        // at a time, sharing each load of the vector.
+        std::ptrdiff_t i0 = 0;
+        if (acs == 1 && brs == 1 && n == 1)
+            for (; i0 + 4 <= m; i0 += 4) {
+                batch s[4];
+                for (int r = 0; r < 4; ++r) s[r] = batch(T(0));
+                std::ptrdiff_t p = 0;
+                for (; p + W <= k; p += W) {
+                    const batch vb = batch::load_unaligned(b.data + p);
+                    for (int r = 0; r < 4; ++r) s[r] = xsimd::fma(batch::load_unaligned(a.data + (i0 + r) * ars + p), vb, s[r]);
+                }
+                for (int r = 0; r < 4; ++r) {
+                    T t = xsimd::hadd(s[r]);
+                    for (std::ptrdiff_t q = p; q < k; ++q) t += a.data[(i0 + r) * ars + q] * b.data[q];
+                    c[i0 + r] = t;
+                }
+            }
+        for (std::ptrdiff_t i = i0; i < m; ++i)
             for (std::ptrdiff_t j = 0; j < n; ++j) {
                 const T* ap = a.data + i * ars;
                 const T* bp = b.data + j * bcs;
