@@ -33,6 +33,14 @@ TEST_CASE("factories") {
     CHECK(values(kiln::arange(5)) == std::vector<double>{0, 1, 2, 3, 4});
     CHECK(kiln::arange(5).dtype() == kiln::int64);
     CHECK(values(kiln::arange(1, 2, 0.25, kiln::float64)) == std::vector<double>{1, 1.25, 1.5, 1.75});
+    // Without a dtype, PyTorch's inference: whole numbers give int64, any fraction float32 (not truncated values).
+    CHECK(kiln::arange(0, 6, 2).dtype() == kiln::int64);
+    CHECK(values(kiln::arange(0, 6, 2)) == std::vector<double>{0, 2, 4});
+    CHECK(kiln::arange(0, 1, 0.25).dtype() == kiln::float32);
+    CHECK(values(kiln::arange(0, 1, 0.25)) == std::vector<double>{0, 0.25, 0.5, 0.75});
+    CHECK(values(kiln::arange(1.5, 3)) == std::vector<double>{1.5, 2.5});
+    CHECK(kiln::arange(4, kiln::float64).dtype() == kiln::float64);
+    CHECK(values(kiln::arange(4, kiln::float64)) == std::vector<double>{0, 1, 2, 3});
     CHECK(values(kiln::linspace(0, 1, 5)) == std::vector<double>{0, 0.25, 0.5, 0.75, 1});
     CHECK(kiln::linspace(0, 1, 0).numel() == 0);
     CHECK_THROWS_AS(kiln::arange(0, 1, 0), kiln::value_error);

@@ -1060,3 +1060,51 @@ TEST_CASE("parse_reduction_attrs reads a traced reduction's attributes") {
     CHECK(!kiln::detail::parse_reduction_attrs("axis=1 keepdims=false", axes, keep));
     CHECK(!kiln::detail::parse_reduction_attrs("axes=x keepdims=false", axes, keep));
 }
+
+TEST_CASE("a classifier's step with integer class labels traces: eager mode's losses, and labels out of range at any call") {
+    // nn::cross_entropy picks each row's log-probability with take_along_axis, which traces and checks the labels
+    // at every call; eagerly the labels are checked up front with the loss's own name.
+    kiln::generator g(1), g2(1), gd(5);
+    kiln::nn::dense traced_layer(4, 3, kiln::nn::identity, g), eager_layer(4, 3, kiln::nn::identity, g2);
+    kiln::optim::adam opt(traced_layer.parameters(), 0.1), opt2(eager_layer.parameters(), 0.1);
+    const kiln::tensor x = kiln::randn({5, 4}, gd);
+    for (kiln::dtype label_type : {kiln::int32, kiln::int64}) {
+        const kiln::tensor labels = kiln::from_values<std::int64_t>({0, 2, 1, 1, 0}, {5}).to(label_type);
+        auto step = kiln::function([&](const kiln::tensor& xb, const kiln::tensor& yb) {
+            kiln::gradient_tape tape;
+            const kiln::tensor loss = kiln::nn::cross_entropy(traced_layer(xb), yb);
+            opt.step(tape.gradient(loss, traced_layer.parameters()));
+            return loss;
+        });
+        for (int i = 0; i < 3; ++i) {
+            kiln::tensor eager_loss;
+            {
+                kiln::gradient_tape tape;
+                eager_loss = kiln::nn::cross_entropy(eager_layer(x), labels);
+                opt2.step(tape.gradient(eager_loss, eager_layer.parameters()));
+            }
+            CHECK(step(x, labels).item<float>() == eager_loss.item<float>());
+        }
+        CHECK(step.trace_count() == 1);
+        CHECK(values(traced_layer.w) == values(eager_layer.w));
+        CHECK(values(traced_layer.b) == values(eager_layer.b));
+        // Out of range in a later call, above and below: an error before the optimizer's effect, parameters kept.
+        const std::vector<double> w_before = values(traced_layer.w);
+        std::string message;
+        try {
+            step(x, kiln::from_values<std::int64_t>({0, 3, 1, 1, 0}, {5}).to(label_type));
+        } catch (const kiln::value_error& e) {
+            message = e.what();
+        }
+        CHECK(message == "kiln: value_error in 'take_along_axis': index 3 is out of range for a dimension of size 3");
+        CHECK_THROWS_AS(step(x, kiln::from_values<std::int64_t>({0, -1, 1, 1, 0}, {5}).to(label_type)), kiln::value_error);
+        CHECK(values(traced_layer.w) == w_before);
+        CHECK(step.trace_count() == 1);
+    }
+    // By hand: log-softmax of (0, -inf) and (1, 2) picked at classes 0 and 1: -(0 + log(e^2 / (e + e^2))) / 2. A
+    // -inf logit of another class leaves the loss finite (no 0 * -inf).
+    const kiln::tensor logits = kiln::from_values<double>({0, -INFINITY, 1, 2}, {2, 2});
+    const double expect = std::log1p(std::exp(-1.0)) / 2;
+    CHECK(kiln::nn::cross_entropy(logits, kiln::from_values<std::int64_t>({0, 1}, {2})).item<double>() ==
+          doctest::Approx(expect).epsilon(1e-12));
+}

@@ -63,8 +63,8 @@ inline tensor full_like(const tensor& t, double value) { return full(t.shape(), 
 inline tensor zeros_like(const tensor& t) { return full_like(t, 0.0); }
 inline tensor ones_like(const tensor& t) { return full_like(t, 1.0); }
 
-// start, start + step, ... below stop (like numpy.arange); int64 unless a dtype is given.
-inline tensor arange(double start, double stop, double step = 1.0, dtype d = dtype::int64) {
+// start, start + step, ... below stop (like numpy.arange), of dtype d.
+inline tensor arange(double start, double stop, double step, dtype d) {
     if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
         throw value_error("kiln: value_error in 'arange': start, stop and step must be finite and step nonzero");
     // The count is computed in double and checked before it becomes an integer (arange(0, 1e300) has no answer).
@@ -83,7 +83,14 @@ inline tensor arange(double start, double stop, double step = 1.0, dtype d = dty
     });
     return t;
 }
+// Without a dtype, as PyTorch infers it from its arguments: int64 when start, stop and step are whole numbers,
+// float32 otherwise (so arange(0, 1, 0.25) is 0, 0.25, 0.5, 0.75, not four zeros).
+inline tensor arange(double start, double stop, double step = 1.0) {
+    const auto whole = [](double v) { return std::isfinite(v) && v == std::trunc(v); };
+    return arange(start, stop, step, whole(start) && whole(stop) && whole(step) ? dtype::int64 : dtype::float32);
+}
 inline tensor arange(double stop) { return arange(0, stop); }
+inline tensor arange(double stop, dtype d) { return arange(0, stop, 1, d); }  // arange(6, kiln::float32)
 
 // n points from a to b inclusive.
 inline tensor linspace(double a, double b, std::ptrdiff_t n, dtype d = dtype::float32) {

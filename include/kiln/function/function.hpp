@@ -63,7 +63,7 @@ struct function_options {
     bool plan = true;
     // How this function's fused groups are compiled (function/jit.hpp); empty: the process's setting (kiln::set_jit,
     // or KILN_JIT), read when a signature is prepared.
-    std::optional<jit_mode> jit;
+    std::optional<jit_mode> jit = std::nullopt;
     // TensorFlow's reduce_retracing: an extent of a tensor argument that changes between traces becomes dynamic
     // (as if declared kiln::dyn in a spec), so the next trace serves every extent of it.
     bool reduce_retracing = false;
@@ -269,6 +269,7 @@ private:
         info.key.reserve(64);
         info.concrete_key.reserve(64);
         (describe(args, info, parts), ...);
+        static_cast<void>(parts);  // (a function of no tensor arguments)
         // Dynamic extents that are equal in a call are one extent to its trace (a batch of inputs and labels):
         // which of them are equal is part of the signature.
         if (!info.extents.empty()) {

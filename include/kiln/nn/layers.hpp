@@ -40,31 +40,35 @@ tensor mse(const tensor& prediction, const tensor& target) {
 }
 
 // Cross-entropy of logits (batch, classes) against int64/int32 class indices (batch,) or probabilities (batch,
-// classes); averaged over the batch.
+// classes); averaged over the batch. Class indices pick their log-probabilities with take_along_axis (no one-hot
+// product, so a -inf logit of another class does not make 0 * -inf), which also traces: eagerly the labels' range
+// is checked here with this loss's name; in a traced function take_along_axis checks them at every call (a
+// negative label is moved below -classes first, so that it cannot count from the end).
 template <int N = 0>
 tensor cross_entropy(const tensor& logits_in, const tensor& labels_in) {
     const detail::dependent_tensor<N>& logits = logits_in;
     const detail::dependent_tensor<N>& labels = labels_in;
     if (logits.dim() != 2)
         throw shape_error("kiln: shape_error in 'nn::cross_entropy': logits must be (batch, classes), got " + to_string(logits.shape()));
-    detail::dependent_tensor<N> target = labels;
-    if (!detail::is_floating(labels.dtype())) {
-        if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
-            throw shape_error("kiln: shape_error in 'nn::cross_entropy': labels " + to_string(labels.shape()) + " do not match logits " +
-                              to_string(logits.shape()));
-        if (labels.dtype() == dtype::boolean)
-            throw dtype_error("kiln: dtype_error in 'nn::cross_entropy': class labels must be integers, got bool");
-        const std::ptrdiff_t k = logits.shape()[1];
+    if (detail::is_floating(labels.dtype())) return -mean<N>(sum(labels * log_softmax<N>(logits, 1), {1}));
+    if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
+        throw shape_error("kiln: shape_error in 'nn::cross_entropy': labels " + to_string(labels.shape()) + " do not match logits " +
+                          to_string(logits.shape()));
+    if (labels.dtype() == dtype::boolean)
+        throw dtype_error("kiln: dtype_error in 'nn::cross_entropy': class labels must be integers, got bool");
+    const std::ptrdiff_t k = logits.shape()[1];
+    detail::dependent_tensor<N> index = labels;
+    if (!labels.is_symbolic()) {
         const tensor lo = kiln::min<N>(labels), hi = kiln::max<N>(labels);
         if (labels.numel() > 0 && (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= k))
             throw value_error("kiln: value_error in 'nn::cross_entropy': class index " +
                               std::to_string(lo.item<std::int64_t>() < 0 ? lo.item<std::int64_t>()
                                                                          : hi.item<std::int64_t>()) +
                               " is out of range for " + std::to_string(k) + " classes");
-        const tensor classes = arange(0, static_cast<double>(k), 1, labels.dtype());
-        target = equal(labels.unsqueeze(1), classes).to(logits.dtype());
+    } else {
+        index = where(labels < 0, labels - static_cast<std::int64_t>(k), labels);
     }
-    return -mean<N>(sum(target * log_softmax<N>(logits, 1), {1}));
+    return -mean<N>(take_along_axis<N>(log_softmax<N>(logits, 1), index.unsqueeze(1), 1));
 }
 
 // Glorot (Xavier) uniform initialization for a (fan_in, fan_out) weight.
