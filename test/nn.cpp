@@ -98,6 +98,34 @@ TEST_CASE("adam flushes moments below the smallest normal number to zero, in eag
     CHECK(values(state.at("optimizer/u/1")) == std::vector<double>{0.0, 0.0});
 }
 
+TEST_CASE("adam's beta powers reach zero instead of the subnormal range, with the same step to the last bit") {
+    // 0.999^t passes 2^-60 near t = 41,500 and the smallest normal double near t = 708,000. Below 2^-54,
+    // 1 - beta^t is exactly 1, so a power flushed at 2^-60 changes no step.
+    kiln::optim::adam_rule r{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999};
+    r.resume(41000);
+    CHECK(r.beta2_t > 0);
+    CHECK(r.beta1_t == 0);  // 0.9^41000 went below 2^-60 long before
+    double expect_power = r.beta2_t;
+    bool subnormal_or_tiny = false, step_changed = false;
+    int zero_from = 0;
+    for (int t = 41001; t <= 800000; ++t) {
+        r.next_step(t);
+        expect_power *= 0.999;
+        subnormal_or_tiny = subnormal_or_tiny || (r.beta2_t != 0 && r.beta2_t < 0x1p-60);
+        if (r.beta2_t == 0 && zero_from == 0) zero_from = t;
+        // Unflushed, the step would be lr * sqrt(1 - 0.999^t) / (1 - 0.9^t): the same double.
+        if (r.beta2_t == 0) step_changed = step_changed || r.step != 1e-3 * std::sqrt(1 - expect_power) / 1.0 || r.eps_hat != 1e-8;
+    }
+    CHECK_FALSE(subnormal_or_tiny);
+    CHECK_FALSE(step_changed);
+    CHECK(zero_from > 41001);
+    CHECK(zero_from < 45000);
+    CHECK(r.beta2_t == 0);
+    r.next_step(900000);  // not following the last step: std::pow, flushed too
+    CHECK(r.beta2_t == 0);
+    CHECK(r.step == 1e-3);
+}
+
 TEST_CASE("batches: seeded shuffles, every row once, a short last batch") {
     const auto x = kiln::arange(0, 10, 1, kiln::float64).reshape({5, 2});
     const auto y = kiln::arange(0, 5, 1, kiln::int64);

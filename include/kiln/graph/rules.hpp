@@ -62,19 +62,23 @@ struct adam_rule {
     void resume(int t) {
         beta1_t = beta2_t = 1;
         for (int k = 0; k < t; ++k) {
-            beta1_t *= beta1;
-            beta2_t *= beta2;
+            beta1_t = flushed(beta1_t * beta1);
+            beta2_t = flushed(beta2_t * beta2);
         }
         last_t = t;
     }
+    // beta^t below 2^-60 is 0: 1 - beta^t is exactly 1 from 2^-54 down, so the step is the same to the last bit,
+    // and a run of millions of steps does not go on multiplying subnormal numbers (a microcode assist each, about
+    // 75 ns a step here).
+    static double flushed(double x) { return x < 0x1p-60 ? 0.0 : x; }
     // t counts from 1.
     void next_step(int t) {
         if (t == last_t + 1) {
-            beta1_t *= beta1;
-            beta2_t *= beta2;
+            beta1_t = flushed(beta1_t * beta1);
+            beta2_t = flushed(beta2_t * beta2);
         } else {
-            beta1_t = std::pow(beta1, t);
-            beta2_t = std::pow(beta2, t);
+            beta1_t = flushed(std::pow(beta1, t));
+            beta2_t = flushed(std::pow(beta2, t));
         }
         last_t = t;
         step = lr * std::sqrt(1 - beta2_t) / (1 - beta1_t);
