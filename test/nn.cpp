@@ -98,6 +98,31 @@ TEST_CASE("adam flushes moments below the smallest normal number to zero, in eag
     CHECK(values(state.at("optimizer/u/1")) == std::vector<double>{0.0, 0.0});
 }
 
+TEST_CASE("optimizers refuse hyperparameters out of range when they are made, as PyTorch's do") {
+    kiln::variable w(kiln::ones({2}));
+    auto message = [](auto make) {
+        try {
+            make();
+        } catch (const kiln::value_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(message([&] { kiln::optim::sgd o({&w}, -0.1); }) ==
+          "kiln: value_error in 'optim::sgd': the learning rate must be finite and non-negative, got -0.1");
+    CHECK(message([&] { kiln::optim::sgd o(0.1, -0.9); }) ==
+          "kiln: value_error in 'optim::sgd': momentum must be finite and non-negative, got -0.9");
+    CHECK(message([&] { kiln::optim::adam o({&w}, std::nan("")); }) ==
+          "kiln: value_error in 'optim::adam': the learning rate must be finite and non-negative, got nan");
+    CHECK(message([&] { kiln::optim::adam o({&w}, 1e-3, 1.0); }) == "kiln: value_error in 'optim::adam': beta1 must be in [0, 1), got 1");
+    CHECK(message([&] { kiln::optim::adam o(1e-3, 0.9, -0.5); }) ==
+          "kiln: value_error in 'optim::adam': beta2 must be finite and non-negative, got -0.5");
+    CHECK(message([&] { kiln::optim::adam o(1e-3, 0.9, 0.999, -1e-8); }) ==
+          "kiln: value_error in 'optim::adam': eps must be finite and non-negative, got -1e-08");
+    CHECK(message([&] { kiln::optim::adam o({&w}, 0.0, 0.0, 0.0, 0.0); }) == "no error");  // the edges are allowed
+    CHECK(values(w) == std::vector<double>{1, 1});
+}
+
 TEST_CASE("adam's beta powers reach zero instead of the subnormal range, with the same step to the last bit") {
     // 0.999^t passes 2^-60 near t = 41,500 and the smallest normal double near t = 708,000. Below 2^-54,
     // 1 - beta^t is exactly 1, so a power flushed at 2^-60 changes no step.

@@ -2,6 +2,7 @@
 // Optimizers. Each step updates a parameter and its slots in one fused pass over memory: the update is a small
 // graph (the vocabulary's ops on indexed leaves and run-time scalars) run by graph mode's loop, in place.
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -100,6 +101,29 @@ void trace_step(const std::vector<variable*>& params, const std::vector<tensor>&
     }, n);
 }
 
+// Hyperparameters are checked when an optimizer is made, as PyTorch's are: the learning rate and each named value
+// finite and non-negative (beta1 and beta2 below 1 as well).
+struct hyperparameter {
+    const char* name;
+    double value;
+    bool below_one;
+};
+inline void check_hyperparameters(const char* who, double lr, const std::vector<hyperparameter>& others) {
+    auto fail = [&](const std::string& what) {
+        throw value_error(std::string("kiln: value_error in 'optim::") + who + "': " + what);
+    };
+    auto text = [](double v) {  // the shortest form that reads back as v: -0.1, not -0.10000000000000001
+        char buf[32];
+        return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    };
+    if (!(std::isfinite(lr) && lr >= 0)) fail("the learning rate must be finite and non-negative, got " + text(lr));
+    for (const hyperparameter& h : others) {
+        if (!(std::isfinite(h.value) && h.value >= 0))
+            fail(std::string(h.name) + " must be finite and non-negative, got " + text(h.value));
+        if (h.below_one && !(h.value < 1)) fail(std::string(h.name) + " must be in [0, 1), got " + text(h.value));
+    }
+}
+
 // apply_gradients(grads, params): an optimizer made without parameters adopts the first ones it is given (its
 // slots are made then); later calls must pass the same parameters in the same order.
 inline bool adopt_parameters(std::vector<variable*>& mine, const std::vector<variable*>& given, const char* who) {
@@ -124,10 +148,13 @@ inline bool adopt_parameters(std::vector<variable*>& mine, const std::vector<var
 class sgd {
 public:
     sgd(std::vector<variable*> params, double lr, double momentum = 0.0) : params_(std::move(params)), lr_(lr), momentum_(momentum) {
+        detail::check_hyperparameters("sgd", lr, {{"momentum", momentum, false}});
         make_slots();
     }
     // Without parameters: they come with the first apply_gradients(grads, params), as in TensorFlow.
-    explicit sgd(double lr, double momentum = 0.0) : lr_(lr), momentum_(momentum) {}
+    explicit sgd(double lr, double momentum = 0.0) : lr_(lr), momentum_(momentum) {
+        detail::check_hyperparameters("sgd", lr, {{"momentum", momentum, false}});
+    }
 
     // (Templates on an unused int, called without brackets: the update kernels compile where a step is taken.)
     template <int N = 0>
@@ -196,11 +223,14 @@ class adam {
 public:
     adam(std::vector<variable*> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
         : params_(std::move(params)), rule_{lr, beta1, beta2, eps} {
+        detail::check_hyperparameters("adam", lr, adam_ranges(beta1, beta2, eps));
         make_slots();
     }
     // Without parameters: they come with the first apply_gradients(grads, params), as in TensorFlow.
     explicit adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
-        : rule_{lr, beta1, beta2, eps} {}
+        : rule_{lr, beta1, beta2, eps} {
+        detail::check_hyperparameters("adam", lr, adam_ranges(beta1, beta2, eps));
+    }
 
     // (Templates on an unused int, called without brackets: the update kernels compile where a step is taken.)
     template <int N = 0>
@@ -227,6 +257,10 @@ public:
                                                                      std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, roots...); },
                        rule_.template roots<T>());
         });
+    }
+
+    static std::vector<detail::hyperparameter> adam_ranges(double beta1, double beta2, double eps) {
+        return {{"beta1", beta1, true}, {"beta2", beta2, true}, {"eps", eps, false}};
     }
 
     // Checkpoints (kiln/io/checkpoint.hpp): as sgd's. The step count is the int64 "step".
