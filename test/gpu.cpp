@@ -235,6 +235,25 @@ TEST_CASE("matmul on the device: layouts, vectors, batches and integers") {
     check_close(kiln::matmul(v.to(kiln::cuda), db), kiln::matmul(v, b), 1e-5);
     const kiln::tensor ba = seq({2, 5, 3}, 0.21);
     check_close(kiln::matmul(ba.to(kiln::cuda), db), kiln::matmul(ba, b), 1e-5);
+    // Batches in one strided-batched product (cuBLAS's gemmStridedBatched; one pass of the reference kernel on the
+    // emulated device) when each operand's batches are one stride apart: both batched, two batch axes, a matrix
+    // broadcast over the batches (stride 0), transposed matrices in each batch, a batch of one kept as an axis.
+    const kiln::tensor bb = seq({2, 3, 4}, 0.37), b4a = seq({2, 3, 5, 3}, 0.11), b4b = seq({2, 3, 3, 4}, 0.29);
+    check_close(kiln::matmul(ba.to(kiln::cuda), bb.to(kiln::cuda)), kiln::matmul(ba, bb), 1e-5);
+    check_close(kiln::matmul(b4a.to(kiln::cuda), b4b.to(kiln::cuda)), kiln::matmul(b4a, b4b), 1e-5);
+    check_close(kiln::matmul(da, bb.to(kiln::cuda)), kiln::matmul(a, bb), 1e-5);
+    check_close(kiln::matmul(bb.to(kiln::cuda).transpose(1, 2), ba.to(kiln::cuda).transpose(1, 2)),
+                kiln::matmul(bb.transpose(1, 2), ba.transpose(1, 2)), 1e-5);
+    check_close(kiln::matmul(seq({1, 5, 3}).to(kiln::cuda), db), kiln::matmul(seq({1, 5, 3}), b), 1e-5);
+    const kiln::tensor moved = seq({5, 2, 3}, 0.17).permute({1, 0, 2});  // (2, 5, 3): batches 3 apart, rows 6
+    check_close(kiln::matmul(seq({5, 2, 3}, 0.17).to(kiln::cuda).permute({1, 0, 2}), bb.to(kiln::cuda)), kiln::matmul(moved, bb), 1e-5);
+    // Batches that are not one stride apart (broadcast along one of two batch axes) and an operand that must be
+    // copied to row-major first: batch by batch.
+    const kiln::tensor b1 = seq({1, 3, 3, 4}, 0.43);
+    check_close(kiln::matmul(b4a.to(kiln::cuda), b1.to(kiln::cuda)), kiln::matmul(b4a, b1), 1e-5);
+    const kiln::tensor gapped = seq({2, 6, 8}, 0.19).slice(1, 0, 6, 2).slice(2, 0, 8, 2);  // (2, 3, 4), no unit stride
+    check_close(kiln::matmul(ba.to(kiln::cuda), seq({2, 6, 8}, 0.19).to(kiln::cuda).slice(1, 0, 6, 2).slice(2, 0, 8, 2)),
+                kiln::matmul(ba, gapped), 1e-5);
     const kiln::tensor ia = kiln::from_values<std::int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
     check_close(kiln::matmul(ia.to(kiln::cuda), ia.transpose(0, 1).to(kiln::cuda)), kiln::matmul(ia, ia.transpose(0, 1)));
 }

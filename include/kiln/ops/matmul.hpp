@@ -144,6 +144,29 @@ struct matmul {
             sb[static_cast<std::size_t>(i)] = ib >= 0 && b.shape[ib] != 1 ? b.strides[ib] : 0;
         }
         const std::ptrdiff_t batches = s.batch.size();
+        // A device with strided-batched products (cuBLAS) takes the batches in one call when each operand's batch
+        // offsets are one stride times the batch's position (every batch layout of one contiguous tensor, and a
+        // matrix broadcast over all batches, whose stride is 0).
+        if constexpr (requires { Device::gemm_strided_batched(c, batches, s.m, s.n, s.k, detail::matrix_ref<T>{}, batches,
+                                                              detail::matrix_ref<T>{}, batches); }) {
+            auto linear = [&](const std::array<std::ptrdiff_t, max_rank>& st, std::ptrdiff_t& stride) {
+                std::ptrdiff_t count = 1;  // batches inside axis d
+                bool found = false;
+                for (int d = br - 1; d >= 0; --d) {
+                    if (s.batch[d] == 1) continue;
+                    const std::ptrdiff_t sd = st[static_cast<std::size_t>(d)];
+                    if (!found) stride = sd, found = true;
+                    else if (sd != stride * count) return false;
+                    count *= s.batch[d];
+                }
+                return true;
+            };
+            std::ptrdiff_t la = 0, lb = 0;
+            if (batches > 1 && linear(sa, la) && linear(sb, lb) &&
+                Device::gemm_strided_batched(c, batches, s.m, s.n, s.k, detail::matrix_ref<T>{a.data, ars, acs}, la,
+                                             detail::matrix_ref<T>{b.data, brs, bcs}, lb))
+                return;
+        }
         for (std::ptrdiff_t i = 0; i < batches; ++i) {
             std::ptrdiff_t rest = i, oa = 0, ob = 0;
             for (int d = br - 1; d >= 0; --d) {

@@ -66,6 +66,20 @@ struct thrust_device {
         gpu::blas(!b_row, !a_row, n, m, k, b.data, ldb, a.data, lda, c, n);
     }
 
+    // `batches` products C[q] = A[q] B[q] with A[q] at a.data + q * sa and B[q] at b.data + q * sb (0 repeats one
+    // matrix), C[q] row-major m x n at c + q * m * n: one strided-batched cuBLAS call. False (nothing done) when an
+    // operand would need a row-major copy first; the caller then multiplies batch by batch.
+    template <class T>
+    static bool gemm_strided_batched(T* c, std::ptrdiff_t batches, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k,
+                                     detail::matrix_ref<T> a, std::ptrdiff_t sa, detail::matrix_ref<T> b, std::ptrdiff_t sb) {
+        if (batches <= 0 || m == 0 || n == 0 || k == 0 || needs_copy(a, m, k) || needs_copy(b, k, n)) return false;
+        const bool b_row = row_layout(b, k, n), a_row = row_layout(a, m, k);
+        const std::ptrdiff_t ldb = b_row ? (k == 1 ? n : b.rs) : (n == 1 ? k : b.cs);
+        const std::ptrdiff_t lda = a_row ? (m == 1 ? k : a.rs) : (k == 1 ? m : a.cs);
+        gpu::blas_strided_batched(!b_row, !a_row, n, m, k, b.data, ldb, sb, a.data, lda, sa, c, n, m * n, batches);
+        return true;
+    }
+
     template <class T, class R>
     static void reduce(detail::fold_kind kind, const detail::strided<const T>& x, const dims& keep, R* out,
                        bool mean = false, std::ptrdiff_t count = 0) {

@@ -540,7 +540,8 @@ struct order_store {
 // ---- products ----
 
 // C (m x n, column-major, leading dimension ldc) = op(A) op(B): the BLAS contract, on the host for the emulated
-// device (cuBLAS's reference), in cuBLAS on CUDA. op(X) is X or its transpose.
+// device (cuBLAS's reference), in cuBLAS on CUDA. op(X) is X or its transpose. With batch strides, element e of
+// batch q = e / (m n) reads A + q sa and B + q sb and writes C + q sc (cuBLAS's strided-batched contract).
 template <class T>
 struct gemm_kernel {
     bool ta, tb;
@@ -551,8 +552,13 @@ struct gemm_kernel {
     std::ptrdiff_t ldb;
     T* c;
     std::ptrdiff_t ldc;
+    std::ptrdiff_t sa = 0, sb = 0, sc = 0;
     KILN_HD void operator()(std::ptrdiff_t e) const {
-        const std::ptrdiff_t i = e % m, j = e / m;
+        const std::ptrdiff_t q = e / (m * n), r = e % (m * n);
+        const std::ptrdiff_t i = r % m, j = r / m;
+        const T* a = this->a + q * sa;
+        const T* b = this->b + q * sb;
+        T* c = this->c + q * sc;
         T acc = T(0);
         for (std::ptrdiff_t p = 0; p < k; ++p) {
             const T av = ta ? a[p + i * lda] : a[i + p * lda];
@@ -610,6 +616,36 @@ void blas(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k
     }
 #endif
     for_each_n(m * n, gemm_kernel<T>{ta, tb, m, n, k, a, lda, b, ldb, c, ldc});
+}
+
+// `batches` products at once, operand q at a + q sa, b + q sb, c + q sc (a stride of 0 repeats an operand): one
+// cublas{S,D}gemmStridedBatched call on CUDA, one pass of the kernel above otherwise.
+template <class T>
+void blas_strided_batched(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a,
+                          std::ptrdiff_t lda, std::ptrdiff_t sa, const T* b, std::ptrdiff_t ldb, std::ptrdiff_t sb, T* c,
+                          std::ptrdiff_t ldc, std::ptrdiff_t sc, std::ptrdiff_t batches) {
+#if KILN_GPU_CUDA
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        const T one = 1, zero = 0;
+        const auto oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasStatus_t st;
+        if constexpr (std::is_same_v<T, float>)
+            st = cublasSgemmStridedBatched(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                                           &one, a, static_cast<int>(lda), static_cast<long long>(sa), b, static_cast<int>(ldb),
+                                           static_cast<long long>(sb), &zero, c, static_cast<int>(ldc),
+                                           static_cast<long long>(sc), static_cast<int>(batches));
+        else
+            st = cublasDgemmStridedBatched(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                                           &one, a, static_cast<int>(lda), static_cast<long long>(sa), b, static_cast<int>(ldb),
+                                           static_cast<long long>(sb), &zero, c, static_cast<int>(ldc),
+                                           static_cast<long long>(sc), static_cast<int>(batches));
+        if (st != CUBLAS_STATUS_SUCCESS)
+            throw device_error("kiln: device_error in 'matmul': cuBLAS failed (status " + std::to_string(static_cast<int>(st)) +
+                               ")");
+        return;
+    }
+#endif
+    for_each_n(batches * m * n, gemm_kernel<T>{ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sa, sb, sc});
 }
 
 }  // namespace gpu
