@@ -123,6 +123,29 @@ TEST_CASE("optimizers refuse hyperparameters out of range when they are made, as
     CHECK(values(w) == std::vector<double>{1, 1});
 }
 
+TEST_CASE("a parameter rebound to another shape or dtype after the optimizer made its slots is refused, untouched") {
+    kiln::variable w(kiln::ones({2})), u(kiln::ones({3}));
+    kiln::optim::adam opt({&u, &w}, 0.1);
+    kiln::optim::sgd mom({&u, &w}, 0.1, 0.9);
+    opt.step({kiln::ones({3}), kiln::ones({2})});
+    const std::vector<double> u_before = values(u);
+    w = kiln::variable(kiln::ones({1000}));  // rebinds the handle the optimizers point at
+    std::string message;
+    try {
+        opt.step({kiln::ones({3}), kiln::ones({1000})});
+    } catch (const kiln::shape_error& e) {
+        message = e.what();
+    }
+    CHECK(message == "kiln: shape_error in 'optim::adam': parameter 1 has shape (1000,) but its optimizer slots have (2,) "
+                     "(the variable was rebound after the optimizer made its slots; make the optimizer again)");
+    CHECK(values(u) == u_before);  // nothing changed, the first parameter included
+    CHECK(opt.steps() == 1);
+    CHECK_THROWS_AS(mom.step({kiln::ones({3}), kiln::ones({1000})}), kiln::shape_error);
+    w = kiln::variable(kiln::ones({2}, kiln::float64));
+    CHECK_THROWS_AS(opt.step({kiln::ones({3}), kiln::ones({2}, kiln::float64)}), kiln::dtype_error);
+    CHECK(values(u) == u_before);
+}
+
 TEST_CASE("adam's beta powers reach zero instead of the subnormal range, with the same step to the last bit") {
     // 0.999^t passes 2^-60 near t = 41,500 and the smallest normal double near t = 708,000. Below 2^-54,
     // 1 - beta^t is exactly 1, so a power flushed at 2^-60 changes no step.

@@ -28,6 +28,24 @@ inline void check_grads(const std::vector<variable*>& params, const std::vector<
                               to_string(grads[i].shape()) + " but its parameter has " + to_string(params[i]->shape()));
 }
 
+// An optimizer's slots (Adam's moments, SGD's velocities) are made when it meets its parameters. A variable rebound
+// since to another shape or dtype (w = kiln::variable(...)) no longer fits them; the update reads and writes every
+// slot over the parameter's elements, so that is refused before any parameter changes.
+inline void check_slots(const std::vector<variable*>& params, const std::vector<tensor>& slots, const char* who) {
+    for (std::size_t i = 0; i < params.size() && i < slots.size(); ++i) {
+        const tensor& p = *params[i];
+        const tensor& slot = slots[i];
+        const std::string head = std::string("in 'optim::") + who + "': parameter " + std::to_string(i);
+        const std::string fix = " (the variable was rebound after the optimizer made its slots; make the optimizer again)";
+        if (slot.dtype() != p.dtype())
+            throw dtype_error("kiln: dtype_error " + head + " is " + std::string(name(p.dtype())) + " but its optimizer slots are " +
+                              std::string(name(slot.dtype())) + fix);
+        if (!(slot.shape() == p.shape()))
+            throw shape_error("kiln: shape_error " + head + " has shape " + to_string(p.shape()) + " but its optimizer slots have " +
+                              to_string(slot.shape()) + fix);
+    }
+}
+
 // Runs roots over leaves (indexed_leaf<K, T>, K naming `inputs[K]`) into `outputs`, all of one shape: one pass.
 // Outputs may be inputs too: each position is read before it is written.
 // (Pointers, not tensor copies: a step touches no reference count.)
@@ -53,6 +71,27 @@ void fused_update(const std::array<const tensor*, I>& inputs, const std::array<t
     }
 #endif
     using loop = fused_loop<list, Roots...>;
+    const bool contiguous = [&] {
+        const dims& shape = outputs[0]->shape();
+        for (const tensor* t : inputs)
+            if (!t->is_contiguous() || !(t->shape() == shape)) return false;
+        for (const tensor* t : outputs)
+            if (!t->is_contiguous() || !(t->shape() == shape)) return false;
+        return true;
+    }();
+    if (contiguous) {
+        // The common case (a parameter, its gradient and its slots, each dense, of one shape): the flat loop on
+        // raw pointers, as eager ops run, with no views to build.
+        const auto lp = [&]<class... L>(types<L...>) {
+            return std::tuple<const typename L::value_type*...>(
+                static_cast<const typename L::value_type*>(inputs[leaf_position<L>::value]->raw_data())...);
+        }(leaves_t<list>{});
+        const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
+            return std::tuple<root_type_t<Roots>*...>(static_cast<root_type_t<Roots>*>(outputs[J]->raw_data())...);
+        }(std::index_sequence_for<Roots...>{});
+        loop::run_flat_ptrs(root_pack<Roots...>(roots...), lp, op, outputs[0]->numel());
+        return;
+    }
     auto bound = [&]<class... L>(types<L...>) {
         return std::tuple<strided<const typename L::value_type>...>(
             strided_of<typename L::value_type>(*inputs[leaf_position<L>::value])...);
@@ -165,6 +204,7 @@ public:
 
     template <int N = 0>
     void step(const std::vector<tensor>& grads) {
+        if (momentum_ != 0.0) detail::check_slots(params_, velocity_, "sgd");
         if (kiln::detail::active_tracer) [[unlikely]] {
             detail::check_grads(params_, grads, "sgd");
             detail::trace_step(params_, grads, "sgd_step", "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_),
@@ -242,6 +282,7 @@ public:
     template <int N = 0>
     void step(const std::vector<tensor>& grads) {
         detail::check_grads(params_, grads, "adam");  // before the step count moves
+        detail::check_slots(params_, m_, "adam");
         if (kiln::detail::active_tracer) [[unlikely]] {
             // Traced: the step (its count included) happens each time the function runs.
             detail::trace_step(params_, grads, "adam_step",
