@@ -594,32 +594,9 @@ inline cublasHandle_t blas_handle(int index = 0) {
 }
 #endif
 
-// The column-major product C = op(A) op(B) through cuBLAS for float and double on CUDA, the kernel above otherwise.
-template <class T>
-void blas(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t lda,
-          const T* b, std::ptrdiff_t ldb, T* c, std::ptrdiff_t ldc) {
-#if KILN_GPU_CUDA
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        const T one = 1, zero = 0;
-        const auto oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-        cublasStatus_t st;
-        if constexpr (std::is_same_v<T, float>)
-            st = cublasSgemm(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, a,
-                             static_cast<int>(lda), b, static_cast<int>(ldb), &zero, c, static_cast<int>(ldc));
-        else
-            st = cublasDgemm(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, a,
-                             static_cast<int>(lda), b, static_cast<int>(ldb), &zero, c, static_cast<int>(ldc));
-        if (st != CUBLAS_STATUS_SUCCESS)
-            throw device_error("kiln: device_error in 'matmul': cuBLAS failed (status " + std::to_string(static_cast<int>(st)) +
-                               ")");
-        return;
-    }
-#endif
-    for_each_n(m * n, gemm_kernel<T>{ta, tb, m, n, k, a, lda, b, ldb, c, ldc});
-}
-
-// `batches` products at once, operand q at a + q sa, b + q sb, c + q sc (a stride of 0 repeats an operand): one
-// cublas{S,D}gemmStridedBatched call on CUDA, one pass of the kernel above otherwise.
+// `batches` column-major products C = op(A) op(B), operand q at a + q sa, b + q sb, c + q sc (a stride of 0 repeats
+// an operand): through cuBLAS for float and double on CUDA (cublas{S,D}gemm for one product, the strided-batched
+// call for several), one pass of the kernel above otherwise. op(X) is X or its transpose.
 template <class T>
 void blas_strided_batched(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a,
                           std::ptrdiff_t lda, std::ptrdiff_t sa, const T* b, std::ptrdiff_t ldb, std::ptrdiff_t sb, T* c,
@@ -628,17 +605,18 @@ void blas_strided_batched(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, 
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         const T one = 1, zero = 0;
         const auto oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+        const int LA = static_cast<int>(lda), LB = static_cast<int>(ldb), LC = static_cast<int>(ldc);
+        const auto SA = static_cast<long long>(sa), SB = static_cast<long long>(sb), SC = static_cast<long long>(sc);
         cublasStatus_t st;
         if constexpr (std::is_same_v<T, float>)
-            st = cublasSgemmStridedBatched(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                                           &one, a, static_cast<int>(lda), static_cast<long long>(sa), b, static_cast<int>(ldb),
-                                           static_cast<long long>(sb), &zero, c, static_cast<int>(ldc),
-                                           static_cast<long long>(sc), static_cast<int>(batches));
+            st = batches == 1 ? cublasSgemm(blas_handle(), oa, ob, M, N, K, &one, a, LA, b, LB, &zero, c, LC)
+                              : cublasSgemmStridedBatched(blas_handle(), oa, ob, M, N, K, &one, a, LA, SA, b, LB, SB, &zero, c,
+                                                          LC, SC, static_cast<int>(batches));
         else
-            st = cublasDgemmStridedBatched(blas_handle(), oa, ob, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                                           &one, a, static_cast<int>(lda), static_cast<long long>(sa), b, static_cast<int>(ldb),
-                                           static_cast<long long>(sb), &zero, c, static_cast<int>(ldc),
-                                           static_cast<long long>(sc), static_cast<int>(batches));
+            st = batches == 1 ? cublasDgemm(blas_handle(), oa, ob, M, N, K, &one, a, LA, b, LB, &zero, c, LC)
+                              : cublasDgemmStridedBatched(blas_handle(), oa, ob, M, N, K, &one, a, LA, SA, b, LB, SB, &zero, c,
+                                                          LC, SC, static_cast<int>(batches));
         if (st != CUBLAS_STATUS_SUCCESS)
             throw device_error("kiln: device_error in 'matmul': cuBLAS failed (status " + std::to_string(static_cast<int>(st)) +
                                ")");
@@ -646,6 +624,13 @@ void blas_strided_batched(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, 
     }
 #endif
     for_each_n(batches * m * n, gemm_kernel<T>{ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sa, sb, sc});
+}
+
+// One column-major product C = op(A) op(B).
+template <class T>
+void blas(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t lda,
+          const T* b, std::ptrdiff_t ldb, T* c, std::ptrdiff_t ldc) {
+    blas_strided_batched(ta, tb, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, 1);
 }
 
 }  // namespace gpu
