@@ -2,6 +2,7 @@
 // including NaN, infinities and signed zeros; and every gradient rule against central differences.
 #include <kiln/kiln.hpp>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -224,4 +225,32 @@ TEST_CASE("every gradient rule matches central differences in float64") {
     const auto gc = kiln::ops::cast<float>::gradient(1.0, 1.0f, 2.5f);
     CHECK(std::get<0>(gc) == 2.5);
     static_assert(std::is_same_v<std::tuple_element_t<0, std::remove_const_t<decltype(gc)>>, double>);
+}
+
+TEST_CASE("exp, expm1, tanh, erf and the activations built on them at huge float64 magnitudes, infinities and NaN") {
+    // xsimd's vector versions convert each lane to a 64-bit integer, which for float64 without AVX-512 was a
+    // scalar cast of an out-of-range value or NaN (undefined behaviour; erf(1e300) and gelu(1e300) came out NaN).
+    // Lanes are bounded where the functions saturate first: every value is the C library's.
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    const std::vector<double> v{1e300, -1e300, 1e28, -1e28, 800, -800, 709.9, 710.1, -745.5, -746.1, 41, -41, 11, -11,
+                                inf, -inf, nan, 0.5, -0.5, 0.0, -0.0, 4503599627370497.0, -4503599627370497.5, 1e20};
+    const kiln::tensor x = kiln::from_vector(v, {static_cast<std::ptrdiff_t>(v.size())});
+    auto check = [&](const char* name, const kiln::tensor& r, auto f) {
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const double got = r.at<double>({static_cast<std::ptrdiff_t>(i)}), want = f(v[i]);
+            INFO(std::string(name) << "(" << v[i] << ") = " << got << ", the C library's " << want);
+            if (std::isnan(want)) CHECK(std::isnan(got));
+            else if (std::isinf(want) || want == 0) CHECK(got == want);
+            else CHECK(got == doctest::Approx(want).epsilon(1e-12));
+        }
+    };
+    check("exp", kiln::exp(x), [](double a) { return std::exp(a); });
+    check("expm1", kiln::expm1(x), [](double a) { return std::expm1(a); });
+    check("tanh", kiln::tanh(x), [](double a) { return std::tanh(a); });
+    check("erf", kiln::erf(x), [](double a) { return std::erf(a); });
+    check("trunc", kiln::trunc(x), [](double a) { return std::trunc(a); });
+    check("sigmoid", kiln::sigmoid(x), [](double a) { return 1 / (1 + std::exp(-a)); });
+    check("elu", kiln::elu(x), [](double a) { return a > 0 ? a : std::expm1(a); });
+    check("gelu", kiln::gelu(x), [](double a) { return 0.5 * a * (1 + std::erf(a * 0.70710678118654752440)); });
+    check("softplus", kiln::softplus(x), [](double a) { return std::max(a, 0.0) + std::log1p(std::exp(-std::abs(a))); });
 }

@@ -13,9 +13,8 @@ struct sigmoid {
     // 1 / (1 + exp(-x)): exp overflows to infinity for very negative x and the result is then exactly 0.
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        using std::exp;
         const A one = detail::kernels::one_like(a);
-        return one / (one + exp(-a));
+        return one / (one + ops::exp::apply(-a));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g * y * (c<1> - y)); }
@@ -71,11 +70,10 @@ struct softplus {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        using std::exp;
         using std::log1p;
         using detail::kernels::abs;
         const auto x = detail::kernels::floating_of(a);
-        return relu::apply(x) + log1p(exp(-abs(x)));
+        return relu::apply(x) + log1p(ops::exp::apply(-abs(x)));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) { return detail::grads(g * kiln::sigmoid(a)); }
@@ -106,11 +104,10 @@ struct gelu {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        using std::erf;
         const auto x = detail::kernels::floating_of(a);
         using X = std::remove_const_t<decltype(x)>;
         const X half(0.5), one = detail::kernels::one_like(x), rsqrt2(0.70710678118654752440084436210484903928);
-        return half * x * (one + erf(x * rsqrt2));
+        return half * x * (one + ops::erf::apply(x * rsqrt2));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) {
@@ -132,7 +129,7 @@ struct elu {
         using detail::kernels::select;
         const auto x = detail::kernels::floating_of(a);
         const auto zero = detail::kernels::zero_like(x);
-        return select(x > zero, x, expm1(x));
+        return detail::kernels::with_nan_of(x, select(x > zero, x, expm1(detail::kernels::saturated(x, -800.0, 710.0))));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y& y, const G& g) {

@@ -141,7 +141,13 @@ struct abs {
 struct exp {
     static constexpr std::string_view name = "exp";
     static constexpr int arity = 1;
-    KILN_STD_UNARY_KERNEL(exp)
+    static constexpr bool promotes_to_floating = true;
+    // (Bounded first: exp(-746) is 0 and exp(710) infinite in float64; see kernels::saturated.)
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::exp;
+        return detail::kernels::with_nan_of(a, exp(detail::kernels::saturated(a, -746.0, 710.0)));
+    }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A&, const Y& y, const G& g) { return detail::grads(g * y); }
 };
@@ -234,7 +240,13 @@ struct cos {
 struct tanh {
     static constexpr std::string_view name = "tanh";
     static constexpr int arity = 1;
-    KILN_STD_UNARY_KERNEL(tanh)
+    static constexpr bool promotes_to_floating = true;
+    // (Bounded first: tanh(40) is 1 in float64; see kernels::saturated.)
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::tanh;
+        return detail::kernels::with_nan_of(a, tanh(detail::kernels::saturated(a, -40.0, 40.0)));
+    }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A&, const Y& y, const G& g) {
         return detail::grads(g * (c<1> - kiln::square(y)));
@@ -311,7 +323,7 @@ struct expm1 {
         using std::expm1;
         if constexpr (requires { A::size; }) {
             using std::copysign;
-            return copysign(expm1(a), a);
+            return detail::kernels::with_nan_of(a, copysign(expm1(detail::kernels::saturated(a, -800.0, 710.0)), a));
         } else {
             return expm1(a);
         }
@@ -324,7 +336,13 @@ struct expm1 {
 struct erf {
     static constexpr std::string_view name = "erf";
     static constexpr int arity = 1;
-    KILN_STD_UNARY_KERNEL(erf)
+    static constexpr bool promotes_to_floating = true;
+    // (Bounded first: erf(10) is 1 in float64; see kernels::saturated.)
+    template <class A>
+    KILN_HD KILN_INLINE static auto apply(const A& a) {
+        using std::erf;
+        return detail::kernels::with_nan_of(a, erf(detail::kernels::saturated(a, -10.0, 10.0)));
+    }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) {
         return detail::grads(c<11283791670955126, 10000000000000000> * g * kiln::exp(kiln::neg(kiln::square(a))));
@@ -347,7 +365,12 @@ struct erf {
             } else if constexpr (requires { A::size; }) {                               \
                 using std::fn;                                                          \
                 using std::copysign;                                                    \
-                return copysign(fn(a), a);                                              \
+                /* from 2^52 every float64 is whole: those lanes are a itself, and fn */ \
+                /* sees 0 there (see kernels::saturated) */                             \
+                const A big(4503599627370496.0);                                        \
+                using std::abs;                                                         \
+                const auto whole = !(abs(a) < big);                                     \
+                return select(whole, a, copysign(fn(select(whole, A(0), a)), a));       \
             } else {                                                                    \
                 using std::fn;                                                          \
                 return fn(a);                                                           \

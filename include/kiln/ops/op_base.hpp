@@ -216,6 +216,33 @@ KILN_HD KILN_INLINE constexpr auto is_nan(const T& a) {
     else return false;
 }
 
+// xsimd's exp (and expm1, tanh and erf, built on it) and its trunc convert lanes to 64-bit integers. For float64
+// without AVX-512 that conversion is a scalar cast, undefined behaviour for NaN and for magnitudes beyond 2^63
+// (UBSan's float-cast-overflow; the ONNX fuzz target found it with a tanh of 1e26). So a float64 batch goes in
+// bounded to [lo, hi], where those functions have already saturated, with NaN lanes as 0 (`saturated`), and NaN
+// lanes are put back in the result (`with_nan_of`): no result changes. Scalars and float32 batches (a defined
+// vector conversion) pass as they are.
+template <class A>
+inline constexpr bool is_double_batch_v = [] {
+    if constexpr (requires { A::size; }) return std::is_same_v<typename A::value_type, double>;
+    else return false;
+}();
+
+template <class A>
+KILN_HD KILN_INLINE A saturated(const A& a, double lo, double hi) {
+    if constexpr (is_double_batch_v<A>) {
+        const A l(lo), h(hi), zero(0.0);
+        return select(isnan(a), zero, select(a < l, l, select(a > h, h, a)));  // xsimd's, by ADL
+    } else {
+        return a;
+    }
+}
+template <class A, class R>
+KILN_HD KILN_INLINE R with_nan_of(const A& a, const R& r) {
+    if constexpr (is_double_batch_v<A>) return select(isnan(a), a, r);
+    else return r;
+}
+
 template <class T>
 KILN_HD KILN_INLINE constexpr T abs(const T& a) {
     if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return a;
