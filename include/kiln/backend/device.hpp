@@ -24,6 +24,9 @@
 //   take, take_add                     gradient (indices checked, negative ones from the end)
 //   sort_order(x, axis, descending, out)
 //                                      the stable order of each line (argsort), NaN last
+//   gemm_strided_batched(c, batches, m, n, k, a, sa, b, sb)
+//                                      optional: batches of products one stride apart in one call (cuBLAS's);
+//                                      false leaves them to gemm, one by one
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
