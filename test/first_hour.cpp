@@ -382,6 +382,13 @@ TEST_CASE("the lazy loader reshuffles every epoch from its seed and reuses its b
     CHECK(order == std::vector<double>{0, 1, 2, 3});
     CHECK_THROWS_AS(kiln::data::loader(x, kiln::arange(0, 4), 2), kiln::shape_error);
     CHECK_THROWS_AS(kiln::data::loader(x, y, 0), kiln::value_error);
+    std::string rank0;
+    try {
+        kiln::data::loader(kiln::tensor(1.0f), kiln::tensor(2.0f), 1);
+    } catch (const kiln::shape_error& e) {
+        rank0 = e.what();
+    }
+    CHECK(rank0 == "kiln: shape_error in 'data::loader': x () and y () must have a first axis of rows (a rank-0 tensor has none)");
 }
 
 TEST_CASE("sharded batches: disjoint slices of the same global batches, the last one split or dropped alike") {

@@ -51,6 +51,15 @@ inline void check_shard(const shard& s, std::ptrdiff_t batch_size, const char* e
         throw value_error(std::string("kiln: value_error in '") + entry + "': a global batch of " + std::to_string(batch_size) +
                           " rows cannot be split over " + std::to_string(s.count) + " processes");
 }
+// x and y are rows along their first axis, as many of each.
+inline void check_rows(const tensor& x, const tensor& y, const char* entry) {
+    if (x.dim() == 0 || y.dim() == 0)
+        throw shape_error(std::string("kiln: shape_error in '") + entry + "': x " + to_string(x.shape()) + " and y " +
+                          to_string(y.shape()) + " must have a first axis of rows (a rank-0 tensor has none)");
+    if (x.shape()[0] != y.shape()[0])
+        throw shape_error(std::string("kiln: shape_error in '") + entry + "': x " + to_string(x.shape()) + " and y " +
+                          to_string(y.shape()) + " must have the same number of rows");
+}
 // [first, last) of the shard's rows within a batch of n rows.
 inline std::pair<std::ptrdiff_t, std::ptrdiff_t> shard_rows(const shard& s, std::ptrdiff_t n) {
     return {n * s.index / s.count, n * (s.index + 1) / s.count};
@@ -63,9 +72,7 @@ inline std::vector<batch> batches(const tensor& x, const tensor& y, std::ptrdiff
                                   generator& g = default_generator(), shard part = {}) {
     if (size <= 0) throw value_error("kiln: value_error in 'data::batches': the batch size must be positive");
     detail::check_shard(part, size, "data::batches");
-    if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
-        throw shape_error("kiln: shape_error in 'data::batches': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
-                          " must have the same number of rows");
+    detail::check_rows(x, y, "data::batches");
     const std::ptrdiff_t n = x.shape()[0];
     std::vector<std::ptrdiff_t> order(static_cast<std::size_t>(n));
     std::iota(order.begin(), order.end(), 0);
@@ -112,9 +119,7 @@ public:
         : x_(x), y_(y), size_(batch_size), opt_(o), gen_(o.seed) {
         if (batch_size <= 0) throw value_error("kiln: value_error in 'data::loader': the batch size must be positive, got " +
                                                std::to_string(batch_size));
-        if (x.dim() == 0 || y.dim() == 0 || x.shape()[0] != y.shape()[0])
-            throw shape_error("kiln: shape_error in 'data::loader': x " + to_string(x.shape()) + " and y " + to_string(y.shape()) +
-                              " must have the same number of rows");
+        detail::check_rows(x, y, "data::loader");
         if (!(x.device() == y.device()))
             throw device_error("kiln: device_error in 'data::loader': x lives on " + to_string(x.device()) + " and y on " +
                                to_string(y.device()) + "; move both to one device (.to(device))");
