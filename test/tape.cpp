@@ -225,3 +225,20 @@ TEST_CASE("matmul's gradient goes only to the operands a tape follows, and the v
     // x is not watched: zeros, as for any source the tape does not follow.
     CHECK(values(g[1]) == std::vector<double>{0, 0, 0, 0});
 }
+
+TEST_CASE("an output gradient seeds the target: vector-Jacobian products, for one source, a list and a braced list") {
+    kiln::variable w(f64({1, 2, 3}, {3}));
+    const kiln::tensor x = f64({4, 5, 6}, {3});
+    kiln::gradient_tape tape(true);
+    const kiln::tensor y = w * w * x;             // dy_i/dw_i = 2 w_i x_i = 8, 20, 36
+    const kiln::tensor seed = f64({1, 0.5, -1}, {3});
+    const kiln::tensor one = tape.gradient(y, w, seed);  // one source: one tensor
+    CHECK(values(one) == std::vector<double>{8, 10, -36});
+    const std::vector<kiln::tensor> braced = tape.gradient(y, {w}, seed);  // a braced list: a vector
+    REQUIRE(braced.size() == 1);
+    CHECK(values(braced[0]) == std::vector<double>{8, 10, -36});
+    const std::vector<kiln::tensor> listed = tape.gradient(y, std::vector<kiln::tensor>{w, x}, seed);
+    CHECK(values(listed[0]) == std::vector<double>{8, 10, -36});
+    CHECK(values(listed[1]) == std::vector<double>{0, 0, 0});  // x is not watched by the tape: zeros
+    CHECK_THROWS_AS(tape.gradient(y, w, f64({1, 2}, {2})), kiln::shape_error);
+}

@@ -238,11 +238,20 @@ public:
         return gradient<N>(target, std::vector<tensor>{source})[0];
     }
 
+    template <int N = 0>
+    tensor gradient(const tensor& target, const tensor& source, const tensor& output_gradient) {
+        return gradient<N>(target, std::vector<tensor>{source}, output_gradient)[0];
+    }
+
     // A braced list is a list of sources, one element too: tape.gradient(loss, {w}) is a vector of one gradient, as
-    // TensorFlow's tape.gradient(loss, [w]) is a list (without this overload `{w}` would pick the form above).
+    // TensorFlow's tape.gradient(loss, [w]) is a list (without these overloads `{w}` would pick a one-source form).
     template <int N = 0>
     std::vector<tensor> gradient(const tensor& target, std::initializer_list<tensor> sources) {
         return gradient<N>(target, std::vector<tensor>(sources));
+    }
+    template <int N = 0>
+    std::vector<tensor> gradient(const tensor& target, std::initializer_list<tensor> sources, const tensor& output_gradient) {
+        return gradient<N>(target, std::vector<tensor>(sources), output_gradient);
     }
 
     // The gradients of a model's parameters: tape.gradient(loss, model.parameters()).
