@@ -87,6 +87,29 @@ void check_gemm(std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, std::mt199
 
 }  // namespace
 
+TEST_CASE("the CPU device's matrix product: equal rows of A give equal rows of C wherever they fall") {
+    // Each element's sum takes one order whatever tile, block or tail computes it (found by the NumPy differential
+    // test: an argmax over 17 equal dot products picked the 17th, which a separate tail loop had summed in another
+    // order).
+    std::mt19937 g(11);
+    std::uniform_real_distribution<double> u(-2, 2);
+    for (auto [m, n, k] : std::vector<std::array<std::ptrdiff_t, 3>>{{17, 1, 17}, {17, 1, 64}, {9, 3, 33}, {13, 37, 10}, {6, 1, 5}}) {
+        std::vector<double> row(static_cast<std::size_t>(k)), a, b(static_cast<std::size_t>(k * n));
+        for (double& x : row) x = u(g);
+        for (std::ptrdiff_t i = 0; i < m; ++i) a.insert(a.end(), row.begin(), row.end());
+        for (double& x : b) x = u(g);
+        for (layout la : {layout::row, layout::column, layout::gapped})
+            for (layout lb : {layout::row, layout::column}) {
+                const laid_out<float> A = lay_out<float>(a, m, k, la), B = lay_out<float>(b, k, n, lb);
+                std::vector<float> c(static_cast<std::size_t>(m * n));
+                dev::gemm(c.data(), m, n, k, A.ref, B.ref);
+                INFO("m=" << m << " n=" << n << " k=" << k << " layouts " << int(la) << ", " << int(lb));
+                for (std::ptrdiff_t i = 1; i < m; ++i)
+                    for (std::ptrdiff_t j = 0; j < n; ++j) CHECK(c[static_cast<std::size_t>(i * n + j)] == c[static_cast<std::size_t>(j)]);
+            }
+    }
+}
+
 TEST_CASE("the CPU device's matrix product: every layout, small, BLAS-sized and degenerate shapes, every dtype") {
     std::mt19937 g(7);
     // Small products take the register-blocked kernel (tiles of 4 rows and up to 4 vectors, then narrower ones, then

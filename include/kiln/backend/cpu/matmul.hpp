@@ -85,6 +85,30 @@ KILN_INLINE void row_block(T* c, std::ptrdiff_t n, std::ptrdiff_t k, const T* a,
         }
 }
 
+// R contiguous rows of A (ars apart) dotted with a contiguous b into c[0 .. R). Each dot product takes one order
+// whatever R is (two accumulators over chunks of 2 batches, their horizontal sum, then the last elements one by
+// one), so equal rows give equal results wherever they fall; R > 1 shares each load of b.
+template <int R, class T>
+KILN_INLINE void dot_rows(T* c, const T* a, std::ptrdiff_t ars, const T* b, std::ptrdiff_t k) {
+    using batch = xsimd::batch<T>;
+    constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
+    batch s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = s1[r] = batch(T(0));
+    std::ptrdiff_t p = 0;
+    for (; p + 2 * W <= k; p += 2 * W) {
+        const batch b0 = batch::load_unaligned(b + p), b1 = batch::load_unaligned(b + p + W);
+        for (int r = 0; r < R; ++r) {
+            s0[r] = xsimd::fma(batch::load_unaligned(a + r * ars + p), b0, s0[r]);
+            s1[r] = xsimd::fma(batch::load_unaligned(a + r * ars + p + W), b1, s1[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        T t = xsimd::hadd(s0[r] + s1[r]);
+        for (std::ptrdiff_t q = p; q < k; ++q) t += a[r * ars + q] * b[q];
+        c[r] = t;
+    }
+}
+
 // The register-blocked kernel for float and double, by the operands' layouts.
 template <class T>
 void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_ref<T> a, matrix_ref<T> b) {
@@ -129,39 +153,22 @@ void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_re
             }
         }
     } else {
-        // Dot products of rows of A with columns of B. A matrix with contiguous rows times a vector takes four rows
-        // at a time, sharing each load of the vector.
-        std::ptrdiff_t i0 = 0;
-        if (acs == 1 && brs == 1 && n == 1)
-            for (; i0 + 4 <= m; i0 += 4) {
-                batch s[4];
-                for (int r = 0; r < 4; ++r) s[r] = batch(T(0));
-                std::ptrdiff_t p = 0;
-                for (; p + W <= k; p += W) {
-                    const batch vb = batch::load_unaligned(b.data + p);
-                    for (int r = 0; r < 4; ++r) s[r] = xsimd::fma(batch::load_unaligned(a.data + (i0 + r) * ars + p), vb, s[r]);
-                }
-                for (int r = 0; r < 4; ++r) {
-                    T t = xsimd::hadd(s[r]);
-                    for (std::ptrdiff_t q = p; q < k; ++q) t += a.data[(i0 + r) * ars + q] * b.data[q];
-                    c[i0 + r] = t;
-                }
-            }
-        for (std::ptrdiff_t i = i0; i < m; ++i)
+        // Dot products of rows of A with columns of B. With both contiguous, every dot product takes one order
+        // (dot_rows), and a matrix times a vector takes four rows at a time, sharing each load of the vector.
+        if (acs == 1 && brs == 1) {
+            std::ptrdiff_t i = 0;
+            if (n == 1)
+                for (; i + 4 <= m; i += 4) dot_rows<4>(c + i, a.data + i * ars, ars, b.data, k);
+            for (; i < m; ++i)
+                for (std::ptrdiff_t j = 0; j < n; ++j) dot_rows<1>(c + i * n + j, a.data + i * ars, ars, b.data + j * bcs, k);
+            return;
+        }
+        for (std::ptrdiff_t i = 0; i < m; ++i)
             for (std::ptrdiff_t j = 0; j < n; ++j) {
                 const T* ap = a.data + i * ars;
                 const T* bp = b.data + j * bcs;
-                std::ptrdiff_t p = 0;
                 T s = 0;
-                if (acs == 1 && brs == 1) {
-                    batch s0(T(0)), s1(T(0));
-                    for (; p + 2 * W <= k; p += 2 * W) {
-                        s0 = xsimd::fma(batch::load_unaligned(ap + p), batch::load_unaligned(bp + p), s0);
-                        s1 = xsimd::fma(batch::load_unaligned(ap + p + W), batch::load_unaligned(bp + p + W), s1);
-                    }
-                    s = xsimd::hadd(s0 + s1);
-                }
-                for (; p < k; ++p) s += ap[p * acs] * bp[p * brs];
+                for (std::ptrdiff_t p = 0; p < k; ++p) s += ap[p * acs] * bp[p * brs];
                 c[i * n + j] = s;
             }
     }
