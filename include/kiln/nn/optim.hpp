@@ -35,14 +35,14 @@ inline void check_slots(const std::vector<variable*>& params, const std::vector<
     for (std::size_t i = 0; i < params.size() && i < slots.size(); ++i) {
         const tensor& p = *params[i];
         const tensor& slot = slots[i];
+        if (slot.dtype() == p.dtype() && slot.shape() == p.shape()) [[likely]] continue;  // (every step: no text made)
         const std::string head = std::string("in 'optim::") + who + "': parameter " + std::to_string(i);
         const std::string fix = " (the variable was rebound after the optimizer made its slots; make the optimizer again)";
         if (slot.dtype() != p.dtype())
             throw dtype_error("kiln: dtype_error " + head + " is " + std::string(name(p.dtype())) + " but its optimizer slots are " +
                               std::string(name(slot.dtype())) + fix);
-        if (!(slot.shape() == p.shape()))
-            throw shape_error("kiln: shape_error " + head + " has shape " + to_string(p.shape()) + " but its optimizer slots have " +
-                              to_string(slot.shape()) + fix);
+        throw shape_error("kiln: shape_error " + head + " has shape " + to_string(p.shape()) + " but its optimizer slots have " +
+                          to_string(slot.shape()) + fix);
     }
 }
 

@@ -362,15 +362,19 @@ struct erf {
         KILN_HD KILN_INLINE static auto apply(const A& a) {                             \
             if constexpr (std::is_integral_v<A>) {                                      \
                 return a;                                                               \
-            } else if constexpr (requires { A::size; }) {                               \
+            } else if constexpr (detail::kernels::is_double_batch_v<A>) {               \
                 using std::fn;                                                          \
                 using std::copysign;                                                    \
+                using std::abs;                                                         \
                 /* from 2^52 every float64 is whole: those lanes are a itself, and fn */ \
                 /* sees 0 there (see kernels::saturated) */                             \
                 const A big(4503599627370496.0);                                        \
-                using std::abs;                                                         \
                 const auto whole = !(abs(a) < big);                                     \
                 return select(whole, a, copysign(fn(select(whole, A(0), a)), a));       \
+            } else if constexpr (requires { A::size; }) {                               \
+                using std::fn;                                                          \
+                using std::copysign;                                                    \
+                return copysign(fn(a), a);                                              \
             } else {                                                                    \
                 using std::fn;                                                          \
                 return fn(a);                                                           \
