@@ -132,6 +132,46 @@ TEST_CASE("tile and repeat in graph mode: numpy's values, gradients summed over 
                     graph_gradient(kiln::sum(kiln::square(kiln::tile<2, 1, 2>(x)))), 1e-14, 1e-14);
 }
 
+TEST_CASE("tile of rank 5 to 8: numpy.tile's values and its gradient, an error past 8 axes that are not 1") {
+    // x of shape (2, 1, 3, 1, 2), values 0..11; numpy.tile(x, (1, 2, 1, 1, 3)) has shape (2, 2, 3, 1, 6) and
+    // r[a, b, c, d, e] = x[a, 0, c, 0, e % 2].
+    std::vector<double> xv(12);
+    for (int i = 0; i < 12; ++i) xv[static_cast<std::size_t>(i)] = i;
+    const kiln::tensor x5 = kiln::from_vector(xv, {2, 1, 3, 1, 2});
+    const kiln::tensor r = kiln::tile(x5, {1, 2, 1, 1, 3});
+    CHECK(r.shape() == kiln::dims{2, 2, 3, 1, 6});
+    std::vector<double> want;
+    for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b)
+            for (int c = 0; c < 3; ++c)
+                for (int e = 0; e < 6; ++e) want.push_back(xv[static_cast<std::size_t>(a * 6 + c * 2 + e % 2)]);
+    CHECK(kiln_test::values(r) == want);
+    // Repetitions of 1 and extents of 1 need no axis of their own: a rank-8 tensor tiles by ones, and leading
+    // repetitions add dimensions up to rank 8.
+    const kiln::tensor ones8 = kiln::ones({1, 2, 1, 1, 2, 1, 1, 1});
+    CHECK(kiln::tile(ones8, {1, 1, 1, 1, 1, 1, 1, 3}).shape() == kiln::dims{1, 2, 1, 1, 2, 1, 1, 3});
+    CHECK(kiln::tile(x5, {2, 1, 1, 1, 1, 1}).shape() == kiln::dims{2, 2, 1, 3, 1, 2});
+    // The gradient of sum(w * tile(x)) adds w over each element's copies: 2 copies along b, 3 along e.
+    kiln::variable xs(x5);
+    kiln::gradient_tape tape;
+    const kiln::tensor w = kiln::arange(0.0, 72.0, 1.0, kiln::float64).reshape({2, 2, 3, 1, 6});
+    const kiln::tensor g = tape.gradient(kiln::sum(kiln::tile(xs, {1, 2, 1, 1, 3}) * w), xs);
+    std::vector<double> gw(12, 0.0);
+    for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b)
+            for (int c = 0; c < 3; ++c)
+                for (int e = 0; e < 6; ++e) gw[static_cast<std::size_t>(a * 6 + c * 2 + e % 2)] += ((a * 2 + b) * 3 + c) * 6 + e;
+    CHECK(kiln_test::values(g) == gw);
+    // Nine axes that are not 1 (x's five, four repetitions) do not fit.
+    const kiln::tensor big = kiln::ones({2, 2, 2, 2, 2});
+    CHECK_THROWS_WITH_AS(kiln::tile(big, {2, 2, 2, 2, 1}),
+                         "kiln: value_error in 'tile': at most 8 of the repetitions and of x's extents may differ from 1 "
+                         "(shape (2, 2, 2, 2, 2))",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::tile(big, {1, 1, 1, 1, 1, 1, 1, 1, 1}),
+                         "kiln: value_error in 'tile': at most 8 repetitions (the largest rank)", kiln::value_error);
+}
+
 TEST_CASE("pad in graph mode: constant padding, its gradient the interior of g") {
     std::vector<double> v{1, 2, 3, 4, 5, 6};
     const auto X6 = kiln::view(v.data(), {2, 3});

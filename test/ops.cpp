@@ -251,6 +251,64 @@ TEST_CASE("exp, expm1, tanh, erf and the activations built on them at huge float
     check("trunc", kiln::trunc(x), [](double a) { return std::trunc(a); });
     check("sigmoid", kiln::sigmoid(x), [](double a) { return 1 / (1 + std::exp(-a)); });
     check("elu", kiln::elu(x), [](double a) { return a > 0 ? a : std::expm1(a); });
-    check("gelu", kiln::gelu(x), [](double a) { return 0.5 * a * (1 + std::erf(a * 0.70710678118654752440)); });
+    check("gelu", kiln::gelu(x), [](double a) { return 0.5 * a * std::erfc(-a * 0.70710678118654752440); });
     check("softplus", kiln::softplus(x), [](double a) { return std::max(a, 0.0) + std::log1p(std::exp(-std::abs(a))); });
+}
+
+TEST_CASE("signed zeros as NumPy has them, gelu's far negative tail, float32 products accumulated in double") {
+    const double nz = -0.0;
+    auto bits = [](const kiln::tensor& t) {
+        std::vector<bool> neg;
+        const kiln::tensor c = t.to(kiln::float64).contiguous();
+        for (std::ptrdiff_t i = 0; i < c.numel(); ++i) neg.push_back(std::signbit(c.data<double>()[i]));
+        return neg;
+    };
+    for (kiln::dtype d : {kiln::float32, kiln::float64}) {
+        CAPTURE(d);
+        // sign(-0) and relu(-0) are +0 (numpy.sign, numpy.maximum(x, 0)); NaN stays NaN; elu(-0) is expm1(-0) = -0.
+        // 37 elements: the vector body and the scalar tail.
+        std::vector<double> v(37, nz);
+        v[1] = std::numeric_limits<double>::quiet_NaN();
+        const kiln::tensor x = kiln::from_vector(v, {37}).to(d);
+        const kiln::tensor s = kiln::sign(x), r = kiln::relu(x), e = kiln::elu(x);
+        for (std::ptrdiff_t i = 0; i < 37; ++i) {
+            CAPTURE(i);
+            const double sv = s.to(kiln::float64).at<double>({i}), rv = r.to(kiln::float64).at<double>({i}),
+                         ev = e.to(kiln::float64).at<double>({i});
+            if (i == 1) {
+                CHECK(std::isnan(sv));
+                CHECK(std::isnan(rv));
+                CHECK(std::isnan(ev));
+            } else {
+                CHECK((sv == 0 && !std::signbit(sv)));
+                CHECK((rv == 0 && !std::signbit(rv)));
+                CHECK((ev == 0 && std::signbit(ev)));
+            }
+        }
+        // A sum starts from +0, as NumPy's do, so a sum of negative zeros is +0, along rows, columns and
+        // everything; but cumsum's first running sum is the first element itself (numpy.cumsum keeps -0).
+        const kiln::tensor z = kiln::from_vector(std::vector<double>(12, nz), {3, 4}).to(d);
+        CHECK(bits(kiln::sum(z)) == std::vector<bool>{false});
+        CHECK(bits(kiln::sum(z, {1})) == std::vector<bool>(3, false));
+        CHECK(bits(kiln::sum(z, {0})) == std::vector<bool>(4, false));
+        CHECK(bits(kiln::mean(z, {1})) == std::vector<bool>(3, false));
+        CHECK(bits(kiln::cumsum(z, 1)) == std::vector<bool>(12, true));
+        const kiln::tensor m = kiln::from_values<double>({nz, 0.0, nz, 2.0, -2.0}, {5}).to(d);
+        CHECK(bits(kiln::cumsum(m, 0)) == std::vector<bool>{true, false, false, false, false});
+    }
+    // gelu(x) = x Phi(x) keeps its relative accuracy far into the negative tail: 1 + erf(x / sqrt 2) cancels to 0
+    // in float32 below about -4 (gelu(-6) came out 0), erfc does not. Values from erfc in double.
+    const std::vector<double> xs{-4.0, -6.0, -9.0, -12.0, -14.0};
+    const kiln::tensor g32 = kiln::gelu(kiln::from_vector(xs, {5}).to(kiln::float32));
+    for (std::ptrdiff_t i = 0; i < 5; ++i) {
+        const double a = xs[static_cast<std::size_t>(i)], want = 0.5 * a * std::erfc(-a / std::sqrt(2.0));
+        CAPTURE(a);
+        CHECK(want < 0);
+        CHECK(static_cast<double>(g32.at<float>({i})) == doctest::Approx(want).epsilon(1e-5));
+    }
+    // A float32 product accumulates in double: 1e30 * 1e30 * 1e-30 * 1e-30 is 1 (float32 steps would give inf, and
+    // inf * 1e-30 * 1e-30 stays inf), and 1e-30 * 1e-30 * 1e30 * 1e30 is 1 (float32 steps would give 0).
+    const kiln::tensor p = kiln::from_values<float>({1e30f, 1e30f, 1e-30f, 1e-30f}, {4});
+    CHECK(kiln::prod(p).item<float>() == doctest::Approx(1.0f).epsilon(1e-6));
+    CHECK(kiln::prod(kiln::flip(p, {0})).item<float>() == doctest::Approx(1.0f).epsilon(1e-6));
 }

@@ -23,17 +23,18 @@ struct sigmoid {
 struct relu {
     static constexpr std::string_view name = "relu";
     static constexpr int arity = 1;
-    // NaN propagates: relu(NaN) is NaN, as in NumPy's maximum(x, 0).
+    // NaN propagates: relu(NaN) is NaN, and relu(-0) is +0, as in NumPy's maximum(x, 0) and IEEE 754's maximum.
     // On batches, max(0, a) is one instruction (maxps returns its second operand, a, when either is NaN, and a
-    // for a == -0, exactly like the scalar select).
+    // for a == -0, exactly like the scalar select); adding 0 then turns -0 into +0 and keeps NaN.
     template <class A>
     KILN_HD KILN_INLINE static constexpr auto apply(const A& a) {
         const A zero = detail::kernels::zero_like(a);
         if constexpr (requires { A::size; }) {
-            return max(zero, a);
+            return max(zero, a) + zero;
         } else {
             using detail::kernels::select;
-            return select(a < zero, zero, a);
+            if constexpr (std::is_floating_point_v<A>) return select(a < zero, zero, a) + zero;
+            else return select(a < zero, zero, a);
         }
     }
     static constexpr detail::rational fold(detail::rational a) { return a.num < 0 ? detail::rational{0, 1, a.ok} : a; }
@@ -106,8 +107,11 @@ struct gelu {
     KILN_HD KILN_INLINE static auto apply(const A& a) {
         const auto x = detail::kernels::floating_of(a);
         using X = std::remove_const_t<decltype(x)>;
-        const X half(0.5), one = detail::kernels::one_like(x), rsqrt2(0.70710678118654752440084436210484903928);
-        return half * x * (one + ops::erf::apply(x * rsqrt2));
+        // 0.5 x erfc(-x / sqrt 2), not 0.5 x (1 + erf(x / sqrt 2)): for x below about -4, 1 + erf(...) cancels to
+        // 0 in float32 while erfc keeps its relative accuracy in the tail (gelu(-6) is about -5.9e-9, not 0).
+        using std::erfc;
+        const X half(0.5), mrsqrt2(-0.70710678118654752440084436210484903928);
+        return detail::kernels::with_nan_of(x, half * x * erfc(detail::kernels::saturated(x * mrsqrt2, -10.0, 30.0)));
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y&, const G& g) {
@@ -125,11 +129,10 @@ struct elu {
     static constexpr bool promotes_to_floating = true;
     template <class A>
     KILN_HD KILN_INLINE static auto apply(const A& a) {
-        using std::expm1;
         using detail::kernels::select;
         const auto x = detail::kernels::floating_of(a);
         const auto zero = detail::kernels::zero_like(x);
-        return detail::kernels::with_nan_of(x, select(x > zero, x, expm1(detail::kernels::saturated(x, -800.0, 710.0))));
+        return select(x > zero, x, ops::expm1::apply(x));  // expm1 keeps -0 (elu(-0) is -0) and NaN
     }
     template <class A, class Y, class G>
     static constexpr auto gradient(const A& a, const Y& y, const G& g) {

@@ -247,9 +247,9 @@ struct tile_attrs {
 };
 
 inline tile_attrs make_tile_attrs(const std::vector<std::ptrdiff_t>& reps) {
-    if (reps.size() > static_cast<std::size_t>(max_rank / 2))
-        throw value_error(detail::error_prefix("value_error", "tile") + "at most rank " + std::to_string(max_rank / 2) +
-                          " is supported");
+    if (reps.size() > static_cast<std::size_t>(max_rank))
+        throw value_error(detail::error_prefix("value_error", "tile") + "at most " + std::to_string(max_rank) +
+                          " repetitions (the largest rank)");
     tile_attrs a;
     for (std::ptrdiff_t r : reps) a.reps[static_cast<std::size_t>(a.nreps++)] = r;
     return a;
@@ -272,6 +272,13 @@ constexpr tile_geometry tile_of(const tile_attrs& a, const dims& x) {
     }
     return t;
 }
+// The result seen as (r0, x0, r1, x1, ...) needs one axis per repetition and per extent that is not 1 (the others
+// have extent 1 and are left out): at most max_rank of them.
+constexpr int tile_wide_rank(const tile_geometry& t) {
+    int n = 0;
+    for (int i = 0; i < t.rank; ++i) n += (t.reps[i] != 1) + (t.xs[i] != 1);
+    return n;
+}
 }  // namespace detail_layout
 
 // x repeated reps[i] times along each dimension (numpy.tile). Its gradient sums g over the repetitions (untile).
@@ -283,7 +290,8 @@ struct tile {
         for (int i = 0; i < a.nreps; ++i)
             if (a.reps[static_cast<std::size_t>(i)] < 0) return shape_fail("repetitions must be non-negative");
         const auto t = detail_layout::tile_of(a, x);
-        if (2 * t.rank > max_rank) return shape_fail("at most rank 4 is supported");
+        if (detail_layout::tile_wide_rank(t) > max_rank)
+            return shape_fail("at most 8 of the repetitions and of x's extents may differ from 1");
         dims out{};
         out.rank = t.rank;
         for (int i = 0; i < t.rank; ++i)
@@ -309,12 +317,12 @@ struct tile {
     static void compute(const tile_attrs& a, U* out, const X& x, std::string_view = {}) {
         const auto t = detail_layout::tile_of(a, x.shape);
         dims wide{}, from{};
-        wide.rank = from.rank = 2 * t.rank;
         for (int i = 0; i < t.rank; ++i) {
             const int j = i - (t.rank - x.shape.rank);
-            wide[2 * i] = t.reps[i], wide[2 * i + 1] = t.xs[i];
-            from[2 * i] = 0, from[2 * i + 1] = j >= 0 ? x.strides[j] : 0;
+            if (t.reps[i] != 1) wide[wide.rank] = t.reps[i], from[wide.rank++] = 0;
+            if (t.xs[i] != 1) wide[wide.rank] = t.xs[i], from[wide.rank++] = j >= 0 ? x.strides[j] : 0;
         }
+        from.rank = wide.rank;
         Device::copy_strided(detail::strided<U>(out, wide, detail::contiguous_strides(wide)), X(x.data, wide, from));
     }
     template <class A, class X, class Y, class G>
@@ -342,12 +350,11 @@ struct untile {
     static void compute(const tile_attrs& a, U* out, const G& g, const X& x) {
         const auto t = detail_layout::tile_of(a, x.shape);
         dims wide{}, by{}, keep{};
-        wide.rank = by.rank = keep.rank = 2 * t.rank;
         for (int i = 0; i < t.rank; ++i) {
-            wide[2 * i] = t.reps[i], wide[2 * i + 1] = t.xs[i];
-            by[2 * i] = g.strides[i] * t.xs[i], by[2 * i + 1] = g.strides[i];
-            keep[2 * i] = 1, keep[2 * i + 1] = t.xs[i];
+            if (t.reps[i] != 1) wide[wide.rank] = t.reps[i], by[wide.rank] = g.strides[i] * t.xs[i], keep[wide.rank++] = 1;
+            if (t.xs[i] != 1) wide[wide.rank] = t.xs[i], by[wide.rank] = g.strides[i], keep[wide.rank++] = t.xs[i];
         }
+        by.rank = keep.rank = wide.rank;
         Device::reduce(detail::fold_kind::sum, G(g.data, wide, by), keep, out);
     }
     template <class A, class G, class X, class Y, class GG>

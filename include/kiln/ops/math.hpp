@@ -402,8 +402,9 @@ struct sign {
         if constexpr (std::is_same_v<A, bool>) {
             return a;
         } else {
+            // sign(+-0) is +0 and sign(NaN) is NaN, as in NumPy: a + 0 turns -0 into +0 and keeps NaN.
             const A zero = detail::kernels::zero_like(a), one = detail::kernels::one_like(a);
-            return select(a > zero, one, select(a < zero, -one, a));
+            return select(a > zero, one, select(a < zero, -one, a + zero));
         }
     }
     static constexpr detail::rational fold(detail::rational a) { return {a.num > 0 ? 1 : a.num < 0 ? -1 : 0, 1, a.ok}; }

@@ -2,6 +2,7 @@
 // The CPU's running sums and products along one axis (cumsum, cumprod), forwards or backwards, over a strided
 // operand into a contiguous result of its shape.
 #include <cstddef>
+#include <type_traits>
 
 #include "../../expr/feed.hpp"
 #include "../../ops/arithmetic.hpp"
@@ -10,7 +11,8 @@ namespace kiln {
 namespace detail {
 
 // out (row-major, x's shape) = the running sums (or products) of x along `axis`, from the end when `reverse`.
-// U is the accumulator and result type; integers wrap, as the vocabulary's add and mul do.
+// U is the accumulator and result type; integers wrap, as the vocabulary's add and mul do. A floating sum starts
+// from -0 (IEEE addition's exact identity), so the first running sum is the first element itself, -0 included.
 template <class T, class U>
 void scan_into(bool product, const strided<const T>& x, int axis, bool reverse, U* out) {
     const dims& s = x.shape;
@@ -34,7 +36,7 @@ void scan_into(bool product, const strided<const T>& x, int axis, bool reverse, 
                 off += (rest % s[d]) * x.strides[d];
                 rest /= s[d];
             }
-            U acc = product ? U(1) : U(0);
+            U acc = product ? U(1) : std::is_floating_point_v<U> ? U(-0.0) : U(0);
             for (std::ptrdiff_t k = 0; k < len; ++k) {
                 const std::ptrdiff_t at = reverse ? len - 1 - k : k;
                 const U v = static_cast<U>(x.data[off + at * step]);
