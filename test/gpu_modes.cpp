@@ -150,6 +150,39 @@ TEST_CASE("a traced function's fused groups run on the device as one compiled ke
     }
 }
 
+TEST_CASE("a fused group with an operand that repeats along it (a bias) runs on the device as one compiled kernel") {
+    // x W + b, relu: the bias (16,) repeats along the (40, 16) group; the group's kernel reads it at i % 16.
+    kiln::generator gen(22);
+    const kiln::tensor xc = kiln::randn({40, 8}, kiln::float32, gen), wc = kiln::randn({8, 16}, kiln::float32, gen),
+                       bc = kiln::randn({16}, kiln::float32, gen), sc = kiln::randn({1, 16}, kiln::float32, gen);
+    auto body = [](const kiln::tensor& x, const kiln::tensor& w, const kiln::tensor& b, const kiln::tensor& s) {
+        return kiln::relu(kiln::matmul(x, w) + b) * s - 0.25f * b;
+    };
+    auto node_by_node = kiln::function(body, kiln::function_options{.jit = kiln::jit_mode::off});
+    auto compiled = kiln::function(body, kiln::function_options{.jit = kiln::jit_mode::blocking});
+    const kiln::tensor xd = xc.to(kiln::cuda), wd = wc.to(kiln::cuda), bd = bc.to(kiln::cuda), sd = sc.to(kiln::cuda);
+    const kiln::tensor r0 = node_by_node(xd, wd, bd, sd), r1 = compiled(xd, wd, bd, sd);
+    INFO(kiln::jit_stats().last_error);
+    const auto [groups, ready] = compiled.compiled_groups(xd, wd, bd, sd);
+    CHECK(groups == 1);
+    CHECK(ready == 1);
+    CHECK(r1.device() == kiln::cuda);
+    same_tensor(r1.to(kiln::cpu), r0.to(kiln::cpu), 0);  // bit for bit
+    // Against values computed here from the CPU product: element (i, j) reads b[j] and s[0, j].
+    const kiln::tensor p = kiln::matmul(xc, wc);
+    const kiln::tensor got = r1.to(kiln::cpu);
+    for (std::ptrdiff_t i = 0; i < 40; ++i)
+        for (std::ptrdiff_t j = 0; j < 16; ++j) {
+            const float v = p.at<float>({i, j}) + bc.at<float>({j});
+            const float want = (v > 0 ? v : 0.0f) * sc.at<float>({0, j}) - 0.25f * bc.at<float>({j});
+            CHECK(got.at<float>({i, j}) == doctest::Approx(want).epsilon(1e-5));
+        }
+    for (const auto& g : compiled.compiled(xd, wd, bd, sd)->groups) {
+        REQUIRE(g.jit);
+        CHECK(g.jit->runs.load() == 1);
+    }
+}
+
 TEST_CASE("a traced function mixes devices only as eager mode does") {
     const kiln::tensor d = kiln::ones({4}, kiln::float32, kiln::cuda);
     // A captured CPU tensor with a device argument: eager mode's device_error, raised while tracing.

@@ -143,7 +143,6 @@ struct executable {
                         ins.push_back({fused_group::operand::full, v});
                         continue;
                     }
-                    if (device_groups) return false;  // (a device group's operands are all of its shape)
                     // Repeats along the group: its shape is the group's trailing extents (leading ones of size 1).
                     bool periodic = x.shape.rank <= shape.rank;
                     for (int d = 0; periodic && d < x.shape.rank; ++d) {
@@ -270,26 +269,33 @@ struct executable {
     }
 
     // A group on kiln's GPU device through its compiled kernel: false (and nothing done) while the kernel is not
-    // ready or the operands are not contiguous values of one shape, dtype and device.
+    // ready or the operands are not contiguous values of one dtype and device, each of the group's shape or (an
+    // operand that repeats along the group, such as a bias) of its period's element count.
     bool run_on_device(const fused_group& g, std::vector<std::optional<tensor>>& slots) const {
         const device_group_kernel fn = g.jit ? g.jit->device_fn.load(std::memory_order_acquire) : nullptr;
         if (!fn || g.jit->operands.size() > 512) return false;
         const tensor* first = nullptr;
         for (const auto& ins : g.inputs)
+            for (const auto& op : ins)
+                if (op.kind == fused_group::operand::full && !first) first = &*slots[static_cast<std::size_t>(op.index)];
+        if (!first || first->device().type == device_type::cpu) return false;
+        for (const auto& ins : g.inputs)
             for (const auto& op : ins) {
                 if (op.kind == fused_group::operand::member) continue;
                 const tensor& t = *slots[static_cast<std::size_t>(op.index)];
-                if (!first) first = &t;
-                if (op.kind != fused_group::operand::full || !t.is_contiguous() || t.dtype() != g.dtype ||
-                    !(t.shape() == first->shape()) || !(t.device() == first->device()))
-                    return false;
+                const bool fits = op.kind == fused_group::operand::full
+                                      ? t.shape() == first->shape()
+                                      : op.period > 0 && t.numel() == op.period && first->numel() % op.period == 0;
+                if (!fits || !t.is_contiguous() || t.dtype() != g.dtype || !(t.device() == first->device())) return false;
             }
-        if (!first || first->device().type == device_type::cpu) return false;
         std::array<const void*, 512> in;
+        std::array<std::ptrdiff_t, 512> periods;
         std::array<void*, 64> out;
         for (std::size_t k = 0; k < g.jit->operands.size(); ++k) {
             const auto [j, q] = g.jit->operands[k];
-            in[k] = slots[static_cast<std::size_t>(g.inputs[j][q].index)]->raw_data();
+            const fused_group::operand& op = g.inputs[j][q];
+            in[k] = slots[static_cast<std::size_t>(op.index)]->raw_data();
+            periods[k] = op.kind == fused_group::operand::periodic ? op.period : 0;
         }
         std::size_t nout = 0;
         for (std::size_t j = 0; j < g.members.size(); ++j)
@@ -301,7 +307,7 @@ struct executable {
 #if KILN_HAS_GPU && KILN_GPU_CUDA
         stream = static_cast<void*>(backend::gpu_memory::stream(first->device().index));
 #endif
-        fn(in.data(), out.data(), first->numel(), stream);
+        fn(in.data(), out.data(), periods.data(), first->numel(), stream);
         g.jit->runs.fetch_add(1, std::memory_order_relaxed);
         return true;
     }

@@ -22,8 +22,10 @@ namespace detail {
 using group_kernel = void (*)(const void* const* in, void* const* out, std::ptrdiff_t b, std::ptrdiff_t e, bool stream);
 
 // The same for a group on kiln's GPU device: elements [0, n) of contiguous device operands, on `stream` (the
-// device's cudaStream_t; null on the emulated device).
-using device_group_kernel = void (*)(const void* const* in, void* const* out, std::ptrdiff_t n, void* stream);
+// device's cudaStream_t; null on the emulated device); periods[k] is the element count of input k where it repeats
+// along the group (a bias over a matrix's rows), 0 where it has the group's shape.
+using device_group_kernel = void (*)(const void* const* in, void* const* out, const std::ptrdiff_t* periods,
+                                     std::ptrdiff_t n, void* stream);
 
 // Where a group's compiled kernel arrives (from the compiler's thread: null until then) and which of the group's
 // operands are its inputs, in order: (member, operand) of each distinct value's first use.

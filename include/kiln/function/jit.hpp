@@ -360,7 +360,7 @@ private:
         if (!stamp_.empty()) return stamp_;
         std::string s = "kiln-jit-1";
         const std::string inc = include_dir_locked() + "/kiln";
-        for (const char* sub : {"ops", "expr", "core", "backend/cpu", "function"}) {
+        for (const char* sub : {"ops", "expr", "core", "backend", "backend/cpu", "backend/thrust", "function"}) {
             const std::string dir = inc + "/" + sub;
             if (DIR* d = ::opendir(dir.c_str())) {
                 std::vector<std::string> names;
@@ -535,8 +535,6 @@ std::string jit_source(const function_graph& graph, const fused_group& g, jit_sl
                 const auto& op = g.inputs[j][tensor_at];
                 if (op.kind == fused_group::operand::member) {
                     args += "M" + std::to_string(op.index);
-                } else if (device && op.kind == fused_group::operand::periodic) {
-                    return why = "an operand repeats along a group on the GPU device", std::string();
                 } else {
                     std::size_t leaf = 0;
                     while (leaf < leaf_value.size() && leaf_value[leaf] != op.index) ++leaf;
@@ -580,8 +578,9 @@ std::string jit_source(const function_graph& graph, const fused_group& g, jit_sl
         s += "template <>\nstruct is_constant<::" + name + "> : std::true_type {};\n";
     s += "}  // namespace kiln\nnamespace {\n" + members + "}  // namespace\n";
     if (device)
-        return s + "extern \"C\" void kiln_fused_group_device(const void* const* in, void* const* out, std::ptrdiff_t n, "
-                   "void* stream) {\n    kiln::detail::run_device_group<" + roots + ">(in, out, n, stream);\n}\n";
+        return s + "extern \"C\" void kiln_fused_group_device(const void* const* in, void* const* out, "
+                   "const std::ptrdiff_t* periods, std::ptrdiff_t n, void* stream) {\n    "
+                   "kiln::detail::run_device_group<" + roots + ">(in, out, periods, n, stream);\n}\n";
     std::string ptrs;
     for (std::size_t j = 0; j < k; ++j) ptrs += std::string(j ? ", " : "") + "T*";
     s += "extern \"C\" void kiln_fused_group(const void* const* in, void* const* out, std::ptrdiff_t b, "

@@ -16,11 +16,13 @@
 
 namespace kiln::detail {
 
-// Computes Roots over elements [0, n) of contiguous device operands: leaf K reads in[K], root J writes out[J]; one
+// Computes Roots over elements [0, n) of contiguous device operands: leaf K reads in[K] (element i, or element
+// i % periods[K] of an operand that repeats along the group when periods[K] is not 0), root J writes out[J]; one
 // thrust::for_each on `stream` (a cudaStream_t; unused on the emulated device). The kernel is the device's own
 // eval_kernel, the one eager mode's ops run, with the whole group as its roots.
 template <class... Roots>
-void run_device_group(const void* const* in, void* const* out, std::ptrdiff_t n, [[maybe_unused]] void* stream) {
+void run_device_group(const void* const* in, void* const* out, const std::ptrdiff_t* periods, std::ptrdiff_t n,
+                      [[maybe_unused]] void* stream) {
     using list = unique_nodes_t<Roots...>;
     using leaves = leaves_t<list>;
     backend::gpu::eval_kernel<list, leaves::size, Roots...> k{};
@@ -28,7 +30,8 @@ void run_device_group(const void* const* in, void* const* out, std::ptrdiff_t n,
     k.flat = true;
     [&]<class... L>(types<L...>) {
         std::size_t j = 0;
-        ((k.in[j++] = in[indexed_position<L>::value]), ...);
+        ((k.in[j] = in[indexed_position<L>::value], k.period[j] = periods[indexed_position<L>::value],
+          k.periodic = k.periodic || k.period[j] != 0, ++j), ...);
     }(leaves{});
     for (std::size_t j = 0; j < sizeof...(Roots); ++j) k.out[j] = out[j];
     if (n <= 0) return;

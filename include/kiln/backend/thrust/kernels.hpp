@@ -192,6 +192,10 @@ struct eval_kernel {
     const void* in[NL > 0 ? NL : 1];
     steps in_steps[NL > 0 ? NL : 1];
     bool flat;  // every operand contiguous with the result's shape
+    // In flat mode, operands that repeat along the result (a bias over a matrix's rows): leaf j reads element
+    // i % period[j] where period[j] is not 0 (a traced function's compiled group; eager ops leave it unset).
+    bool periodic = false;
+    std::ptrdiff_t period[NL > 0 ? NL : 1] = {};
 
     struct loader {
         const eval_kernel* k;
@@ -208,6 +212,9 @@ struct eval_kernel {
         if (flat) {
             for (std::size_t j = 0; j < NL; ++j) off[j] = i;
             for (std::size_t j = 0; j < NR; ++j) o[j] = i;
+            if (periodic)
+                for (std::size_t j = 0; j < NL; ++j)
+                    if (period[j] != 0) off[j] = i % period[j];
         } else {
             for (std::size_t j = 0; j < NL; ++j) off[j] = 0;
             for (std::size_t j = 0; j < NR; ++j) o[j] = 0;

@@ -88,7 +88,7 @@ template <std::ptrdiff_t... R, class E>
     requires is_graph_v<E>
 constexpr auto tile(const E& e) {
     detail::check_layout_operand<E>();
-    static_assert(sizeof...(R) > 0 && sizeof...(R) <= max_rank / 2, "kiln::tile: give 1 to 4 repetitions.");
+    static_assert(sizeof...(R) > 0 && sizeof...(R) <= max_rank, "kiln::tile: give 1 to 8 repetitions.");
     static_assert(((R >= 0) && ...), "kiln::tile: repetitions must be non-negative.");
     return detail::structural<ops::with_attrs<ops::tile, detail::tile_attrs_of<R...>()>>(e);
 }
