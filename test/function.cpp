@@ -70,6 +70,49 @@ TEST_CASE("a new shape, dtype or static argument traces again, and the reason is
     CHECK(f.trace_count() == 4);
 }
 
+TEST_CASE("a std::vector of tensors is an argument: each element traced, its length part of the signature") {
+    // f(xs, w) = sum_i xs[i] * w^(i + 1), by hand below.
+    auto f = kiln::function([](const std::vector<kiln::tensor>& xs, const kiln::tensor& w) {
+        kiln::tensor acc = kiln::zeros_like(w);
+        kiln::tensor p = w;
+        for (const kiln::tensor& x : xs) {
+            acc = acc + x * p;
+            p = p * w;
+        }
+        return acc;
+    });
+    const kiln::tensor w = f64({2, -1}, {2});
+    const std::vector<kiln::tensor> two{f64({1, 2}, {2}), f64({3, 4}, {2})};
+    // (1*2 + 3*4, 2*-1 + 4*1) = (14, 2)
+    CHECK(values(f(two, w)) == std::vector<double>{14, 2});
+    CHECK(f.trace_count() == 1);
+    // New values: the same trace.
+    const std::vector<kiln::tensor> two_b{f64({0, 1}, {2}), f64({1, 0}, {2})};
+    CHECK(values(f(two_b, w)) == std::vector<double>{4, -1});
+    CHECK(f.trace_count() == 1);
+    // Three elements: a new signature, traced again with its reason.
+    const std::vector<kiln::tensor> three{f64({1, 2}, {2}), f64({3, 4}, {2}), f64({1, 1}, {2})};
+    // (14 + 1*8, 2 + 1*-1) = (22, 1)
+    CHECK(values(f(three, w)) == std::vector<double>{22, 1});
+    CHECK(f.trace_count() == 2);
+    const std::vector<std::string> r = f.retrace_reasons();
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].find("argument 0: a list of 2 tensors") != std::string::npos);
+    CHECK(r[0].find("-> a list of 3 tensors") != std::string::npos);
+    // An element of a new shape retraces too; a spec covers the list's elements in order, then the other tensors.
+    const std::vector<kiln::tensor> wide{f64({1, 2, 3}, {3}), f64({1, 1, 1}, {3})};
+    CHECK(values(f(wide, f64({1, 2, 3}, {3}))) == std::vector<double>{2, 8, 18});
+    CHECK(f.trace_count() == 3);
+    auto g = kiln::function([](const std::vector<kiln::tensor>& xs, const kiln::tensor& y) { return xs[0] + xs[1] * y; },
+                            {kiln::spec(kiln::float64, {kiln::dyn}), kiln::spec(kiln::float64, {kiln::dyn}),
+                             kiln::spec(kiln::float64, {kiln::dyn})});
+    CHECK(values(g(two, w)) == std::vector<double>{7, -2});
+    CHECK(values(g(wide, f64({2, 2, 2}, {3}))) == std::vector<double>{3, 4, 5});
+    CHECK(g.trace_count() == 1);
+    CHECK_THROWS_AS((void)g(std::vector<kiln::tensor>{f64({1}, {1}), kiln::ones({1}, kiln::float32)}, f64({1}, {1})),
+                    kiln::dtype_error);
+}
+
 TEST_CASE("tracing on each of five calls warns through the callback") {
     std::vector<std::string> warnings;
     auto f = kiln::function([](const kiln::tensor& x) { return x + 1; },

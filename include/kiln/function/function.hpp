@@ -32,6 +32,10 @@ inline std::atomic<bool> functions_run_eagerly{false};
 
 template <class T>
 inline constexpr bool is_tensor_arg_v = std::is_base_of_v<tensor, std::remove_cvref_t<T>>;
+// A list of tensors (a model's parameters, a batch of several inputs): each element is a tensor argument, and the
+// list's length is part of the signature.
+template <class T>
+inline constexpr bool is_tensor_list_v = std::is_same_v<std::remove_cvref_t<T>, std::vector<tensor>>;
 
 // A static argument's part of a signature: its value.
 template <class T>
@@ -43,7 +47,7 @@ std::string static_key(const T& v) {
     else if constexpr (std::is_arithmetic_v<U>) return std::to_string(v);
     else if constexpr (std::is_convertible_v<const U&, std::string_view>) return "\"" + std::string(std::string_view(v)) + "\"";
     else {
-        static_assert(std::is_arithmetic_v<U>, "kiln::function: an argument that is not a tensor must be a number, a bool, an enum or a string (it is part of the signature, by value)");
+        static_assert(std::is_arithmetic_v<U>, "kiln::function: an argument that is neither a tensor nor a std::vector<kiln::tensor> must be a number, a bool, an enum or a string (it is part of the signature, by value)");
         return {};
     }
 }
@@ -301,7 +305,36 @@ private:
     template <class A>
     void describe(const A& a, call_info& info, bool parts) const {
         if constexpr (detail::is_tensor_arg_v<A>) {
-            const tensor& t = a;
+            describe_tensor(a, info, parts);
+        } else if constexpr (detail::is_tensor_list_v<A>) {
+            const std::uint32_t n = static_cast<std::uint32_t>(a.size());
+            info.key += 'L';
+            append_bytes(info.key, n);
+            info.concrete_key += 'L';
+            append_bytes(info.concrete_key, n);
+            const std::size_t first = info.concrete_parts.size();
+            for (const tensor& t : a) describe_tensor(t, info, parts);
+            if (parts) {  // one part for the list, so that retrace reasons count arguments as the function has them
+                std::string list = "a list of " + std::to_string(n) + " tensors (";
+                for (std::size_t i = first; i < info.concrete_parts.size(); ++i)
+                    list += (i > first ? "; " : "") + info.concrete_parts[i];
+                info.concrete_parts.resize(first);
+                info.concrete_parts.push_back(list + ")");
+            }
+        } else {
+            std::string v = detail::static_key(a);
+            info.key += 'V';
+            info.key += v;
+            info.key += '\0';
+            info.concrete_key += 'V';
+            info.concrete_key += v;
+            info.concrete_key += '\0';
+            if (parts) info.concrete_parts.push_back("value " + std::move(v));
+        }
+    }
+
+    void describe_tensor(const tensor& t, call_info& info, bool parts) const {
+        {
             t.check_valid(options_.name.c_str());
             const std::size_t k = info.tensors.size();
             const kiln::device dev = t.device();
@@ -344,23 +377,22 @@ private:
             if (parts)
                 info.concrete_parts.push_back("shape " + to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " +
                                               to_string(dev));
-        } else {
-            std::string v = detail::static_key(a);
-            info.key += 'V';
-            info.key += v;
-            info.key += '\0';
-            info.concrete_key += 'V';
-            info.concrete_key += v;
-            info.concrete_key += '\0';
-            if (parts) info.concrete_parts.push_back("value " + std::move(v));
         }
     }
 
     // A traced argument: a symbolic tensor for a tensor argument, the value itself for a static one.
     template <class A>
     static decltype(auto) traced_arg(A&& a, const std::vector<tensor>& symbols, std::size_t& k) {
-        if constexpr (detail::is_tensor_arg_v<A>) return tensor(symbols[k++]);
-        else return std::forward<A>(a);
+        if constexpr (detail::is_tensor_arg_v<A>) {
+            return tensor(symbols[k++]);
+        } else if constexpr (detail::is_tensor_list_v<A>) {
+            std::vector<tensor> list(symbols.begin() + static_cast<std::ptrdiff_t>(k),
+                                     symbols.begin() + static_cast<std::ptrdiff_t>(k + a.size()));
+            k += a.size();
+            return list;
+        } else {
+            return std::forward<A>(a);
+        }
     }
 
     // One trace of f with tensor arguments of these shapes.
