@@ -113,6 +113,41 @@ TEST_CASE("a std::vector of tensors is an argument: each element traced, its len
                     kiln::dtype_error);
 }
 
+TEST_CASE("scatter_add traces: values by hand, its gradient, and an index out of range in a later call") {
+    // out = x with src added at index along axis 1: out[i][index[i][j]] += src[i][j].
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& index, const kiln::tensor& src) {
+        return kiln::scatter_add(x, 1, index, src);
+    });
+    const kiln::tensor x = f64({1, 1, 1, 2, 2, 2}, {2, 3});
+    const kiln::tensor index = kiln::from_values<std::int64_t>({2, 0, 2, 1, 1, 0}, {2, 3});
+    const kiln::tensor src = f64({10, 20, 30, 40, 50, 60}, {2, 3});
+    // row 0: [1 + 20, 1, 1 + 10 + 30]; row 1: [2 + 60, 2 + 40 + 50, 2]
+    const std::vector<double> want{21, 1, 41, 62, 92, 2};
+    CHECK(values(f(x, index, src)) == want);
+    CHECK(values(kiln::scatter_add(x, 1, index, src)) == want);  // eager mode
+    const kiln::tensor index2 = kiln::from_values<std::int64_t>({0, 0, 0, 2, 2, 2}, {2, 3});
+    CHECK(values(f(x, index2, src)) == std::vector<double>{61, 1, 1, 2, 2, 152});
+    CHECK(f.trace_count() == 1);
+    // An index out of range in a later call of the trace: the kernel's value_error, not a write out of bounds.
+    const kiln::tensor bad = kiln::from_values<std::int64_t>({0, 3, 0, 0, 0, 0}, {2, 3});
+    CHECK_THROWS_AS((void)f(x, bad, src), kiln::value_error);
+    // A traced training-style step: the tape's gradient of sum(w * scatter_add(x, 1, index, src)) with respect to
+    // src is w gathered at index (take_along_axis), and with respect to x is w.
+    kiln::variable xv(x), sv(src);
+    const kiln::tensor w = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+    auto grads = kiln::function([&](const kiln::tensor& idx) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::sum(kiln::scatter_add(xv, 1, idx, sv) * w);
+        const std::vector<kiln::tensor> g = tape.gradient(loss, std::vector<kiln::variable*>{&xv, &sv});
+        return std::make_tuple(g[0], g[1]);
+    });
+    const auto [gx, gs] = grads(index);
+    CHECK(values(gx) == std::vector<double>{1, 2, 3, 4, 5, 6});
+    // src[i][j] lands at w[i][index[i][j]]: row 0 -> w[0][2], w[0][0], w[0][2]; row 1 -> w[1][1], w[1][1], w[1][0].
+    CHECK(values(gs) == std::vector<double>{3, 1, 3, 5, 5, 4});
+    CHECK(grads.trace_count() == 1);
+}
+
 TEST_CASE("tracing on each of five calls warns through the callback") {
     std::vector<std::string> warnings;
     auto f = kiln::function([](const kiln::tensor& x) { return x + 1; },

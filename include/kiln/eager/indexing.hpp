@@ -180,9 +180,10 @@ tensor scatter_add(const tensor& x, int axis, const tensor& index, const tensor&
                           to_string(x.shape()) + " except along axis " + std::to_string(ax));
     if (x.dtype() == dtype::boolean)
         throw dtype_error("kiln: dtype_error in 'scatter_add': not defined for bool tensors");
-    if (on_device) {
-        // On a GPU: x plus the vocabulary's scatter_add_along (the gradient of take_along_axis), which adds with
-        // atomics on the device; both record their gradients (x: g; src: take_along_axis(g, index)).
+    if (on_device || x.is_symbolic() || index.is_symbolic() || src.is_symbolic()) {
+        // On a GPU, and while tracing: x plus the vocabulary's scatter_add_along (the gradient of take_along_axis,
+        // which adds with atomics on the device and checks the indices at every call); both record their
+        // gradients (x: g; src: take_along_axis(g, index)).
         const dtype d = detail::promote(x.dtype(), src.dtype());
         // (Dependent tensors: the sum's kernels are compiled only where scatter_add is called.)
         const detail::dependent_tensor<N> xd = x.to(d);
