@@ -172,16 +172,16 @@ COMPARE = {"less": np.less, "greater_equal": np.greater_equal, "equal": np.equal
 def near_tie(x, axis, is_max):
     """Whether some value along `axis` differs from the extreme but lies within float32 rounding of it."""
     with np.errstate(all="ignore"):
-        if np.isnan(x).any():
-            return False
-        ext = (np.max if is_max else np.min)(x, axis=axis, keepdims=True)
+        nan_rows = np.isnan(x).any(axis=axis, keepdims=True)  # a NaN wins there, whatever else the row holds
+        ext = (np.max if is_max else np.min)(np.where(np.isnan(x), -np.inf if is_max else np.inf, x), axis=axis,
+                                             keepdims=True)
         close = np.isclose(x, ext, rtol=1e-5, atol=0) & np.isfinite(ext)
         # values near the extreme that are not all one whole number (exact ties such as 0, 1 or -5 are kept: the
         # first of equal values is the answer)
         many = close.sum(axis=axis, keepdims=True) > 1
         whole = ext == np.round(ext)
         exact = (close <= (x == ext)).all(axis=axis, keepdims=True)
-    return bool((many & ~(whole & exact)).any())
+    return bool((many & ~(whole & exact) & ~nan_rows).any())
 
 
 def numeric(p, names):
