@@ -52,7 +52,7 @@ for path in models:
     ops = [n.op_type for n in model.graph.node]
     want_ops = {"reference": {"Gemm", "Relu"}, "graph_mode": {"Gemm", "Relu"}, "classifier": {"Softmax", "LogSoftmax", "Gemm", "Tanh"},
                 "composites": {"Gemm", "Squeeze", "Mod", "Atan"}, "many_ops": {"ReduceMean", "ReduceProd", "ArgMin"},
-                "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements"}}.get(name, set())
+                "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements", "ScatterElements"}}.get(name, set())
     check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
     if name == "classifier":
         check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,

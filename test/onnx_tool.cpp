@@ -147,12 +147,14 @@ int main(int argc, char** argv) {
         write<2>(dir, "many_ops", many, {kiln::spec(kiln::float32, {kiln::dyn, 4}), kiln::spec(kiln::int32, {kiln::dyn, 5})},
               {{kiln::randn({2, 4}, kiln::float32, g), kiln::uniform({2, 5}, -5, 5, kiln::float32, g).to(kiln::int32)},
                {kiln::randn({7, 4}, kiln::float32, g), kiln::uniform({7, 5}, -5, 5, kiln::float32, g).to(kiln::int32)}});
-        // The layout and indexing ops: Tile, Pad, Einsum, Gather, GatherElements, and repeat as Tile and Reshape.
+        // The layout and indexing ops: Tile, Pad, Einsum, Gather, GatherElements, ScatterElements (scatter_add, two
+        // sources added at one position of each row), and repeat as Tile and Reshape.
         auto layout = kiln::function([&](const kiln::tensor& x, const kiln::tensor& i) {
             const kiln::tensor picked = kiln::index_select(x, 1, i);                               // (?, 3)
             const kiln::tensor top = kiln::argmax(x, 1, true);                                   // (?, 1) int64
             return std::make_tuple(kiln::tile(x, {2, 1, 2}), kiln::repeat(x, 2, 1), kiln::pad(x, {{1, 0}, {0, 2}}, 0.5),
-                                   kiln::einsum("ij,kj->ik", x, x), picked * 2, kiln::take_along_axis(x, top, 1));
+                                   kiln::einsum("ij,kj->ik", x, x), picked * 2, kiln::take_along_axis(x, top, 1),
+                                   kiln::scatter_add(x, 1, kiln::concat({top, top}, 1), x.slice(1, 1, 3) * 3));
         }, {.name = "layout_ops"});
         write<2>(dir, "layout_ops", layout, {kiln::spec(kiln::float32, {kiln::dyn, 4}), kiln::spec(kiln::int64, {3})},
               {{kiln::randn({3, 4}, kiln::float32, g), kiln::from_values<std::int64_t>({3, -4, 1}, {3})},

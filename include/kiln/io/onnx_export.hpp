@@ -305,6 +305,13 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             out = b.op1("Gather", {in[0], in[1]}, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
         } else if (op == "take_along_axis") {
             out = b.op1("GatherElements", {in[0], in[1]}, {onnx_builder::int_attr("axis", attr_axis(a, "axis"))});
+        } else if (op == "scatter_add_along") {
+            // The source added at the indices into zeros of the third operand's shape (scatter_add, and
+            // take_along_axis's gradient): ScatterElements with reduction "add" (opset 16).
+            const std::string v = onnx_tensor("value", full(dims{1}, 0.0, n.dtype));
+            const std::string zeros = b.op1("ConstantOfShape", {b.op1("Shape", {in[2]})}, {onnx_builder::tensor_attr("value", v)});
+            out = b.op1("ScatterElements", {zeros, in[1], b.cast(in[0], in_dtype[0], n.dtype)},
+                        {onnx_builder::int_attr("axis", attr_axis(a, "axis")), onnx_builder::string_attr("reduction", "add")});
         } else if (op == "flip") {
             // One Slice that walks the flipped axes backwards.
             std::vector<int> axes = attr_axes(a, "axes");

@@ -258,6 +258,15 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         const int axis = static_cast<int>(ai("axis", 0));
         return [axis](auto in, auto) { return take_along_axis(in[0], in[1], axis); };
     }
+    if (op == "ScatterElements") {
+        // Read with reduction "add" only (what kiln's scatter_add and its exports write): data plus the updates
+        // added at the indices along the axis.
+        lo = hi = 3;
+        const onnx_attr* r = A("reduction");
+        if (!r || r->s != "add") throw value_error("only ScatterElements' reduction \"add\" is read");
+        const int axis = static_cast<int>(ai("axis", 0));
+        return [axis](auto in, auto) { return scatter_add(in[0], axis, in[1], in[2]); };
+    }
     if (op == "Tile") {
         lo = hi = 2;
         return [](auto in, auto) {
