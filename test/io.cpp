@@ -492,6 +492,27 @@ TEST_CASE("ONNX: kiln's export reads back with kiln::load_onnx and computes what
     CHECK(kiln::to_string(f.graph()).find("Gemm(") != std::string::npos);  // (matmul + bias: one Gemm)
 }
 
+TEST_CASE("ONNX: an op whose result the file makes larger than max_node_bytes is refused before it allocates") {
+    // A Pad of 4 Mi elements (16 MiB) in a model loaded with a 1 MiB limit: the loader's check run refuses it at
+    // the allocation, naming the op, instead of allocating it and then comparing.
+    auto f = kiln::function([](const kiln::tensor& x) { return kiln::pad(x, {{0, std::ptrdiff_t{1} << 22}}); }, {.name = "big_pad"});
+    const std::string bytes = kiln::onnx_bytes(f, {kiln::spec(kiln::float32, {4})});
+    std::string message;
+    try {
+        (void)kiln::load_onnx_bytes(bytes.data(), bytes.size(), "big.onnx", {.max_node_bytes = 1 << 20});
+    } catch (const kiln::file_error& e) {
+        message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find("'Pad'") != std::string::npos);
+    CHECK(message.find("a result of 16777232 bytes is larger than the limit set while a file is checked (1048576 bytes") !=
+          std::string::npos);
+    // With the default limit the same model loads and runs; the limit is the loader's only (a later call may
+    // allocate as much as it needs).
+    const kiln::loaded_function g = kiln::load_onnx_bytes(bytes.data(), bytes.size());
+    CHECK(g(std::vector<kiln::tensor>{kiln::ones({4})})[0].numel() == 4 + (std::ptrdiff_t{1} << 22));
+}
+
 TEST_CASE("loaded functions give results that share storage apart, as the traced function does") {
     // x * 2 twice is one value in the saved graph (common subexpressions), and ONNX's outputs are Identities of it.
     auto f = kiln::function([](const kiln::tensor& x) { return std::make_tuple(x * 2.0f, x * 2.0f, x); }, {.name = "dup"});

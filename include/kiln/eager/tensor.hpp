@@ -66,7 +66,28 @@ struct storage {
                        "the kiln::cuda CMake target, or define KILN_GPU=1 with Thrust's configuration)");
 }
 
+// The most bytes one tensor of this thread may take (no limit but memory outside a scope): a loader that checks an
+// untrusted file by running its ops once sets it, so that an op whose result the file makes huge (a Pad or Tile of
+// enormous extents) is refused before it allocates, not after.
+inline constinit thread_local std::size_t allocation_cap = static_cast<std::size_t>(-1);
+struct allocation_cap_scope {
+    std::size_t saved;
+    explicit allocation_cap_scope(std::uint64_t cap)
+        : saved(allocation_cap) {
+        allocation_cap = cap < static_cast<std::size_t>(-1) ? static_cast<std::size_t>(cap) : static_cast<std::size_t>(-1);
+    }
+    ~allocation_cap_scope() { allocation_cap = saved; }
+    allocation_cap_scope(const allocation_cap_scope&) = delete;
+    allocation_cap_scope& operator=(const allocation_cap_scope&) = delete;
+};
+[[noreturn]] KILN_NOINLINE inline void throw_over_cap(std::size_t bytes) {
+    throw value_error("kiln: value_error in 'allocate': a result of " + std::to_string(bytes) +
+                      " bytes is larger than the limit set while a file is checked (" + std::to_string(allocation_cap) +
+                      " bytes, load_options::max_node_bytes)");
+}
+
 inline std::shared_ptr<storage> allocate_storage(std::size_t bytes) {
+    if (bytes > allocation_cap) [[unlikely]] throw_over_cap(bytes);
     auto s = std::allocate_shared<storage>(pooled_allocator<storage>{});
     try {
         s->data = static_cast<std::byte*>(caching_allocator::instance().allocate(bytes));

@@ -304,8 +304,10 @@ struct onnx_importer {
         }
         if (f.specs_.size() > 1024) graph.fail("more than 1024 inputs");
 
-        // Run once on zeros at example extents: each op's dtype and shape, and every failure named by its node.
+        // Run once on zeros at example extents: each op's dtype and shape, and every failure named by its node. No
+        // result may take more than max_node_bytes: an op is refused before it allocates a larger one.
         std::vector<tensor> vals(g.nodes.size());
+        const allocation_cap_scope cap(opt.max_node_bytes);
         for (std::size_t i = 0; i < g.nodes.size(); ++i) {
             graph_node& n = g.nodes[i];
             if (n.kind == node_kind::argument) vals[i] = examples[static_cast<std::size_t>(n.argument)];
