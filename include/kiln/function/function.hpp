@@ -334,53 +334,52 @@ private:
     }
 
     void describe_tensor(const tensor& t, call_info& info, bool parts) const {
-        {
-            t.check_valid(options_.name.c_str());
-            const std::size_t k = info.tensors.size();
-            const kiln::device dev = t.device();
-            const char head[4] = {'T', static_cast<char>(t.dtype()), static_cast<char>(dev.type), static_cast<char>(t.dim())};
-            const std::size_t at = info.concrete_key.size();
-            info.concrete_key.append(head, 4);
-            append_bytes(info.concrete_key, dev.index);
-            for (int i = 0; i < t.dim(); ++i) append_bytes(info.concrete_key, t.shape()[i]);
-            bool use_spec = has_specs_ && k < specs_.size();
-            if (use_spec && auto_specs_) {
-                const spec& sp = specs_[k];
-                bool fits = t.dtype() == sp.dtype && static_cast<std::size_t>(t.dim()) == sp.shape.size();
-                for (int i = 0; fits && i < t.dim(); ++i)
-                    fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
-                use_spec = fits;  // a call the relaxed spec does not describe goes by its own shape
-            }
-            if (use_spec) {
-                const spec& sp = specs_[k];
-                if (t.dtype() != sp.dtype)
-                    throw dtype_error(detail::error_prefix("dtype_error", options_.name) + "argument " + std::to_string(k) +
-                                      " is " + std::string(name(t.dtype())) + ", but its spec is " + kiln::to_string(sp));
-                bool fits = static_cast<std::size_t>(t.dim()) == sp.shape.size();
-                for (int i = 0; fits && i < t.dim(); ++i) fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
-                if (!fits)
-                    throw shape_error(detail::error_prefix("shape_error", options_.name) + "argument " + std::to_string(k) +
-                                      " has shape " + to_string(t.shape()) + ", but its spec is " + kiln::to_string(sp));
-                for (int i = 0; i < t.dim(); ++i)
-                    if (sp.shape[static_cast<std::size_t>(i)] == dyn) {
-                        info.extents.push_back(t.shape()[i]);
-                        info.dynamic.emplace_back(k, i);
-                    }
-                // The spec fixes the dtype and the static extents: the device is what is left.
-                const char sh[2] = {'S', static_cast<char>(dev.type)};
-                info.key.append(sh, 2);
-                append_bytes(info.key, dev.index);
-            } else {
-                info.key.append(info.concrete_key, at, std::string::npos);
-            }
-            info.tensors.push_back(t);
-            if (parts)
-                info.concrete_parts.push_back("shape " + to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " +
-                                              to_string(dev));
+        t.check_valid(options_.name.c_str());
+        const std::size_t k = info.tensors.size();
+        const kiln::device dev = t.device();
+        const char head[4] = {'T', static_cast<char>(t.dtype()), static_cast<char>(dev.type), static_cast<char>(t.dim())};
+        const std::size_t at = info.concrete_key.size();
+        info.concrete_key.append(head, 4);
+        append_bytes(info.concrete_key, dev.index);
+        for (int i = 0; i < t.dim(); ++i) append_bytes(info.concrete_key, t.shape()[i]);
+        bool use_spec = has_specs_ && k < specs_.size();
+        if (use_spec && auto_specs_) {
+            const spec& sp = specs_[k];
+            bool fits = t.dtype() == sp.dtype && static_cast<std::size_t>(t.dim()) == sp.shape.size();
+            for (int i = 0; fits && i < t.dim(); ++i)
+                fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
+            use_spec = fits;  // a call the relaxed spec does not describe goes by its own shape
         }
+        if (use_spec) {
+            const spec& sp = specs_[k];
+            if (t.dtype() != sp.dtype)
+                throw dtype_error(detail::error_prefix("dtype_error", options_.name) + "argument " + std::to_string(k) +
+                                  " is " + std::string(name(t.dtype())) + ", but its spec is " + kiln::to_string(sp));
+            bool fits = static_cast<std::size_t>(t.dim()) == sp.shape.size();
+            for (int i = 0; fits && i < t.dim(); ++i) fits = sp.shape[static_cast<std::size_t>(i)] == dyn || sp.shape[static_cast<std::size_t>(i)] == t.shape()[i];
+            if (!fits)
+                throw shape_error(detail::error_prefix("shape_error", options_.name) + "argument " + std::to_string(k) +
+                                  " has shape " + to_string(t.shape()) + ", but its spec is " + kiln::to_string(sp));
+            for (int i = 0; i < t.dim(); ++i)
+                if (sp.shape[static_cast<std::size_t>(i)] == dyn) {
+                    info.extents.push_back(t.shape()[i]);
+                    info.dynamic.emplace_back(k, i);
+                }
+            // The spec fixes the dtype and the static extents: the device is what is left.
+            const char sh[2] = {'S', static_cast<char>(dev.type)};
+            info.key.append(sh, 2);
+            append_bytes(info.key, dev.index);
+        } else {
+            info.key.append(info.concrete_key, at, std::string::npos);
+        }
+        info.tensors.push_back(t);
+        if (parts)
+            info.concrete_parts.push_back("shape " + to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " +
+                                          to_string(dev));
     }
 
-    // A traced argument: a symbolic tensor for a tensor argument, the value itself for a static one.
+    // A traced argument: a symbolic tensor for a tensor argument, a list of them for a list, the value itself for a
+    // static one.
     template <class A>
     static decltype(auto) traced_arg(A&& a, const std::vector<tensor>& symbols, std::size_t& k) {
         if constexpr (detail::is_tensor_arg_v<A>) {

@@ -272,12 +272,24 @@ constexpr tile_geometry tile_of(const tile_attrs& a, const dims& x) {
     }
     return t;
 }
-// The result seen as (r0, x0, r1, x1, ...) needs one axis per repetition and per extent that is not 1 (the others
-// have extent 1 and are left out): at most max_rank of them.
-constexpr int tile_wide_rank(const tile_geometry& t) {
-    int n = 0;
-    for (int i = 0; i < t.rank; ++i) n += (t.reps[i] != 1) + (t.xs[i] != 1);
-    return n;
+// The result seen as (r0, x0, r1, x1, ...): one axis per repetition and per extent of x that is not 1 (the others
+// have extent 1 and are left out), each with the result's dimension it belongs to; tile and untile view their
+// operands through it, and the rule allows at most max_rank of them.
+struct tile_wide_axes {
+    int rank = 0;
+    std::array<std::ptrdiff_t, 2 * max_rank> extent{};
+    std::array<int, 2 * max_rank> dim{};
+    std::array<bool, 2 * max_rank> repeats{};  // a repetition's axis (x is read with stride 0 along it)
+};
+constexpr tile_wide_axes wide_axes(const tile_geometry& t) {
+    tile_wide_axes w;
+    for (int i = 0; i < t.rank; ++i)
+        for (const bool rep : {true, false})
+            if (const std::ptrdiff_t e = rep ? t.reps[i] : t.xs[i]; e != 1) {
+                const auto k = static_cast<std::size_t>(w.rank++);
+                w.extent[k] = e, w.dim[k] = i, w.repeats[k] = rep;
+            }
+    return w;
 }
 }  // namespace detail_layout
 
@@ -290,7 +302,7 @@ struct tile {
         for (int i = 0; i < a.nreps; ++i)
             if (a.reps[static_cast<std::size_t>(i)] < 0) return shape_fail("repetitions must be non-negative");
         const auto t = detail_layout::tile_of(a, x);
-        if (detail_layout::tile_wide_rank(t) > max_rank)
+        if (detail_layout::wide_axes(t).rank > max_rank)
             return shape_fail("at most 8 of the repetitions and of x's extents may differ from 1");
         dims out{};
         out.rank = t.rank;
@@ -316,13 +328,15 @@ struct tile {
     template <class Device, class U, class X>
     static void compute(const tile_attrs& a, U* out, const X& x, std::string_view = {}) {
         const auto t = detail_layout::tile_of(a, x.shape);
+        const auto w = detail_layout::wide_axes(t);
         dims wide{}, from{};
-        for (int i = 0; i < t.rank; ++i) {
-            const int j = i - (t.rank - x.shape.rank);
-            if (t.reps[i] != 1) wide[wide.rank] = t.reps[i], from[wide.rank++] = 0;
-            if (t.xs[i] != 1) wide[wide.rank] = t.xs[i], from[wide.rank++] = j >= 0 ? x.strides[j] : 0;
+        wide.rank = from.rank = w.rank;
+        for (int k = 0; k < w.rank; ++k) {
+            const auto q = static_cast<std::size_t>(k);
+            const int j = w.dim[q] - (t.rank - x.shape.rank);  // x's own dimension (< 0: a leading one it lacks)
+            wide[k] = w.extent[q];
+            from[k] = w.repeats[q] || j < 0 ? 0 : x.strides[j];
         }
-        from.rank = wide.rank;
         Device::copy_strided(detail::strided<U>(out, wide, detail::contiguous_strides(wide)), X(x.data, wide, from));
     }
     template <class A, class X, class Y, class G>
@@ -349,12 +363,16 @@ struct untile {
     template <class Device, class U, class G, class X>
     static void compute(const tile_attrs& a, U* out, const G& g, const X& x) {
         const auto t = detail_layout::tile_of(a, x.shape);
+        const auto w = detail_layout::wide_axes(t);
         dims wide{}, by{}, keep{};
-        for (int i = 0; i < t.rank; ++i) {
-            if (t.reps[i] != 1) wide[wide.rank] = t.reps[i], by[wide.rank] = g.strides[i] * t.xs[i], keep[wide.rank++] = 1;
-            if (t.xs[i] != 1) wide[wide.rank] = t.xs[i], by[wide.rank] = g.strides[i], keep[wide.rank++] = t.xs[i];
+        wide.rank = by.rank = keep.rank = w.rank;
+        for (int k = 0; k < w.rank; ++k) {
+            const auto q = static_cast<std::size_t>(k);
+            const int i = w.dim[q];
+            wide[k] = w.extent[q];
+            by[k] = w.repeats[q] ? g.strides[i] * t.xs[i] : g.strides[i];
+            keep[k] = w.repeats[q] ? 1 : t.xs[i];
         }
-        by.rank = keep.rank = wide.rank;
         Device::reduce(detail::fold_kind::sum, G(g.data, wide, by), keep, out);
     }
     template <class A, class G, class X, class Y, class GG>
