@@ -13,7 +13,8 @@
 //   6. training steps on the device against the same steps on the CPU, in graph mode (kiln::session), function mode
 //      (a traced eager step) and eager mode: the reference model (10-64-1, Adam, batch 32) everywhere, and the
 //      larger model (784-512-512-10, batch 256) where a GPU exists (the emulated device's products are a reference
-//      kernel, too slow to time it).
+//      kernel, too slow to time it);
+//   7. host time per node of a replayed traced call on the device.
 #include <kiln/backend/thrust/transform.hpp>
 #include <kiln/kiln.hpp>
 
@@ -127,6 +128,7 @@ struct triad {
 }  // namespace
 
 int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, also into a pipe
     if (!kiln::cuda_available()) {
         std::printf("gpu_eager: no CUDA device; nothing to measure\n");
         return 0;
@@ -177,9 +179,21 @@ int main() {
                 for (int i = 0; i < ops; ++i) acc = acc + t;
             };
         };
+#if KILN_GPU_CUDA
+        // The same ops with each kernel launched through Thrust's for_each_n (as before 2026-12) instead of directly.
+        auto thrust_launch = [&] {
+            kiln::backend::gpu::launch_through_thrust() = true;
+            on(dd)();
+            kiln::backend::gpu::launch_through_thrust() = false;
+        };
+        const auto t = race({on(dd), on(hd), thrust_launch}, 5);
+        std::printf("3. small eager op (16 elements): device %.2f us per op (launched through Thrust: %.2f us), CPU %.3f us "
+                    "per op: %.1fx\n", t[0] / ops * 1e6, t[2] / ops * 1e6, t[1] / ops * 1e6, t[0] / t[1]);
+#else
         const auto t = race({on(dd), on(hd)}, 5);
         std::printf("3. small eager op (16 elements): device %.2f us per op, CPU %.3f us per op: %.1fx\n", t[0] / ops * 1e6,
                     t[1] / ops * 1e6, t[0] / t[1]);
+#endif
     }
 
     // 4. matmul against its baseline.
@@ -217,6 +231,47 @@ int main() {
         const auto t = race({chain(da, db), chain(ha, hb)}, 8);
         std::printf("5. eager chain, %td float32: device %.3f ms, CPU %.3f ms: device/CPU %.2fx\n", n, t[0] * 1e3, t[1] * 1e3,
                     t[0] / t[1]);
+    }
+    // 7. A replayed traced call on the device: host time per node of its graph (after the passes), for a stack of 8
+    //    dense layers (matmul, then bias and relu as one fused group) on a batch of 32. The host's time to issue the
+    //    calls is read before the device is waited for; 16 calls stay well inside CUDA's launch queue.
+    {
+        kiln::manual_seed(4);
+        std::vector<kiln::tensor> w, b;
+        for (int i = 0; i < 8; ++i) {
+            w.push_back(kiln::randn({64, 64}, kiln::float32, kiln::cuda) * 0.1f);
+            b.push_back(kiln::randn({64}, kiln::float32, kiln::cuda));
+        }
+        auto body = [&](const kiln::tensor& x) {
+            kiln::tensor h = x;
+            for (int i = 0; i < 8; ++i) h = kiln::relu(kiln::matmul(h, w[static_cast<std::size_t>(i)]) + b[static_cast<std::size_t>(i)]);
+            return h;
+        };
+        // Node by node (each op the device's eager kernel), and with each fused group compiled into one kernel
+        // (the kernel compiler, kiln::jit_mode::blocking: nvcc builds it when the function is first prepared).
+        for (const kiln::jit_mode mode : {kiln::jit_mode::off, kiln::jit_mode::blocking}) {
+            auto f = kiln::function(body, kiln::function_options{.jit = mode});
+            const kiln::tensor xd = kiln::randn({32, 64}, kiln::float32, kiln::cuda);
+            for (int i = 0; i < 3; ++i) (void)f(xd);  // traced, kernels compiled
+            const auto& g = f.graph(xd);
+            const int calls = 16;
+            double best_issue = 1e30, best_total = 1e30;
+            for (int r = 0; r < 20; ++r) {
+                kiln::synchronize();
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int i = 0; i < calls; ++i) (void)f(xd);
+                const auto t1 = std::chrono::steady_clock::now();
+                kiln::synchronize();
+                const auto t2 = std::chrono::steady_clock::now();
+                best_issue = std::min(best_issue, std::chrono::duration<double>(t1 - t0).count() / calls);
+                best_total = std::min(best_total, std::chrono::duration<double>(t2 - t0).count() / calls);
+            }
+            std::printf("7. traced call, 8 dense layers, %s (%zu nodes, %zu fused groups, %zu compiled, %zu matmuls): host %.2f us "
+                        "per call, %.2f us per node; with the device's time %.2f us per call\n",
+                        mode == kiln::jit_mode::off ? "node by node" : "compiled groups", g.size(), g.groups(),
+                        f.compiled_groups(xd).second, g.count("matmul"), best_issue * 1e6,
+                        best_issue * 1e6 / static_cast<double>(g.size()), best_total * 1e6);
+        }
     }
     // 6. Training steps on the device against the CPU.
     training_steps("reference model (10-64-1, batch 32)", reference::step, reference::x, reference::y, {10, 64, 1}, 32,

@@ -10,6 +10,10 @@
 # Needs nvcc (CUDA 12 or later, with CCCL and cuBLAS) and the headers kiln includes: xtensor, xsimd, xtl and doctest.
 # Where they are not installed system-wide, point KILN_DEPS_INCLUDE at a folder that holds them.
 # Output: logs and binaries in ${KILN_GPU_OUT:-build-gpu}; exit status 0 only when every test passed.
+# KILN_GPU_PREBUILT=1 runs the binaries already in that folder (built by this script elsewhere, with the same nvcc,
+# and carried to the GPU machine) and builds only those that are missing.
+# KILN_GPU_TIMEOUT (seconds, default 300) bounds each program's run.
+# Where python3 has PyTorch, bench/torch_gpu_steps.py times PyTorch's training steps on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${KILN_GPU_OUT:-build-gpu}"
@@ -32,6 +36,10 @@ start=$(date +%s)
 build() {  # name source [extra flags...]
   local name=$1 src=$2
   shift 2
+  if [ "${KILN_GPU_PREBUILT:-0}" = 1 ] && [ -x "$out/$name" ]; then
+    echo "prebuilt $name"
+    return 0
+  fi
   if "$nvcc" "${flags[@]}" "$src" -o "$out/$name" "$@" -lcublas >"$out/$name.build.log" 2>&1; then
     echo "built $name ($(( $(date +%s) - start )) s)"
   else
@@ -61,7 +69,7 @@ run() {  # name [args...]
   shift
   echo "== $name"
   if [ -x "$out/$name" ]; then
-    timeout 300 "$out/$name" "$@"
+    timeout "${KILN_GPU_TIMEOUT:-300}" "$out/$name" "$@"
     local rc=$?
     if [ $rc -ne 0 ]; then echo "FAILED: $name (exit $rc)"; fail=1; fi
   else
@@ -73,6 +81,10 @@ run test_gpu
 run test_thrust
 run 07_gpu
 run gpu_eager
+if python3 -c "import torch" 2>/dev/null; then
+  echo "== PyTorch on the same GPU (bench/torch_gpu_steps.py)"
+  timeout 120 python3 bench/torch_gpu_steps.py || echo "(bench/torch_gpu_steps.py failed; not a kiln failure)"
+fi
 if [ -n "$p5" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   for mode in collectives eager function graph; do run distributed_nccl "$mode" cuda; done

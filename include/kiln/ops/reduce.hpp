@@ -312,9 +312,11 @@ struct count {
         const std::ptrdiff_t m = r.keep.size();
         return m == 0 ? 0 : x.size() / m;
     }
+    // (Written by the device: on a GPU `out` is device memory, which the host cannot store into.)
     template <class Device, class T, class X>
     static void compute(const reduce_attrs& a, T* out, const X& x) {
-        out[0] = static_cast<T>(of(a, x.shape));
+        if constexpr (Device::kind == device_type::cpu) out[0] = static_cast<T>(of(a, x.shape));
+        else Device::fill(detail::strided<T>(out, dims{}, dims{}), static_cast<T>(of(a, x.shape)));
     }
     template <class A, class X, class Y, class G>
     static constexpr auto gradient(const A&, const X&, const Y&, const G&) {

@@ -2,6 +2,7 @@
 // The GPU device's kernels (backend/thrust/device.hpp runs them): the functors Thrust applies per element, the
 // layouts they carry to the device (walk, steps), reductions' and scans' orderings, the index checks and atomic
 // adds of the gathers and scatters, and the BLAS call (cuBLAS on CUDA, a reference kernel elsewhere).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -81,9 +82,35 @@ inline auto policy([[maybe_unused]] int index = 0) {
 #endif
 }
 
+#if KILN_GPU_CUDA && defined(__CUDACC__)
+// f(i) for i in [0, n): one thread per element, a grid-stride loop past 2^16 blocks of 256.
+template <class F>
+__global__ void __launch_bounds__(256) for_each_kernel(std::ptrdiff_t n, F f) {
+    const std::ptrdiff_t stride = static_cast<std::ptrdiff_t>(blockDim.x) * gridDim.x;
+    for (std::ptrdiff_t i = static_cast<std::ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+// Launches by Thrust's for_each_n instead, for comparison (bench/gpu_eager.cpp): Thrust asks the runtime for the
+// device's attributes at every launch, which costs host time on every small op.
+inline bool& launch_through_thrust() {
+    static bool on = false;
+    return on;
+}
+#endif
+
+// f(i) for every i in [0, n) on the device's stream: one direct kernel launch on CUDA (no synchronization); Thrust's
+// OpenMP system on the emulated device.
 template <class F>
 void for_each_n(std::ptrdiff_t n, const F& f) {
     if (n <= 0) return;
+#if KILN_GPU_CUDA && defined(__CUDACC__)
+    if (!launch_through_thrust()) [[likely]] {
+        constexpr std::ptrdiff_t threads = 256, most_blocks = std::ptrdiff_t{1} << 16;
+        const std::ptrdiff_t blocks = std::min((n + threads - 1) / threads, most_blocks);
+        for_each_kernel<F><<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0, gpu_memory::stream(0)>>>(n, f);
+        gpu_memory::check_cuda("kernel launch", cudaGetLastError());
+        return;
+    }
+#endif
     ::thrust::for_each_n(policy(), ::thrust::counting_iterator<std::ptrdiff_t>(0), n, f);
 #if KILN_GPU_CUDA
     gpu_memory::check_cuda("kernel launch", cudaGetLastError());

@@ -9,11 +9,13 @@
 // - With a host compiler and THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP the device is *emulated*: the same Thrust
 //   and dispatch code runs on Thrust's OpenMP system with host memory, so that every machine tests the device's
 //   logic (tests run there; kiln::cuda_emulated() says which build this is).
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include <thrust/version.h>
 
@@ -168,13 +170,45 @@ inline void note_allocation(std::size_t bytes) {
     c.count.fetch_add(1, std::memory_order_relaxed);
 }
 
+#if KILN_GPU_CUDA
+// Small blocks (at most 4 KiB: the results of small eager ops, a small model's activations) are cached per thread
+// and device in front of cudaMallocAsync's pool, whose calls cost about a microsecond of host time each. A block
+// freed here may still be read by a kernel queued on the device's stream; every later use of it is queued on the
+// same stream, after that kernel, so handing it out again at once is safe (as the pool itself does).
+struct small_blocks {
+    static constexpr std::size_t limit = 4096, classes = limit / 256, depth = 64;
+    std::array<std::array<std::vector<void*>, classes>, max_devices> free;
+    static std::size_t class_of(std::size_t n) { return (n + 255) / 256 - 1; }
+    ~small_blocks() { release_all(); }
+    void release_all() noexcept {
+        for (std::size_t d = 0; d < free.size(); ++d)
+            for (auto& l : free[d]) {
+                for (void* p : l) cudaFreeAsync(p, stream(static_cast<int>(d)));
+                l.clear();
+            }
+    }
+};
+inline small_blocks* small_cache() { return detail::thread_instance<small_blocks>(); }
+#endif
+
 // `bytes` of device memory on device `index` (never null: a zero-byte request gets a small block).
 inline void* allocate(std::size_t bytes, int index = 0) {
     const std::size_t n = bytes == 0 ? 256 : bytes;
 #if KILN_GPU_CUDA
+    if (n <= small_blocks::limit)
+        if (small_blocks* c = small_cache()) {
+            auto& list = c->free[static_cast<std::size_t>(index)][small_blocks::class_of(n)];
+            if (!list.empty()) {
+                void* p = list.back();
+                list.pop_back();
+                note_allocation(bytes);
+                return p;
+            }
+        }
     scoped_device on(index);
     void* p = nullptr;
-    const cudaError_t e = cudaMallocAsync(&p, n, stream(index));
+    const std::size_t rounded = n <= small_blocks::limit ? (small_blocks::class_of(n) + 1) * 256 : n;
+    const cudaError_t e = cudaMallocAsync(&p, rounded, stream(index));
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) + " bytes on cuda:" +
@@ -199,6 +233,16 @@ inline void* allocate(std::size_t bytes, int index = 0) {
 inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
     if (!p) return;
 #if KILN_GPU_CUDA
+    const std::size_t n = bytes == 0 ? 256 : bytes;
+    if (n <= small_blocks::limit)
+        if (small_blocks* c = small_cache()) {
+            auto& list = c->free[static_cast<std::size_t>(index)][small_blocks::class_of(n)];
+            if (list.size() < small_blocks::depth) {
+                list.push_back(p);
+                stats_of().allocated.fetch_sub(bytes, std::memory_order_relaxed);
+                return;
+            }
+        }
     scoped_device on(index);
     cudaFreeAsync(p, stream(index));
 #else
@@ -256,6 +300,7 @@ inline void within(void* dst, const void* src, std::size_t bytes, int index = 0)
 // Returns cached blocks of the device's pool to the driver.
 inline void trim() {
 #if KILN_GPU_CUDA
+    if (small_blocks* c = small_cache()) c->release_all();  // this thread's small blocks, as the CPU's cache does
     for (int i = 0, n = count(); i < n; ++i) {
         scoped_device on(i);
         cudaStreamSynchronize(stream(i));
