@@ -15,6 +15,7 @@
 //      larger model (784-512-512-10, batch 256) where a GPU exists (the emulated device's products are a reference
 //      kernel, too slow to time it);
 //   7. host time per node of a replayed traced call on the device.
+#define KILN_GPU_LAUNCH_COMPARE 1  // both kernel launches compiled in: row 3 compares them
 #include <kiln/backend/thrust/transform.hpp>
 #include <kiln/kiln.hpp>
 

@@ -307,7 +307,12 @@ struct executable {
 #if KILN_HAS_GPU && KILN_GPU_CUDA
         stream = static_cast<void*>(backend::gpu_memory::stream(first->device().index));
 #endif
-        fn(in.data(), out.data(), periods.data(), first->numel(), stream);
+        {
+#if KILN_HAS_GPU
+            const backend::gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
+#endif
+            fn(in.data(), out.data(), periods.data(), first->numel(), stream);
+        }
         g.jit->runs.fetch_add(1, std::memory_order_relaxed);
         return true;
     }

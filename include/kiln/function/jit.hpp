@@ -511,7 +511,7 @@ inline bool jit_identifier_ok(std::string_view s) {
 // The C++ source of group g's kernel: its members as graph-mode node types over indexed leaves (one per distinct
 // operand from outside the group) and exact constants (its numbers, by their bits), its exported members as the
 // roots of one fused loop. Empty, with `why` set, where a member's op cannot be written into source.
-// On kiln's GPU device (`device`), the roots of the device's elementwise kernel, one thrust::for_each.
+// On kiln's GPU device (`device`), the roots of the device's elementwise kernel, one kernel launch.
 template <int N = 0>
 std::string jit_source(const function_graph& graph, const fused_group& g, jit_slot& slot, std::string& why,
                        bool device = false) {

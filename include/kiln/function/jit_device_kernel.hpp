@@ -18,8 +18,8 @@ namespace kiln::detail {
 
 // Computes Roots over elements [0, n) of contiguous device operands: leaf K reads in[K] (element i, or element
 // i % periods[K] of an operand that repeats along the group when periods[K] is not 0), root J writes out[J]; one
-// thrust::for_each on `stream` (a cudaStream_t; unused on the emulated device). The kernel is the device's own
-// eval_kernel, the one eager mode's ops run, with the whole group as its roots.
+// kernel launch on `stream` (a cudaStream_t; Thrust's for_each on the emulated device, which has no stream). The
+// kernel is the device's own eval_kernel, the one eager mode's ops run, with the whole group as its roots.
 template <class... Roots>
 void run_device_group(const void* const* in, void* const* out, const std::ptrdiff_t* periods, std::ptrdiff_t n,
                       [[maybe_unused]] void* stream) {
@@ -36,8 +36,7 @@ void run_device_group(const void* const* in, void* const* out, const std::ptrdif
     for (std::size_t j = 0; j < sizeof...(Roots); ++j) k.out[j] = out[j];
     if (n <= 0) return;
 #if KILN_GPU_CUDA
-    ::thrust::for_each_n(::thrust::cuda::par_nosync.on(static_cast<cudaStream_t>(stream)),
-                         ::thrust::counting_iterator<std::ptrdiff_t>(0), n, k);
+    backend::gpu::launch_for_each(n, k, static_cast<cudaStream_t>(stream));
 #else
     ::thrust::for_each_n(::thrust::device, ::thrust::counting_iterator<std::ptrdiff_t>(0), n, k);
 #endif

@@ -20,6 +20,7 @@
 #include "../../ops/matmul.hpp"
 #include "../../ops/reduce.hpp"
 #include "../device.hpp"
+#include "blas.hpp"
 #include "kernels.hpp"
 #include "memory.hpp"
 
@@ -83,6 +84,7 @@ struct thrust_device {
     template <class T, class R>
     static void reduce(detail::fold_kind kind, const detail::strided<const T>& x, const dims& keep, R* out,
                        bool mean = false, std::ptrdiff_t count = 0) {
+        const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
         const std::ptrdiff_t m = keep.size();
         if (m == 0) return;
         const std::ptrdiff_t n = x.shape.size();
@@ -112,6 +114,7 @@ struct thrust_device {
 
     template <class T>
     static void arg_reduce(bool is_max, const detail::strided<const T>& x, const dims& keep, std::int64_t* out) {
+        const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
         const std::ptrdiff_t m = keep.size(), n = x.shape.size();
         if (m == 0 || n == 0) return;
         const gpu::reduction_order o = gpu::order_for(x, keep);
@@ -125,6 +128,7 @@ struct thrust_device {
 
     template <class T, class U>
     static void scan(bool product, const detail::strided<const T>& x, int axis, bool reverse, U* out) {
+        const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
         const std::ptrdiff_t n = x.shape.size(), len = x.shape[axis];
         if (n == 0) return;
         const gpu::lines l = gpu::lines_of(x, axis);
@@ -218,6 +222,7 @@ struct thrust_device {
 
     template <class T>
     static void sort_order(const detail::strided<const T>& x, int axis, bool descending, std::int64_t* out) {
+        const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
         const std::ptrdiff_t n = x.shape.size(), len = x.shape[axis];
         if (n == 0) return;
         const gpu::lines l = gpu::lines_of(x, axis);
@@ -232,10 +237,12 @@ struct thrust_device {
     // How many of the n bools at m are true, and their positions in order (masked_select: the count is read on the
     // host, since it is the result's size).
     static std::ptrdiff_t count_true(const bool* m, std::ptrdiff_t n) {
+        const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
         if (n == 0) return 0;
         return static_cast<std::ptrdiff_t>(::thrust::count(gpu::policy(), m, m + n, true));
     }
     static void true_positions(const bool* m, std::ptrdiff_t n, std::int64_t* out) {
+        const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
         if (n == 0) return;
         ::thrust::copy_if(gpu::policy(), ::thrust::counting_iterator<std::int64_t>(0), ::thrust::counting_iterator<std::int64_t>(n),
                           m, out, gpu::is_true{});

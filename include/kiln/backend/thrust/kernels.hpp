@@ -1,7 +1,7 @@
 #pragma once
 // The GPU device's kernels (backend/thrust/device.hpp runs them): the functors Thrust applies per element, the
 // layouts they carry to the device (walk, steps), reductions' and scans' orderings, the index checks and atomic
-// adds of the gathers and scatters, and the BLAS call (cuBLAS on CUDA, a reference kernel elsewhere).
+// adds of the gathers and scatters. The BLAS call is in blas.hpp.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -32,9 +32,6 @@
 #include "../device.hpp"
 #include "memory.hpp"
 
-#if KILN_GPU_CUDA
-#include <cublas_v2.h>
-#endif
 
 namespace kiln {
 namespace backend {
@@ -83,18 +80,30 @@ inline auto policy([[maybe_unused]] int index = 0) {
 }
 
 #if KILN_GPU_CUDA && defined(__CUDACC__)
-// f(i) for i in [0, n): one thread per element, a grid-stride loop past 2^16 blocks of 256.
+// f(i) for i in [0, n): one thread per element, a grid-stride loop past 2^16 blocks of 256. The functor stays in the
+// parameter space: Thrust's for_each (CUB's) copied each eval_kernel into a 336-byte stack frame per thread (ptxas
+// -v), where this kernel has none.
 template <class F>
-__global__ void __launch_bounds__(256) for_each_kernel(std::ptrdiff_t n, F f) {
+__global__ void __launch_bounds__(256) for_each_kernel(std::ptrdiff_t n, const __grid_constant__ F f) {
     const std::ptrdiff_t stride = static_cast<std::ptrdiff_t>(blockDim.x) * gridDim.x;
     for (std::ptrdiff_t i = static_cast<std::ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
 }
-// Launches by Thrust's for_each_n instead, for comparison (bench/gpu_eager.cpp): Thrust asks the runtime for the
-// device's attributes at every launch, which costs host time on every small op.
+// for_each_kernel over [0, n) on stream s (a compiled group's kernel launches it on the stream it is handed).
+template <class F>
+void launch_for_each(std::ptrdiff_t n, const F& f, cudaStream_t s) {
+    constexpr std::ptrdiff_t threads = 256, most_blocks = std::ptrdiff_t{1} << 16;
+    const std::ptrdiff_t blocks = std::min((n + threads - 1) / threads, most_blocks);
+    for_each_kernel<F><<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0, s>>>(n, f);
+    gpu_memory::check_cuda("kernel launch", cudaGetLastError());
+}
+#if defined(KILN_GPU_LAUNCH_COMPARE)
+// Launches by Thrust's for_each_n instead, for comparison (bench/gpu_eager.cpp defines KILN_GPU_LAUNCH_COMPARE, so
+// that both launches are compiled into it).
 inline bool& launch_through_thrust() {
     static bool on = false;
     return on;
 }
+#endif
 #endif
 
 // f(i) for every i in [0, n) on the device's stream: one direct kernel launch on CUDA (no synchronization); Thrust's
@@ -103,17 +112,20 @@ template <class F>
 void for_each_n(std::ptrdiff_t n, const F& f) {
     if (n <= 0) return;
 #if KILN_GPU_CUDA && defined(__CUDACC__)
-    if (!launch_through_thrust()) [[likely]] {
-        constexpr std::ptrdiff_t threads = 256, most_blocks = std::ptrdiff_t{1} << 16;
-        const std::ptrdiff_t blocks = std::min((n + threads - 1) / threads, most_blocks);
-        for_each_kernel<F><<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0, gpu_memory::stream(0)>>>(n, f);
+#if defined(KILN_GPU_LAUNCH_COMPARE)
+    if (launch_through_thrust()) {
+        ::thrust::for_each_n(policy(), ::thrust::counting_iterator<std::ptrdiff_t>(0), n, f);
         gpu_memory::check_cuda("kernel launch", cudaGetLastError());
         return;
     }
 #endif
+    launch_for_each(n, f, gpu_memory::stream(0));
+#else
+    const gpu_memory::device_section work;  // (the emulated device: KILN_GPU_GUARD opens its memory to the kernel)
     ::thrust::for_each_n(policy(), ::thrust::counting_iterator<std::ptrdiff_t>(0), n, f);
 #if KILN_GPU_CUDA
     gpu_memory::check_cuda("kernel launch", cudaGetLastError());
+#endif
 #endif
 }
 
@@ -570,102 +582,6 @@ struct order_store {
         out[offset_of(line * len + rank, order, os)] = sorted[k] % len;
     }
 };
-
-// ---- products ----
-
-// C (m x n, column-major, leading dimension ldc) = op(A) op(B): the BLAS contract, on the host for the emulated
-// device (cuBLAS's reference), in cuBLAS on CUDA. op(X) is X or its transpose. With batch strides, element e of
-// batch q = e / (m n) reads A + q sa and B + q sb and writes C + q sc (cuBLAS's strided-batched contract).
-template <class T>
-struct gemm_kernel {
-    bool ta, tb;
-    std::ptrdiff_t m, n, k;
-    const T* a;
-    std::ptrdiff_t lda;
-    const T* b;
-    std::ptrdiff_t ldb;
-    T* c;
-    std::ptrdiff_t ldc;
-    std::ptrdiff_t sa = 0, sb = 0, sc = 0;
-    KILN_HD void operator()(std::ptrdiff_t e) const {
-        const std::ptrdiff_t q = e / (m * n), r = e % (m * n);
-        const std::ptrdiff_t i = r % m, j = r / m;
-        const T* a = this->a + q * sa;
-        const T* b = this->b + q * sb;
-        T* c = this->c + q * sc;
-        T acc = T(0);
-        for (std::ptrdiff_t p = 0; p < k; ++p) {
-            const T av = ta ? a[p + i * lda] : a[i + p * lda];
-            const T bv = tb ? b[j + p * ldb] : b[p + j * ldb];
-            if constexpr (std::is_same_v<T, bool>) acc = acc || (av && bv);
-            else if constexpr (std::is_integral_v<T>)
-                acc = static_cast<T>(::kiln::detail::kernels::wrapping_add(acc, ::kiln::detail::kernels::wrapping_mul(av, bv)));
-            else acc += av * bv;
-        }
-        c[i + j * ldc] = acc;
-    }
-};
-
-#if KILN_GPU_CUDA
-inline cublasHandle_t blas_handle(int index = 0) {
-    struct handles {
-        cublasHandle_t h[gpu_memory::max_devices] = {};
-    };
-    static handles hs;
-    static std::atomic_flag lock = ATOMIC_FLAG_INIT;
-    while (lock.test_and_set(std::memory_order_acquire)) {}
-    if (!hs.h[index]) {
-        gpu_memory::scoped_device on(index);
-        cublasHandle_t h{};
-        if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
-            cublasSetStream(h, gpu_memory::stream(index));
-            hs.h[index] = h;
-        }
-    }
-    lock.clear(std::memory_order_release);
-    if (!hs.h[index]) throw device_error("kiln: device_error in 'matmul': cuBLAS could not be initialized");
-    return hs.h[index];
-}
-#endif
-
-// `batches` column-major products C = op(A) op(B), operand q at a + q sa, b + q sb, c + q sc (a stride of 0 repeats
-// an operand): through cuBLAS for float and double on CUDA (cublas{S,D}gemm for one product, the strided-batched
-// call for several), one pass of the kernel above otherwise. op(X) is X or its transpose.
-template <class T>
-void blas_strided_batched(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a,
-                          std::ptrdiff_t lda, std::ptrdiff_t sa, const T* b, std::ptrdiff_t ldb, std::ptrdiff_t sb, T* c,
-                          std::ptrdiff_t ldc, std::ptrdiff_t sc, std::ptrdiff_t batches) {
-#if KILN_GPU_CUDA
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        const T one = 1, zero = 0;
-        const auto oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-        const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-        const int LA = static_cast<int>(lda), LB = static_cast<int>(ldb), LC = static_cast<int>(ldc);
-        const auto SA = static_cast<long long>(sa), SB = static_cast<long long>(sb), SC = static_cast<long long>(sc);
-        cublasStatus_t st;
-        if constexpr (std::is_same_v<T, float>)
-            st = batches == 1 ? cublasSgemm(blas_handle(), oa, ob, M, N, K, &one, a, LA, b, LB, &zero, c, LC)
-                              : cublasSgemmStridedBatched(blas_handle(), oa, ob, M, N, K, &one, a, LA, SA, b, LB, SB, &zero, c,
-                                                          LC, SC, static_cast<int>(batches));
-        else
-            st = batches == 1 ? cublasDgemm(blas_handle(), oa, ob, M, N, K, &one, a, LA, b, LB, &zero, c, LC)
-                              : cublasDgemmStridedBatched(blas_handle(), oa, ob, M, N, K, &one, a, LA, SA, b, LB, SB, &zero, c,
-                                                          LC, SC, static_cast<int>(batches));
-        if (st != CUBLAS_STATUS_SUCCESS)
-            throw device_error("kiln: device_error in 'matmul': cuBLAS failed (status " + std::to_string(static_cast<int>(st)) +
-                               ")");
-        return;
-    }
-#endif
-    for_each_n(batches * m * n, gemm_kernel<T>{ta, tb, m, n, k, a, lda, b, ldb, c, ldc, sa, sb, sc});
-}
-
-// One column-major product C = op(A) op(B).
-template <class T>
-void blas(bool ta, bool tb, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* a, std::ptrdiff_t lda,
-          const T* b, std::ptrdiff_t ldb, T* c, std::ptrdiff_t ldc) {
-    blas_strided_batched(ta, tb, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, 1);
-}
 
 }  // namespace gpu
 

@@ -34,6 +34,8 @@
 #define KILN_GPU_CUDA 0
 #endif
 
+#include "guard.hpp"
+
 namespace kiln {
 
 // Bytes held by kiln's GPU device: in tensors now, at most at once, and how many allocations were made.
@@ -219,6 +221,14 @@ inline void* allocate(std::size_t bytes, int index = 0) {
     // again).
     (void)index;
     void* p = nullptr;
+    if (guarded_arena::enabled()) {  // KILN_GPU_GUARD: memory the host cannot touch outside the device's work
+        p = guarded_arena::instance().allocate(n);
+        if (!p)
+            throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) +
+                               " bytes on cuda:0 (emulated, KILN_GPU_GUARD: the guarded arena is full)");
+        note_allocation(bytes);
+        return p;
+    }
     try {
         p = detail::caching_allocator::instance().allocate(n);
     } catch (const std::bad_alloc&) {
@@ -247,7 +257,8 @@ inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
     cudaFreeAsync(p, stream(index));
 #else
     (void)index;
-    detail::caching_allocator::instance().release(p, bytes == 0 ? 256 : bytes);
+    if (guarded_arena::enabled()) guarded_arena::instance().release(p, bytes == 0 ? 256 : bytes);
+    else detail::caching_allocator::instance().release(p, bytes == 0 ? 256 : bytes);
 #endif
     stats_of().allocated.fetch_sub(bytes, std::memory_order_relaxed);
 }
@@ -271,6 +282,7 @@ inline void to_host(void* dst, const void* src, std::size_t bytes, int index = 0
     check_cuda("copy to host", cudaStreamSynchronize(stream(index)));
 #else
     (void)index;
+    const device_section work;
     std::memcpy(dst, src, bytes);
 #endif
 }
@@ -283,6 +295,7 @@ inline void from_host(void* dst, const void* src, std::size_t bytes, int index =
     check_cuda("copy to device", cudaStreamSynchronize(stream(index)));
 #else
     (void)index;
+    const device_section work;
     std::memcpy(dst, src, bytes);
 #endif
 }
@@ -293,6 +306,7 @@ inline void within(void* dst, const void* src, std::size_t bytes, int index = 0)
     check_cuda("copy on device", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(index)));
 #else
     (void)index;
+    const device_section work;
     std::memmove(dst, src, bytes);
 #endif
 }
