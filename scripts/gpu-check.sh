@@ -11,7 +11,11 @@
 # Where they are not installed system-wide, point KILN_DEPS_INCLUDE at a folder that holds them.
 # Output: logs and binaries in ${KILN_GPU_OUT:-build-gpu}; exit status 0 only when every test passed.
 # KILN_GPU_PREBUILT=1 runs the binaries already in that folder (built by this script elsewhere, with the same nvcc,
-# and carried to the GPU machine) and builds only those that are missing.
+# and carried to the GPU machine) and builds only those that are missing. KILN_GPU_BUILD_ONLY=1 builds and stops
+# (on a machine with nvcc and no GPU), and also copies the headers the tests and kernels need (xtensor, xsimd, xtl,
+# doctest) into $out/deps/include, so that the folder alone can be carried to a GPU machine and run there with
+#   KILN_GPU_OUT=<folder> KILN_GPU_PREBUILT=1 KILN_DEPS_INCLUDE=<folder>/deps/include scripts/gpu-check.sh
+# (about 45 MB; one run there then takes under 3 minutes, against about 8 to build there first).
 # KILN_GPU_TIMEOUT (seconds, default 300) bounds each program's run.
 # Where python3 has PyTorch, bench/torch_gpu_steps.py times PyTorch's training steps on the same GPU.
 set -uo pipefail
@@ -51,18 +55,38 @@ build() {  # name source [extra flags...]
 build test_gpu test/gpu_cuda.cpp & p1=$!
 build test_thrust test/thrust_lowering.cpp & p2=$!
 build 07_gpu examples/07_gpu.cpp & p3=$!
-build gpu_eager bench/gpu_eager.cpp -O3 & p4=$!
+build gpu_eager bench/gpu_eager.cpp & p4=$!
 # The data-parallel test with NCCL for GPU tensors, where MPI (mpicxx) and NCCL are installed.
 p5=
-if command -v mpicxx >/dev/null && [ -e "$(dirname "$nvcc")/../include/nccl.h" ]; then
+if [ "${KILN_GPU_PREBUILT:-0}" = 1 ] && [ -x "$out/distributed_nccl" ]; then
+  echo "prebuilt distributed_nccl"
+elif command -v mpicxx >/dev/null && [ -e "$(dirname "$nvcc")/../include/nccl.h" ]; then
   build distributed_nccl test/distributed_train.cpp -DKILN_NCCL=1 $(mpicxx --showme:compile) -lnccl $(mpicxx --showme:link) & p5=$!
 else
   echo "(no mpicxx or no nccl.h: the NCCL data-parallel test is not built)"
 fi
 fail=0
 for p in $p1 $p2 $p3 $p4 $p5; do wait "$p" || fail=1; done
-warnings=$(grep -h -c "warning" "$out"/*.build.log 2>/dev/null | paste -sd+ | bc 2>/dev/null || echo "?")
+warnings=$(cat "$out"/*.build.log 2>/dev/null | grep -c "warning")
 echo "nvcc warnings across the builds: $warnings"
+if [ "${KILN_GPU_BUILD_ONLY:-0}" = 1 ]; then
+  mkdir -p "$out/deps/include"
+  for h in xtensor xsimd xtl doctest; do
+    src="${KILN_DEPS_INCLUDE:-/usr/include}/$h"
+    [ -d "$src" ] && cp -r "$src" "$out/deps/include/" || echo "($h not found under ${KILN_DEPS_INCLUDE:-/usr/include})"
+  done
+  echo "== gpu-check: built in $(( $(date +%s) - start )) s into $out; carry it and run with KILN_GPU_PREBUILT=1"
+  exit $fail
+fi
+
+# Libraries a binary built elsewhere may not find here (cuBLAS, NCCL): the CUDA toolkit's, then those of python3's
+# nvidia packages (PyTorch's images carry them), after whatever LD_LIBRARY_PATH already names.
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os
+for p in nvidia.__path__:
+    for q in sorted(os.listdir(p)): print(os.path.join(p, q, "lib"))' 2>/dev/null); do
+  [ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+export LD_LIBRARY_PATH
 
 run() {  # name [args...]
   local name=$1
@@ -85,7 +109,7 @@ if python3 -c "import torch" 2>/dev/null; then
   echo "== PyTorch on the same GPU (bench/torch_gpu_steps.py)"
   timeout 120 python3 bench/torch_gpu_steps.py || echo "(bench/torch_gpu_steps.py failed; not a kiln failure)"
 fi
-if [ -n "$p5" ]; then
+if [ -n "$p5" ] || [ -x "$out/distributed_nccl" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   for mode in collectives eager function graph; do run distributed_nccl "$mode" cuda; done
 fi
