@@ -13,14 +13,17 @@ printf '#include <xtensor/xarray.hpp>\nint main() {}\n' > "$tmp/xtensor_only.cpp
 printf '#include <kiln/kiln.hpp>\nint main() {}\n' > "$tmp/kiln_all.cpp"
 printf '#include <kiln/graph.hpp>\nint main() {}\n' > "$tmp/kiln_graph.cpp"
 units=("$tmp/xtensor_only.cpp" "$tmp/kiln_all.cpp" "$tmp/kiln_graph.cpp" bench/compile_time/fifty_nodes.cpp
-       examples/03_train_graph.cpp)
+       examples/03_train_graph.cpp bench/compile_time/eager_ops.cpp bench/compile_time/eager_ops.cpp)
 labels=("include <xtensor/xarray.hpp> only (baseline)" "include <kiln/kiln.hpp> only (both modes)"
         "include <kiln/graph.hpp> only (graph mode)" "50-node expression, planned and run"
-        "graph-mode training example (examples/03_train_graph.cpp)")
+        "graph-mode training example (examples/03_train_graph.cpp)"
+        "twelve eager ops (bench/compile_time/eager_ops.cpp)"
+        "the same with -DKILN_SEPARATE_KERNELS (kernels compiled in another unit)")
+extra=("" "" "" "" "" "" "-DKILN_SEPARATE_KERNELS")
 declare -A secs mem
 for ((r = 0; r < rounds; r++)); do
   for i in "${!units[@]}"; do
-    read -r s kb < <(/usr/bin/time -f "%U %M" $cxx $flags "${units[$i]}" 2>&1 | tail -1)
+    read -r s kb < <(/usr/bin/time -f "%U %M" $cxx $flags ${extra[$i]} "${units[$i]}" 2>&1 | tail -1)
     secs[$i]="${secs[$i]:-} $s"
     mem[$i]=$kb
   done

@@ -3,6 +3,7 @@
 //   - kiln::infer gives the dtype and shape that apply gives,
 //   - kiln::op_gradient agrees with central differences (for the differentiable ops);
 // plus lookups, attribute checks and their messages, parsing attributes from text, and recording on a tape.
+#include <algorithm>
 #include <kiln/io.hpp>
 #include <kiln/kiln.hpp>
 
@@ -296,6 +297,24 @@ TEST_CASE("the schema describes each op") {
         CHECK(static_cast<bool>(o.kernel));
         CHECK((o.shape != nullptr || o.rule != kiln::shape_rule::closed || o.family == kiln::op_family::view));
     }
+}
+
+TEST_CASE("the kernels that KILN_SEPARATE_KERNELS compiles once cover every built-in elementwise op") {
+    // kiln/eager/separate.hpp lists the ops by hand; an elementwise op missing there would still work, compiled in
+    // every translation unit that calls it, which is what the list is for.
+    const auto& listed = kiln::detail::separately_compiled_ops;
+    for (const kiln::op_schema& o : kiln::registered_ops()) {
+        if (o.family != kiln::op_family::elementwise) continue;
+        INFO(o.name);
+        CHECK(std::find(std::begin(listed), std::end(listed), o.name) != std::end(listed));
+    }
+    for (std::string_view name : listed) {
+        INFO(name);
+        const kiln::op_schema* o = kiln::find_op_or_null(name);
+        REQUIRE(o != nullptr);
+        CHECK((o->family == kiln::op_family::elementwise || o->family == kiln::op_family::activation));
+    }
+    CHECK(std::size(listed) == 59);
 }
 
 TEST_CASE("bad names, arities and attributes are value_errors that say what is wrong") {

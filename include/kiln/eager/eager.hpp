@@ -13,3 +13,4 @@
 #include "tape.hpp"
 #include "tensor.hpp"
 #include "xtensor.hpp"
+#include "separate.hpp"

@@ -314,6 +314,12 @@ decltype(auto) eager_operand(const A& a) {
 template <class Op, class... Args>
 void record_op(const tensor& y, const Args&... args);
 
+// The one entry of an elementwise op in eager mode: computes it (or records it in a trace) and records it on the
+// tapes. A plain (not inline) function template, so that `KILN_SEPARATE_KERNELS` can declare its instantiations
+// `extern` and one translation unit compile them for the whole program (kiln/separate.hpp).
+template <class Op, class... Args>
+tensor eager_apply(const Args&... args);
+
 template <class T>
 tensor scalar_tensor(T v) {
     tensor t(dtype_of<T>(), dims{});
@@ -330,9 +336,7 @@ struct op_builder<operand_mode::eager> {
 
     template <class Op, class... Args>
     static tensor build_operands(const Args&... args) {
-        tensor y = compute<Op>(args...);
-        record_op<Op>(y, args...);
-        return y;
+        return eager_apply<Op>(args...);
     }
 
     template <class Op, class... Args>
@@ -583,6 +587,13 @@ struct op_builder<operand_mode::eager> {
         else return eager_scalar<Op>(b, a, true);
     }
 };
+
+template <class Op, class... Args>
+tensor eager_apply(const Args&... args) {
+    tensor y = op_builder<operand_mode::eager>::compute<Op>(args...);
+    record_op<Op>(y, args...);
+    return y;
+}
 
 }  // namespace detail
 
