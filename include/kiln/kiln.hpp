@@ -17,8 +17,9 @@
 #include "nn/optim.hpp"
 #include "ops/ops.hpp"
 #include "registry.hpp"
+#include "nn/separate.hpp"
 
 // The one translation unit that compiles eager mode's kernels for a KILN_SEPARATE_KERNELS program.
 #ifdef KILN_IMPLEMENTATION
-#include "eager/implementation.hpp"
+#include "implementation.hpp"
 #endif

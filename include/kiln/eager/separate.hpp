@@ -11,7 +11,8 @@
 // them and compiles none; the KILN_IMPLEMENTATION unit defines them all. Calls with other argument kinds (a
 // `short` operand, say) are still compiled where they are made, so nothing fails to link. A large program may
 // split the implementation into parts built in parallel: KILN_IMPLEMENTATION_PARTS=4 and KILN_IMPLEMENTATION_PART=k
-// (k = 0..3) in four units. docs/internals.md, section 11, says more.
+// (k = 0..3) in four units. kiln/nn/separate.hpp lists the losses, layers and optimizers the same way;
+// kiln/implementation.hpp defines them all. docs/internals.md, section 11, says more.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "reduce.hpp"
 #include "shape_ops.hpp"
 #include "sorting.hpp"
+#include "tape.hpp"
 
 // The elementwise ops in four groups of about equal compile time. U: one tensor operand; B: two operands, each a
 // tensor or a number; T: three; I: binary ops with an in-place form (a += b).
@@ -82,7 +84,8 @@ inline constexpr std::string_view separately_compiled_ops[] = {
     P tensor& eager_in_place<ops::op, int>(tensor&, const int&);                                                   \
     P tensor& eager_in_place<ops::op, std::int64_t>(tensor&, const std::int64_t&);
 
-// The reductions, products and indexing ops (templates on an unused int, kiln/eager/reduce.hpp and beside it).
+// The reductions, products and indexing ops (templates on an unused int, kiln/eager/reduce.hpp and beside it), and
+// the tape's backward pass.
 #define KILN_DETAIL_STRUCTURAL(P)                                                                                  \
     namespace kiln {                                                                                               \
     P tensor sum<0>(const tensor&, std::vector<int>, bool);                                                        \
@@ -110,9 +113,12 @@ inline constexpr std::string_view separately_compiled_ops[] = {
     P tensor tile<0>(const tensor&, const std::vector<std::ptrdiff_t>&);                                           \
     P tensor repeat<0>(const tensor&, std::ptrdiff_t, std::optional<int>);                                         \
     P tensor pad<0>(const tensor&, const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>&, double);         \
+    P std::vector<tensor> gradient_tape::gradient_from<0>(const tensor&, const std::vector<tensor>&, const tensor*); \
+    P std::vector<tensor> gradient_tape::gradient<0>(const tensor&, const std::vector<variable*>&);                \
     namespace detail {                                                                                             \
     P tensor eager_where<0>(const tensor&, const tensor&, const tensor&);                                          \
     P tensor& tensor_copy<0>(tensor&, const tensor&);                                                              \
+    P void record_matmul<0>(const tensor&, const tensor&, const tensor&);                                          \
     }                                                                                                              \
     }
 

@@ -270,39 +270,10 @@ public:
     }
 
 private:
-    // (A template: its sums of gradients compile where gradients are asked for.)
+    // (A template: its sums of gradients compile where gradients are asked for. Defined below the class, not
+    // inline, so that KILN_SEPARATE_KERNELS can compile it once: kiln/eager/separate.hpp.)
     template <int N>
-    std::vector<tensor> gradient_from(const tensor& target, const std::vector<tensor>& sources, const tensor* seed) {
-        if (used_ && !persistent_)
-            throw value_error("kiln: value_error in 'gradient_tape::gradient': a non-persistent tape computes gradients once; make it "
-                              "with gradient_tape(true) to call gradient() again");
-        used_ = true;
-        // This tape must not record its own backward pass; the tapes around it do.
-        const bool was_recording = pause();
-        std::unordered_map<std::uint64_t, detail::dependent_tensor<N>> grads;
-        grads.emplace(target.id(), seed ? seed->to(target.dtype()) : full(target.shape(), 1.0, target.dtype(), target.device()));
-        for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-            auto found = grads.find(it->output.id());
-            if (found == grads.end()) continue;
-            const tensor g = found->second;
-            const auto in_grads = (*it)(g);
-            for (std::size_t i = 0; i < it->inputs.size(); ++i) {
-                if (!in_grads[i]) continue;
-                const std::uint64_t id = it->inputs[i].id();
-                auto slot = grads.find(id);
-                if (slot == grads.end()) grads.emplace(id, *in_grads[i]);
-                else slot->second = slot->second + *in_grads[i];
-            }
-        }
-        if (was_recording) resume();
-        std::vector<tensor> out;
-        for (const tensor& s : sources) {
-            // Like TensorFlow, only watched sources have gradients; others get zeros.
-            auto found = watches(s) ? grads.find(s.id()) : grads.end();
-            out.push_back(found != grads.end() ? found->second : zeros(s.shape(), s.dtype(), s.device()));
-        }
-        return out;
-    }
+    std::vector<tensor> gradient_from(const tensor& target, const std::vector<tensor>& sources, const tensor* seed);
 
     bool pause() {
         const auto& st = detail::tape_stack();
@@ -320,6 +291,40 @@ private:
     detail::id_set watched_;
     std::vector<detail::tape_entry> entries_;
 };
+
+template <int N>
+std::vector<tensor> gradient_tape::gradient_from(const tensor& target, const std::vector<tensor>& sources,
+                                             const tensor* seed) {
+    if (used_ && !persistent_)
+        throw value_error("kiln: value_error in 'gradient_tape::gradient': a non-persistent tape computes gradients once; make it "
+                          "with gradient_tape(true) to call gradient() again");
+    used_ = true;
+    // This tape must not record its own backward pass; the tapes around it do.
+    const bool was_recording = pause();
+    std::unordered_map<std::uint64_t, detail::dependent_tensor<N>> grads;
+    grads.emplace(target.id(), seed ? seed->to(target.dtype()) : full(target.shape(), 1.0, target.dtype(), target.device()));
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+        auto found = grads.find(it->output.id());
+        if (found == grads.end()) continue;
+        const tensor g = found->second;
+        const auto in_grads = (*it)(g);
+        for (std::size_t i = 0; i < it->inputs.size(); ++i) {
+            if (!in_grads[i]) continue;
+            const std::uint64_t id = it->inputs[i].id();
+            auto slot = grads.find(id);
+            if (slot == grads.end()) grads.emplace(id, *in_grads[i]);
+            else slot->second = slot->second + *in_grads[i];
+        }
+    }
+    if (was_recording) resume();
+    std::vector<tensor> out;
+    for (const tensor& s : sources) {
+        // Like TensorFlow, only watched sources have gradients; others get zeros.
+        auto found = watches(s) ? grads.find(s.id()) : grads.end();
+        out.push_back(found != grads.end() ? found->second : zeros(s.shape(), s.dtype(), s.device()));
+    }
+    return out;
+}
 
 namespace detail {
 

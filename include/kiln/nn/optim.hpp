@@ -202,26 +202,9 @@ public:
         step<N>(grads);
     }
 
+    // (Defined below the class, not inline, so that KILN_SEPARATE_KERNELS can compile it once.)
     template <int N = 0>
-    void step(const std::vector<tensor>& grads) {
-        if (momentum_ != 0.0) detail::check_slots(params_, velocity_, "sgd");
-        if (kiln::detail::active_tracer) [[unlikely]] {
-            detail::check_grads(params_, grads, "sgd");
-            detail::trace_step(params_, grads, "sgd_step", "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_),
-                               [this](const std::vector<tensor>& g) { step<N>(g); });
-            return;
-        }
-        detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
-            // The update graphs of graph mode's sgd_rule and momentum_rule.
-            if (momentum_ == 0.0)
-                std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 2>{&p, &g}, std::array<tensor*, 1>{&p}, roots...); },
-                           sgd_rule{lr_}.template roots<T>());
-            else
-                std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 3>{&p, &g, &velocity_[i]},
-                                                                         std::array<tensor*, 2>{&p, &velocity_[i]}, roots...); },
-                           momentum_rule{lr_, momentum_}.template roots<T>());
-        });
-    }
+    void step(const std::vector<tensor>& grads);
 
     // Checkpoints (kiln/io/checkpoint.hpp): the optimizer's kind, its state by name ("velocity/0", ...: tensors that
     // traced steps read where they live, so restore() writes into them), and restore() of that state.
@@ -258,6 +241,27 @@ private:
     double lr_, momentum_;
 };
 
+template <int N>
+void sgd::step(const std::vector<tensor>& grads) {
+    if (momentum_ != 0.0) detail::check_slots(params_, velocity_, "sgd");
+    if (kiln::detail::active_tracer) [[unlikely]] {
+        detail::check_grads(params_, grads, "sgd");
+        detail::trace_step(params_, grads, "sgd_step", "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_),
+                           [this](const std::vector<tensor>& g) { step<N>(g); });
+        return;
+    }
+    detail::for_each_parameter(params_, grads, "sgd", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
+        // The update graphs of graph mode's sgd_rule and momentum_rule.
+        if (momentum_ == 0.0)
+            std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 2>{&p, &g}, std::array<tensor*, 1>{&p}, roots...); },
+                       sgd_rule{lr_}.template roots<T>());
+        else
+            std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 3>{&p, &g, &velocity_[i]},
+                                                                     std::array<tensor*, 2>{&p, &velocity_[i]}, roots...); },
+                       momentum_rule{lr_, momentum_}.template roots<T>());
+    });
+}
+
 // Adam (Kingma and Ba), with bias correction folded into the step size.
 class adam {
 public:
@@ -279,26 +283,9 @@ public:
         step<N>(grads);
     }
 
+    // (Defined below the class, not inline, so that KILN_SEPARATE_KERNELS can compile it once.)
     template <int N = 0>
-    void step(const std::vector<tensor>& grads) {
-        detail::check_grads(params_, grads, "adam");  // before the step count moves
-        detail::check_slots(params_, m_, "adam");
-        if (kiln::detail::active_tracer) [[unlikely]] {
-            // Traced: the step (its count included) happens each time the function runs.
-            detail::trace_step(params_, grads, "adam_step",
-                               "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
-                                   " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps),
-                               [this](const std::vector<tensor>& g) { step<N>(g); });
-            return;
-        }
-        rule_.next_step(++t_);
-        detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
-            // The same update graph as graph mode's kiln::optim::minimize with adam_rule.
-            std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 4>{&p, &g, &m_[i], &v_[i]},
-                                                                     std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, roots...); },
-                       rule_.template roots<T>());
-        });
-    }
+    void step(const std::vector<tensor>& grads);
 
     static std::vector<detail::hyperparameter> adam_ranges(double beta1, double beta2, double eps) {
         return {{"beta1", beta1, true}, {"beta2", beta2, true}, {"eps", eps, false}};
@@ -353,5 +340,26 @@ private:
     adam_rule rule_;
     int t_ = 0;
 };
+
+template <int N>
+void adam::step(const std::vector<tensor>& grads) {
+    detail::check_grads(params_, grads, "adam");  // before the step count moves
+    detail::check_slots(params_, m_, "adam");
+    if (kiln::detail::active_tracer) [[unlikely]] {
+        // Traced: the step (its count included) happens each time the function runs.
+        detail::trace_step(params_, grads, "adam_step",
+                           "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
+                               " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps),
+                           [this](const std::vector<tensor>& g) { step<N>(g); });
+        return;
+    }
+    rule_.next_step(++t_);
+    detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
+        // The same update graph as graph mode's kiln::optim::minimize with adam_rule.
+        std::apply([&](const auto&... roots) { detail::fused_update(std::array<const tensor*, 4>{&p, &g, &m_[i], &v_[i]},
+                                                                 std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, roots...); },
+                   rule_.template roots<T>());
+    });
+}
 
 }  // namespace kiln::optim

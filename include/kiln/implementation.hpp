@@ -1,8 +1,10 @@
 #pragma once
 // The translation unit that compiles eager mode's kernels for a program built with KILN_SEPARATE_KERNELS
-// (kiln/eager/separate.hpp): `#define KILN_IMPLEMENTATION` before `#include <kiln/kiln.hpp>` in exactly one unit,
-// or in KILN_IMPLEMENTATION_PARTS units (1, 2 or 4) that each define a different KILN_IMPLEMENTATION_PART.
-#include "separate.hpp"
+// (kiln/eager/separate.hpp, kiln/nn/separate.hpp): `#define KILN_IMPLEMENTATION` before `#include <kiln/kiln.hpp>`
+// in exactly one unit, or in KILN_IMPLEMENTATION_PARTS units (1, 2 or 4) that each define a different
+// KILN_IMPLEMENTATION_PART. (kiln/kiln.hpp includes this file last.)
+#include "eager/separate.hpp"
+#include "nn/separate.hpp"
 
 #ifndef KILN_IMPLEMENTATION_PARTS
 #define KILN_IMPLEMENTATION_PARTS 1
@@ -35,5 +37,6 @@ KILN_SEPARATE_GROUP_3(KILN_DETAIL_DEFINE_U, KILN_DETAIL_DEFINE_B, KILN_DETAIL_DE
 
 #ifdef KILN_DETAIL_DEFINE_STRUCTURAL
 KILN_DETAIL_STRUCTURAL(template)
+KILN_DETAIL_NN(template)
 #undef KILN_DETAIL_DEFINE_STRUCTURAL
 #endif

@@ -1,0 +1,25 @@
+#pragma once
+// The losses, the dense layer and the optimizers' steps, compiled once per program with KILN_SEPARATE_KERNELS (as
+// kiln/eager/separate.hpp does for eager ops; kiln/implementation.hpp defines them).
+#include <vector>
+
+#include "../eager/separate.hpp"
+#include "layers.hpp"
+#include "optim.hpp"
+
+#define KILN_DETAIL_NN(P)                                                                                          \
+    namespace kiln::nn {                                                                                           \
+    P tensor softmax<0>(const tensor&, int);                                                                       \
+    P tensor log_softmax<0>(const tensor&, int);                                                                   \
+    P tensor mse<0>(const tensor&, const tensor&);                                                                 \
+    P tensor cross_entropy<0>(const tensor&, const tensor&);                                                       \
+    P class basic_dense<0>;                                                                                        \
+    }                                                                                                              \
+    namespace kiln::optim {                                                                                        \
+    P void sgd::step<0>(const std::vector<tensor>&);                                                               \
+    P void adam::step<0>(const std::vector<tensor>&);                                                              \
+    }
+
+#if defined(KILN_SEPARATE_KERNELS) && !defined(KILN_IMPLEMENTATION)
+KILN_DETAIL_NN(extern template)
+#endif
