@@ -202,9 +202,8 @@ public:
         step<N>(grads);
     }
 
-    // (Defined below the class, not inline, so that KILN_SEPARATE_KERNELS can compile it once.)
     template <int N = 0>
-    void step(const std::vector<tensor>& grads);
+    void step(const std::vector<tensor>& grads) { step_impl<N>(grads); }
 
     // Checkpoints (kiln/io/checkpoint.hpp): the optimizer's kind, its state by name ("velocity/0", ...: tensors that
     // traced steps read where they live, so restore() writes into them), and restore() of that state.
@@ -231,6 +230,11 @@ public:
     }
 
 private:
+    // (Defined below the class, not inline, so that KILN_SEPARATE_KERNELS can compile it once: a member defined
+    // in its class is inline, and nvcc rejects a default template argument on a member defined outside it.)
+    template <int N>
+    void step_impl(const std::vector<tensor>& grads);
+
     void make_slots() {
         velocity_.clear();
         for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype(), p->device()));
@@ -242,7 +246,7 @@ private:
 };
 
 template <int N>
-void sgd::step(const std::vector<tensor>& grads) {
+void sgd::step_impl(const std::vector<tensor>& grads) {
     if (momentum_ != 0.0) detail::check_slots(params_, velocity_, "sgd");
     if (kiln::detail::active_tracer) [[unlikely]] {
         detail::check_grads(params_, grads, "sgd");
@@ -283,9 +287,8 @@ public:
         step<N>(grads);
     }
 
-    // (Defined below the class, not inline, so that KILN_SEPARATE_KERNELS can compile it once.)
     template <int N = 0>
-    void step(const std::vector<tensor>& grads);
+    void step(const std::vector<tensor>& grads) { step_impl<N>(grads); }
 
     static std::vector<detail::hyperparameter> adam_ranges(double beta1, double beta2, double eps) {
         return {{"beta1", beta1, true}, {"beta2", beta2, true}, {"eps", eps, false}};
@@ -326,6 +329,11 @@ public:
     }
 
 private:
+    // (Defined below the class, not inline, so that KILN_SEPARATE_KERNELS can compile it once: a member defined
+    // in its class is inline, and nvcc rejects a default template argument on a member defined outside it.)
+    template <int N>
+    void step_impl(const std::vector<tensor>& grads);
+
     void make_slots() {
         m_.clear();
         v_.clear();
@@ -342,7 +350,7 @@ private:
 };
 
 template <int N>
-void adam::step(const std::vector<tensor>& grads) {
+void adam::step_impl(const std::vector<tensor>& grads) {
     detail::check_grads(params_, grads, "adam");  // before the step count moves
     detail::check_slots(params_, m_, "adam");
     if (kiln::detail::active_tracer) [[unlikely]] {

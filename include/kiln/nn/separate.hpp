@@ -16,8 +16,8 @@
     P class basic_dense<0>;                                                                                        \
     }                                                                                                              \
     namespace kiln::optim {                                                                                        \
-    P void sgd::step<0>(const std::vector<tensor>&);                                                               \
-    P void adam::step<0>(const std::vector<tensor>&);                                                              \
+    P void sgd::step_impl<0>(const std::vector<tensor>&);                                                               \
+    P void adam::step_impl<0>(const std::vector<tensor>&);                                                              \
     }
 
 #if defined(KILN_SEPARATE_KERNELS) && !defined(KILN_IMPLEMENTATION)
