@@ -316,7 +316,7 @@ void record_op(const tensor& y, const Args&... args);
 
 // The one entry of an elementwise op in eager mode: computes it (or records it in a trace) and records it on the
 // tapes. A plain (not inline) function template, so that `KILN_SEPARATE_KERNELS` can declare its instantiations
-// `extern` and one translation unit compile them for the whole program (kiln/separate.hpp).
+// `extern` and one translation unit compile them for the whole program (kiln/eager/separate.hpp).
 template <class Op, class... Args>
 tensor eager_apply(const Args&... args);
 

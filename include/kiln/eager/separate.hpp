@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
-#include <string_view>
 
 #include "elementwise.hpp"
 #include "indexing.hpp"
