@@ -7,9 +7,10 @@ packages=(g++ cmake make libxtensor-dev libxsimd-dev xtl-dev libopenblas-dev)
 case "$what" in
   demo) ;;
   # The tests: doctest, python3 with venv for the NumPy differential test (NumPy 2 comes from PyPI into a virtual
-  # environment), clang with its sanitizer and fuzzer runtimes.
+  # environment), clang with its sanitizer and fuzzer runtimes and OpenMP (the test command builds the suite with clang
+  # as well).
   # OpenMPI for the data-parallel tests (kiln/distributed.hpp), run under mpirun.
-  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev libopenmpi-dev openmpi-bin) ;;
+  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin) ;;
   bench) packages+=(libbenchmark-dev libeigen3-dev python3) ;;
   *) echo "install-deps.sh: unknown set '$what' (demo, test or bench)" >&2; exit 2 ;;
 esac

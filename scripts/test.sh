@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds every test (and the examples they run) and runs them all with CTest: the plain
-# suite, the sanitizer builds (AddressSanitizer with UndefinedBehaviorSanitizer, ThreadSanitizer) and the NumPy
-# differential test and the safetensors and ONNX interoperability tests, which run in a virtual environment with
-# NumPy 2, safetensors, onnx and onnxruntime (created under build-test/ when missing).
+# Installs what is missing, builds every test (and the examples they run) and runs them all with CTest, twice:
+# - built by g++ (build-test/): the plain suite at the optimization each test asks for, the NumPy differential test
+#   and the safetensors and ONNX interoperability tests, which run in a virtual environment with NumPy 2,
+#   safetensors, onnx and onnxruntime (created under build-test/ when missing), and the nvcc builds of the GPU tests;
+# - built by clang (build-test-clang/), where clang++ is installed (scripts/install-deps.sh test installs it): the
+#   same suite, every test and example at -O0 under AddressSanitizer with UndefinedBehaviorSanitizer
+#   (KILN_SANITIZE_ALL), and the concurrency test under ThreadSanitizer.
+# Without clang, the g++ build makes the sanitizer builds instead (ASan and UBSan for the eager, tape, function,
+# graph-run and reliability tests and the loaders' corpora, TSan for the concurrency test).
+# KILN_TEST_CLANG=0 leaves the clang build out; KILN_TEST_CLANG=/path/to/clang++ picks the compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
@@ -18,7 +24,21 @@ fi
 "$venv/bin/python3" -c 'import safetensors, onnx, onnxruntime' 2>/dev/null ||
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "safetensors>=0.4" "onnx>=1.14" "onnxruntime>=1.16" ||
   echo "kiln: Python's safetensors, onnx or onnxruntime package could not be installed; the safetensors_interop and onnx_export tests will be skipped"
+clangxx="${KILN_TEST_CLANG:-clang++}"
+if [ "$clangxx" = 0 ] || ! command -v "$clangxx" > /dev/null; then clangxx=""; fi
+sanitize=ON
+[ -n "$clangxx" ] && sanitize=OFF  # (the clang build runs every test under the sanitizers)
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_EXAMPLES=ON \
-      -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 || { cat build-test-configure.log; exit 1; }
+      -DKILN_SANITIZE_TESTS=$sanitize -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 ||
+  { cat build-test-configure.log; exit 1; }
 cmake --build build-test -j"$(( $(nproc) + 1 ))"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"
+if [ -n "$clangxx" ]; then
+  echo "kiln: the same suite built by $clangxx, under AddressSanitizer and UBSan (build-test-clang/)"
+  # (nvcc's builds are the g++ build's: KILN_USE_CUDA=OFF here.)
+  cmake -S . -B build-test-clang -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON \
+        -DKILN_BUILD_EXAMPLES=ON -DKILN_SANITIZE_ALL=ON -DKILN_USE_CUDA=OFF -DKILN_PYTHON3="$PWD/$venv/bin/python3" \
+        > build-test-clang-configure.log 2>&1 || { cat build-test-clang-configure.log; exit 1; }
+  cmake --build build-test-clang -j"$(( $(nproc) + 1 ))"
+  ctest --test-dir build-test-clang --output-on-failure -j"$(nproc)"
+fi

@@ -93,7 +93,10 @@ TEST_CASE("the CPU device's matrix product: equal rows of A give equal rows of C
     // order).
     std::mt19937 g(11);
     std::uniform_real_distribution<double> u(-2, 2);
-    for (auto [m, n, k] : std::vector<std::array<std::ptrdiff_t, 3>>{{17, 1, 17}, {17, 1, 64}, {9, 3, 33}, {13, 37, 10}, {6, 1, 5}}) {
+    for (const auto& mnk : std::vector<std::array<std::ptrdiff_t, 3>>{{17, 1, 17}, {17, 1, 64}, {9, 3, 33}, {13, 37, 10}, {6, 1, 5}}) {
+        // (Not a structured binding: doctest's INFO captures m, n and k in a lambda, which clang 14 refuses for a
+        // binding.)
+        const std::ptrdiff_t m = mnk[0], n = mnk[1], k = mnk[2];
         std::vector<double> row(static_cast<std::size_t>(k)), a, b(static_cast<std::size_t>(k * n));
         for (double& x : row) x = u(g);
         for (std::ptrdiff_t i = 0; i < m; ++i) a.insert(a.end(), row.begin(), row.end());

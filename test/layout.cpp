@@ -224,7 +224,9 @@ TEST_CASE("take_along_axis, index_select, argsort and sort in graph mode: intege
     CHECK(flat(kiln::run(kiln::argsort<0>(x), x = kiln::view(n.data(), {4}))) == std::vector<double>{2, 0, 3, 1});
     // Gradients: the scatter-add of take_along_axis and index_select (a repeated index adds twice).
     std::vector<std::int64_t> rep{1, 1, 0, 2, 2, 2};
-    const auto feeds = idx = kiln::view(rep.data(), {2, 3});
+    // (A feed refers to what it is given, so the view must outlive it: a named view, not a temporary.)
+    const auto rep_view = kiln::view(rep.data(), {2, 3});
+    const auto feeds = idx = rep_view;
     check_gradient(kiln::sum(kiln::square(kiln::take_along_axis<1>(x, idx))), xv, xs, feeds);
     std::vector<std::int64_t> cols{2, 2, 0};
     check_gradient(kiln::sum(kiln::cumsum<1>(kiln::index_select<1>(x, idx)) * kiln::index_select<1>(x, idx)), xv, xs,

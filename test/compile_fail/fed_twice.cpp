@@ -1,4 +1,4 @@
-// expect: input_fed_twice<kiln::fixed_string<2>.?"x"
+// expect: input_fed_twice<(kiln::fixed_string<2>.?"x"|.*kiln::detail::chars<'x'>)
 // errors: 1
 #include <kiln/kiln.hpp>
 #include <vector>

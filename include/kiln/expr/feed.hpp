@@ -152,39 +152,38 @@ strided<P> as_strided(C& c) {
     return s;
 }
 
-template <fixed_string Name>
+// The diagnostics of mistaken feeds. Each is instantiated only by report_leaf_feed and its kind (below), where a check
+// has failed and outside any constant expression: clang treats a failed static_assert met while evaluating a
+// constant as making that evaluation fail as well, and would print follow-up errors. `Spelled` is the name as
+// characters, which clang prints readably (see detail::spelled).
+template <fixed_string Name, class Spelled = spelled_t<Name>>
 struct no_feed_for_input {
-    static_assert(Name.size() == 0 && Name.size() != 0,
+    static_assert(never<Spelled>,
                   "kiln: an input of the expression has no feed; its name is the argument of "
                   "'no_feed_for_input' above. Pass \"name\"_in = data.");
-    static constexpr bool value = false;
 };
-template <fixed_string Name>
+template <fixed_string Name, class Spelled = spelled_t<Name>>
 struct feed_names_no_input_of_the_expression {
-    static_assert(Name.size() == 0 && Name.size() != 0,
+    static_assert(never<Spelled>,
                   "kiln: a feed names no input of the expression; its name is the argument of "
                   "'feed_names_no_input_of_the_expression' above.");
-    static constexpr bool value = false;
 };
-template <fixed_string Name>
+template <fixed_string Name, class Spelled = spelled_t<Name>>
 struct input_fed_twice {
-    static_assert(Name.size() == 0 && Name.size() != 0,
+    static_assert(never<Spelled>,
                   "kiln: an input is fed twice; its name is the argument of 'input_fed_twice' above.");
-    static constexpr bool value = false;
 };
-template <fixed_string Name, class Declared, class Fed>
+template <fixed_string Name, class Declared, class Fed, class Spelled = spelled_t<Name>>
 struct feed_has_wrong_element_type {
-    static_assert(sizeof(Declared) == 0,
+    static_assert(never<Spelled>,
                   "kiln: the feed for an input has another element type than the input declares; see the "
                   "input's name, its declared type and the fed type in 'feed_has_wrong_element_type' above.");
-    static constexpr bool value = false;
 };
-template <fixed_string Name>
+template <fixed_string Name, class Spelled = spelled_t<Name>>
 struct two_leaves_share_a_name {
-    static_assert(Name.size() == 0 && Name.size() != 0,
+    static_assert(never<Spelled>,
                   "kiln: two leaves of different types share a name (the argument of 'two_leaves_share_a_name' "
                   "above); a name means one input.");
-    static constexpr bool value = false;
 };
 
 template <class Leaf, class Feed>
@@ -198,36 +197,58 @@ constexpr std::size_t feed_index() {
     return i;
 }
 
+// The compile-time checks of a set of feeds against the leaves: plain values, with no diagnostic in them. An entry
+// point tests them and, when one fails, calls the matching report_* function, which instantiates the diagnostic.
+enum class leaf_feed_state { ok, missing, twice, wrong_type };
 template <class Leaf, class... Feeds>
-constexpr bool check_leaf_feed() {
+constexpr leaf_feed_state leaf_feed_check() {
     constexpr std::size_t count = (std::size_t{names_match<Leaf, Feeds>} + ... + 0);
     if constexpr (count == 0) {
-        return no_feed_for_input<Leaf::name>::value;
+        return leaf_feed_state::missing;
     } else if constexpr (count > 1) {
-        return input_fed_twice<Leaf::name>::value;
+        return leaf_feed_state::twice;
     } else {
         using F = std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>;
-        using fed = container_element_t<const typename F::container_type>;
-        using declared = typename Leaf::value_type;
-        if constexpr (!std::is_same_v<std::remove_const_t<fed>, declared> &&
-                      !std::is_same_v<std::remove_const_t<fed>, runtime_element>)
-            return feed_has_wrong_element_type<Leaf::name, declared, std::remove_const_t<fed>>::value;
-        else return true;
+        using fed = std::remove_const_t<container_element_t<const typename F::container_type>>;
+        if constexpr (!std::is_same_v<fed, typename Leaf::value_type> && !std::is_same_v<fed, runtime_element>)
+            return leaf_feed_state::wrong_type;
+        else return leaf_feed_state::ok;
     }
 }
-
+template <class Leaf, class... Feeds>
+constexpr bool check_leaf_feed() {
+    return leaf_feed_check<Leaf, Feeds...>() == leaf_feed_state::ok;
+}
 template <class Feed, class... Leaves>
 constexpr bool check_feed_used() {
-    if constexpr (!(names_match<Leaves, Feed> || ...))
-        return feed_names_no_input_of_the_expression<Feed::leaf_type::name>::value;
-    else return true;
+    return (names_match<Leaves, Feed> || ...);
 }
-
 template <class Leaf, class... Leaves>
 constexpr bool check_name_unique() {
-    constexpr std::size_t same_name = (std::size_t{Leaves::name == Leaf::name} + ... + 0);
-    if constexpr (same_name > 1) return two_leaves_share_a_name<Leaf::name>::value;
-    else return true;
+    return (std::size_t{Leaves::name == Leaf::name} + ... + 0) <= 1;
+}
+
+template <class Leaf, class... Feeds>
+void report_leaf_feed() {
+    constexpr leaf_feed_state state = leaf_feed_check<Leaf, Feeds...>();
+    if constexpr (state == leaf_feed_state::missing) {
+        (void)sizeof(no_feed_for_input<Leaf::name>);
+    } else if constexpr (state == leaf_feed_state::twice) {
+        (void)sizeof(input_fed_twice<Leaf::name>);
+    } else if constexpr (state == leaf_feed_state::wrong_type) {
+        using F = std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>;
+        using fed = std::remove_const_t<container_element_t<const typename F::container_type>>;
+        (void)sizeof(feed_has_wrong_element_type<Leaf::name, typename Leaf::value_type, fed>);
+    }
+}
+template <class Feed, class... Leaves>
+void report_feed_used() {
+    if constexpr (!check_feed_used<Feed, Leaves...>())
+        (void)sizeof(feed_names_no_input_of_the_expression<Feed::leaf_type::name>);
+}
+template <class Leaf, class... Leaves>
+void report_name_unique() {
+    if constexpr (!check_name_unique<Leaf, Leaves...>()) (void)sizeof(two_leaves_share_a_name<Leaf::name>);
 }
 
 // `where` names the entry point that was called (kiln::run, kiln::run_into, kiln::session::run).
@@ -278,19 +299,29 @@ template <class... Leaves>
 struct bound_leaves<types<Leaves...>> {
     using type = std::tuple<strided<const typename Leaves::value_type>...>;
 
-    // The compile-time checks of a set of feeds: names, types and use; a failure is a static_assert naming it.
+    // The compile-time checks of a set of feeds: names, types and use. Where check() is false, report() gives the
+    // static_assert that names the mistake.
     template <class... Feeds>
     static constexpr bool check() {
         return (check_name_unique<Leaves, Leaves...>() && ...) && (check_leaf_feed<Leaves, Feeds...>() && ...) &&
                (check_feed_used<Feeds, Leaves...>() && ...);
     }
+    template <class... Feeds>
+    static void report() {
+        (report_name_unique<Leaves, Leaves...>(), ...);
+        (report_leaf_feed<Leaves, Feeds...>(), ...);
+        (report_feed_used<Feeds, Leaves...>(), ...);
+    }
 
     // `where` names the entry point in run-time errors.
     template <class... Feeds>
     static type bind(const char* where, const Feeds&... feeds) {
-        constexpr bool ok = check<Feeds...>();
-        if constexpr (ok) return bind_checked(where, feeds...);
-        else return type{};
+        if constexpr (check<Feeds...>()) {
+            return bind_checked(where, feeds...);
+        } else {
+            report<Feeds...>();
+            return type{};
+        }
     }
 
     // Every feed must live on device `on` (the CPU unless the caller runs on a device).

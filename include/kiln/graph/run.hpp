@@ -252,11 +252,15 @@ struct pack_traits<root_pack<Roots...>> {
 };
 
 // The compile-time checks of the feeds (names, element types, use), made first at each entry point. When one
-// fails, its static_assert is the only error: nothing past the check is instantiated, and the chain of
-// "required from" lines prints the expression's type once, at the entry point, instead of once for every internal
-// function (that printed form doubles with each layer that reuses a subtree).
+// fails, the entry point calls report_feeds, whose static_assert is the only error: nothing past the check is
+// instantiated, and the chain of "required from" lines prints the expression's type once, at the entry point,
+// instead of once for every internal function (that printed form doubles with each layer that reuses a subtree).
 template <class Leaves, class... Feeds>
 inline constexpr bool feeds_ok = bound_leaves<Leaves>::template check<Feeds...>();
+template <class Leaves, class... Feeds>
+void report_feeds() {
+    bound_leaves<Leaves>::template report<Feeds...>();
+}
 }  // namespace detail
 
 // Runs an expression: one fused pass over memory; the result is an xtensor container.
@@ -264,14 +268,18 @@ template <class E, class... Feeds>
 auto run(const E& expr, const Feeds&... feeds) {
     if constexpr (detail::is_fetch_v<E>) {
         using traits = detail::pack_traits<std::remove_cvref_t<decltype(expr.roots)>>;
-        if constexpr (detail::feeds_ok<typename traits::leaves, Feeds...>)
+        if constexpr (detail::feeds_ok<typename traits::leaves, Feeds...>) {
             return detail::run_roots(expr.roots, feeds...);
-        else return typename traits::results{};
+        } else {
+            detail::report_feeds<typename traits::leaves, Feeds...>();
+            return typename traits::results{};
+        }
     } else if constexpr (!is_graph_v<E>) {
         static_assert(is_graph_v<E>, "kiln::run: the first argument must be a graph-mode expression or kiln::fetch.");
     } else if constexpr (detail::feeds_ok<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>) {
         return std::get<0>(detail::run_roots(detail::root_pack<E>(expr), feeds...));
     } else {
+        detail::report_feeds<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>();
         return detail::result_container_t<E>{};
     }
 }
@@ -404,6 +412,8 @@ void run_into(Out&& out, const E& expr, const Feeds&... feeds) {
                           "above.");
         } else if constexpr (detail::feeds_ok<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>) {
             detail::run_into_checked(out, expr, feeds...);
+        } else {
+            detail::report_feeds<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>();
         }
     }
 }

@@ -79,14 +79,19 @@ public:
     auto run(const E& expr, const Feeds&... feeds) {
         if constexpr (detail::is_fetch_v<E>) {
             using traits = detail::pack_traits<std::remove_cvref_t<decltype(expr.roots)>>;
-            if constexpr (feeds_ok<typename traits::leaves, Feeds...>()) return run_roots(expr.roots, feeds...);
-            else return typename traits::results{};
+            if constexpr (feeds_ok<typename traits::leaves, Feeds...>()) {
+                return run_roots(expr.roots, feeds...);
+            } else {
+                report_feeds<typename traits::leaves, Feeds...>();
+                return typename traits::results{};
+            }
         } else if constexpr (!is_graph_v<E>) {
             static_assert(is_graph_v<E>, "kiln::session::run: the first argument must be a graph-mode expression, "
                                          "kiln::fetch or a training step.");
         } else if constexpr (feeds_ok<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>()) {
             return std::get<0>(run_roots(detail::root_pack<E>(expr), feeds...));
         } else {
+            report_feeds<detail::leaves_t<detail::unique_nodes_t<E>>, Feeds...>();
             return detail::result_container_t<E>{};
         }
     }
@@ -96,8 +101,12 @@ public:
     template <class Loss, class Rule, class... Params, class... Feeds>
     auto run(const training_step<Loss, Rule, detail::types<Params...>>& step, const Feeds&... feeds) {
         using leaves = detail::leaves_t<detail::unique_nodes_t<Loss>>;
-        if constexpr (feeds_ok<leaves, Feeds...>()) return run_step(step, feeds...);
-        else return detail::root_type_t<Loss>{};
+        if constexpr (feeds_ok<leaves, Feeds...>()) {
+            return run_step(step, feeds...);
+        } else {
+            report_feeds<leaves, Feeds...>();
+            return detail::root_type_t<Loss>{};
+        }
     }
 
     // A parameter's tensor (created from its initializer by the first run that uses it, or by set()).
@@ -397,12 +406,20 @@ private:
     }
 
     // The compile-time checks of feeds against a plan's leaves: as kiln::run's, except that a parameter may go unfed
-    // (the session holds it).
+    // (the session holds it). Where feeds_ok is false, report_feeds gives the static_assert naming the mistake.
     template <class LeafList, class... Feeds>
     static constexpr bool feeds_ok() {
         return []<class... L>(detail::types<L...>) {
             return (detail::check_name_unique<L, L...>() && ...) && (detail::check_feed_used<Feeds, L...>() && ...) &&
                    (check_session_leaf<L, Feeds...>() && ...);
+        }(LeafList{});
+    }
+    template <class LeafList, class... Feeds>
+    static void report_feeds() {
+        []<class... L>(detail::types<L...>) {
+            (detail::report_name_unique<L, L...>(), ...);
+            (detail::report_feed_used<Feeds, L...>(), ...);
+            (report_session_leaf<L, Feeds...>(), ...);
         }(LeafList{});
     }
 
@@ -460,6 +477,8 @@ private:
                 [&]<std::size_t... K>(std::index_sequence<K...>) {
                     (bind_one<L, K>(std::get<K>(out), all), ...);
                 }(std::index_sequence_for<L...>{});
+            } else {
+                report_feeds<LeafList, Feeds...>();
             }
             return out;
         }(LeafList{});
@@ -470,6 +489,10 @@ private:
         constexpr std::size_t count = (std::size_t{detail::names_match<L, Feeds>} + ... + 0);
         if constexpr (is_param_v<L> && count == 0) return true;
         else return detail::check_leaf_feed<L, Feeds...>();
+    }
+    template <class L, class... Feeds>
+    static void report_session_leaf() {
+        if constexpr (!check_session_leaf<L, Feeds...>()) detail::report_leaf_feed<L, Feeds...>();
     }
 
     template <class L, std::size_t K, class View, class... Feeds>
@@ -493,11 +516,8 @@ private:
     template <class Device, class... Roots, class... Feeds>
     auto run_roots_on(const detail::root_pack<Roots...>& roots, const Feeds&... feeds) {
         using plan_t = detail::plan<Roots...>;
-        struct state : detail::session_cache {
-            typename plan_t::workspace ws;
-            bool declared = false;
-            void commit_move() override { ws = typename plan_t::workspace{}; }
-        };
+        // (Keyed by the plan: a class local to this function would be another type for every set of feed types.)
+        using state = detail::plan_session_state<plan_t>;
         state& st = cached<state, plan_t>();
         if (!st.declared) {
             declare_leaves<typename plan_t::user_leaves>();

@@ -104,6 +104,14 @@ struct session_cache {
     virtual void commit_move() = 0;
 };
 
+// A plan's cached state in a session: its workspace. One type per plan (the cache's key), whatever the feeds' types.
+template <class Plan>
+struct plan_session_state : session_cache {
+    typename Plan::workspace ws;
+    bool declared = false;
+    void commit_move() override { ws = typename Plan::workspace{}; }
+};
+
 // A training step's state: its plan's workspace, its parameters, gradients and slots, its rule and step count.
 template <class Loss, class Rule, class... Params>
 struct step_state : session_cache {

@@ -178,7 +178,10 @@ void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_re
 // Bool products accumulate in int64 (then any nonzero sum is true).
 template <class T>
 void portable(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_ref<T> a, matrix_ref<T> b) {
-    using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int64_t, T>;
+    // Signed integers accumulate in std::uint64_t: a product or sum that overflows wraps, as NumPy's does, where
+    // signed arithmetic would be undefined (the result, cast back to T, is the same modulo 2^bits).
+    using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int64_t,
+                                   std::conditional_t<std::is_integral_v<T> && std::is_signed_v<T>, std::uint64_t, T>>;
     std::vector<Acc> row(static_cast<std::size_t>(n));
     constexpr std::ptrdiff_t kb = 256;
     for (std::ptrdiff_t i = 0; i < m; ++i) {

@@ -79,6 +79,8 @@ void run_into(Out& out, const E& expr, const Feeds&... feeds) {
             using A = std::remove_const_t<decltype(anonymous)>;
             ::thrust::transform(first, first + n, out.begin(),
                                 detail::fused_functor<detail::unique_nodes_t<A>, A>{anonymous});
+        } else {
+            detail::bound_leaves<leaves>::template report<Feeds...>();
         }
     }(leaves{});
 }
