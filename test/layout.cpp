@@ -339,7 +339,8 @@ TEST_CASE("einsum in graph mode: the same op as eager mode's, gradients per oper
     const auto X6 = kiln::view(v.data(), {2, 3});
     const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
     const kiln::tensor s = kiln::from_values<double>({1, -1, 2, 0.5, 3, -2}, {3, 2});
-    const auto Y32 = y = kiln::view(u.data(), {3, 2});
+    const auto U32 = kiln::view(u.data(), {3, 2});  // (a feed refers to its view: a named one outlives it)
+    const auto Y32 = y = U32;
     // Static operand shapes give a static result shape.
     using S = kiln::detail::shape_of_t<decltype(kiln::einsum<"bij,bjk->kib">(kiln::input<"p", float, kiln::shape<4, 2, 3>>{},
                                                                               kiln::input<"q", float, kiln::shape<4, 3, 5>>{}))>;
@@ -437,7 +438,8 @@ TEST_CASE("concat, stack, expand_dims and squeeze in graph mode: the same rule a
     constexpr kiln::input<"y", double> y{};
     std::vector<double> v{1, 2, 3, 4, 5, 6}, u{7, 8, 9, 10};
     const auto X6 = kiln::view(v.data(), {2, 3});
-    const auto Y4 = y = kiln::view(u.data(), {2, 2});
+    const auto U4 = kiln::view(u.data(), {2, 2});  // (a feed refers to its view: a named one outlives it)
+    const auto Y4 = y = U4;
     const kiln::tensor t = kiln::from_values<double>({1, 2, 3, 4, 5, 6}, {2, 3});
     const kiln::tensor s = kiln::from_values<double>({7, 8, 9, 10}, {2, 2});
     // numpy.concatenate((x, y), axis=1), and three operands along axis 0.
