@@ -200,6 +200,10 @@ constexpr std::size_t feed_index() {
 // The compile-time checks of a set of feeds against the leaves: plain values, with no diagnostic in them. An entry
 // point tests them and, when one fails, calls the matching report_* function, which instantiates the diagnostic.
 enum class leaf_feed_state { ok, missing, twice, wrong_type };
+// The element type of the one feed for Leaf.
+template <class Leaf, class... Feeds>
+using fed_element_t = std::remove_const_t<container_element_t<
+    const typename std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>::container_type>>;
 template <class Leaf, class... Feeds>
 constexpr leaf_feed_state leaf_feed_check() {
     constexpr std::size_t count = (std::size_t{names_match<Leaf, Feeds>} + ... + 0);
@@ -208,8 +212,7 @@ constexpr leaf_feed_state leaf_feed_check() {
     } else if constexpr (count > 1) {
         return leaf_feed_state::twice;
     } else {
-        using F = std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>;
-        using fed = std::remove_const_t<container_element_t<const typename F::container_type>>;
+        using fed = fed_element_t<Leaf, Feeds...>;
         if constexpr (!std::is_same_v<fed, typename Leaf::value_type> && !std::is_same_v<fed, runtime_element>)
             return leaf_feed_state::wrong_type;
         else return leaf_feed_state::ok;
@@ -236,9 +239,7 @@ void report_leaf_feed() {
     } else if constexpr (state == leaf_feed_state::twice) {
         (void)sizeof(input_fed_twice<Leaf::name>);
     } else if constexpr (state == leaf_feed_state::wrong_type) {
-        using F = std::tuple_element_t<feed_index<Leaf, Feeds...>(), std::tuple<Feeds...>>;
-        using fed = std::remove_const_t<container_element_t<const typename F::container_type>>;
-        (void)sizeof(feed_has_wrong_element_type<Leaf::name, typename Leaf::value_type, fed>);
+        (void)sizeof(feed_has_wrong_element_type<Leaf::name, typename Leaf::value_type, fed_element_t<Leaf, Feeds...>>);
     }
 }
 template <class Feed, class... Leaves>

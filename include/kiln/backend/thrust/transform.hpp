@@ -60,10 +60,7 @@ void run_into(Out& out, const E& expr, const Feeds&... feeds) {
                   "kiln::thrust_backend::run_into: the output's element type differs from the expression's.");
     const auto n = static_cast<std::ptrdiff_t>(out.size());
     [&]<class... Leaves>(detail::types<Leaves...>) {
-        constexpr bool ok = (detail::check_name_unique<Leaves, Leaves...>() && ...) &&
-                            (detail::check_leaf_feed<Leaves, Feeds...>() && ...) &&
-                            (detail::check_feed_used<Feeds, Leaves...>() && ...);
-        if constexpr (ok) {
+        if constexpr (detail::bound_leaves<leaves>::template check<Feeds...>()) {
             const auto all = std::forward_as_tuple(feeds...);
             auto check = [&](const auto& f, std::string_view name) {
                 const auto m = static_cast<std::ptrdiff_t>(f.data->size());
