@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Compile time (g++ -O2, user seconds and peak MB) of residual chains h = h + tanh(h), run forward and
+# Compile time ($CXX, default g++, -O2; user seconds and peak MB) of residual chains h = h + tanh(h), run forward and
 # differentiated, at growing depth. Written out as a tree such a graph has 2^depth leaves; its unique nodes grow
 # linearly, and so must its compile time. The baseline is a translation unit that only includes kiln.
+# usage: [CXX=clang++|clang++-19] [DEPTHS="4 8 12 16 20 24"] [LIMIT=600] bench/compile_time_deep.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=${CXX:-g++}
@@ -15,7 +16,7 @@ read -r base_s base_kb < <(measure "$dir/base.cpp")
 echo "| depth | run + run_into: s | MB | grad + run: s | MB |"
 echo "|---|---|---|---|---|"
 echo "| 0 (includes only) | $base_s | $((base_kb / 1024)) | $base_s | $((base_kb / 1024)) |"
-for depth in ${DEPTHS:-8 16 24 32}; do
+for depth in ${DEPTHS:-4 8 12 16 20 24}; do
   {
     printf '#include <kiln/kiln.hpp>\n#include <vector>\nint main() {\n'
     printf '    const auto x = kiln::input<"x", double>{};\n    const auto h0 = x;\n'

@@ -11,7 +11,9 @@ case "$what" in
   # as well).
   # OpenMPI for the data-parallel tests (kiln/distributed.hpp), run under mpirun.
   test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin) ;;
-  bench) packages+=(libbenchmark-dev libeigen3-dev python3) ;;
+  # Debian's clang 19 for bench/compile_time_deep.sh (CXX=clang++-19); where it is installed the test command builds one
+  # test with it too.
+  bench) packages+=(libbenchmark-dev libeigen3-dev python3 clang-19) ;;
   *) echo "install-deps.sh: unknown set '$what' (demo, test or bench)" >&2; exit 2 ;;
 esac
 missing=()

@@ -489,3 +489,25 @@ TEST_CASE("concat, stack, expand_dims and squeeze in graph mode: the same rule a
     auto traced = kiln::trace(kiln::stack<1>(x, x * 2_c));
     CHECK(kiln_test::values(traced(t)) == kiln_test::values(kiln::stack({t, t * 2.0}, 1)));
 }
+
+TEST_CASE("integer scatter_add wraps on overflow like every integer add (eager and traced)") {
+    constexpr std::int32_t big = 2147483647;
+    const kiln::tensor x = kiln::from_vector(std::vector<std::int32_t>{big, 5}, {2});
+    const kiln::tensor index = kiln::from_vector(std::vector<std::int64_t>{0, 0, 1}, {3});
+    const kiln::tensor src = kiln::from_vector(std::vector<std::int32_t>{1, 1, 2}, {3});
+    // 2^31 - 1 + 2 wraps to -2^31 + 1, as in NumPy's int32 (np.add.at) and PyTorch's scatter_add.
+    const std::vector<std::int32_t> want{-2147483647, 7};
+    const kiln::tensor eager = kiln::scatter_add(x, 0, index, src);
+    CHECK(eager.dtype() == kiln::int32);
+    CHECK(std::vector<std::int32_t>(eager.data<std::int32_t>(), eager.data<std::int32_t>() + 2) == want);
+    auto f = kiln::function([](const kiln::tensor& a, const kiln::tensor& i, const kiln::tensor& s) {
+        return kiln::scatter_add(a, 0, i, s);
+    });
+    const kiln::tensor traced = f(x, index, src);
+    CHECK(std::vector<std::int32_t>(traced.data<std::int32_t>(), traced.data<std::int32_t>() + 2) == want);
+    const kiln::tensor x64 = kiln::from_vector(std::vector<std::int64_t>{INT64_MAX, 0}, {2});
+    const kiln::tensor src64 = kiln::from_vector(std::vector<std::int64_t>{1, 1, -3}, {3});
+    const kiln::tensor r64 = kiln::scatter_add(x64, 0, index, src64);
+    CHECK(r64.data<std::int64_t>()[0] == INT64_MIN + 1);
+    CHECK(r64.data<std::int64_t>()[1] == -3);
+}

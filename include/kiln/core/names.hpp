@@ -1,6 +1,7 @@
 #pragma once
 // Closest names for error messages: "no op named 'ad'; closest: 'add', 'abs'".
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <string>
 #include <string_view>
@@ -35,11 +36,12 @@ inline std::string lowercase(std::string_view v) {
 // exact distance; ties keep their order.
 inline std::vector<std::string> closest_names(std::string_view name, std::vector<std::string> known) {
     const std::string lname = lowercase(name);
-    std::vector<std::pair<std::pair<std::size_t, std::size_t>, std::string>> keyed;
+    // (the position as the last key: std::sort, stable by construction)
+    std::vector<std::pair<std::array<std::size_t, 3>, std::string>> keyed;
     keyed.reserve(known.size());
     for (std::string& k : known)
-        keyed.push_back({{edit_distance(lname, lowercase(k)), edit_distance(name, k)}, std::move(k)});
-    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        keyed.push_back({{edit_distance(lname, lowercase(k)), edit_distance(name, k), keyed.size()}, std::move(k)});
+    std::sort(keyed.begin(), keyed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<std::string> out;
     out.reserve(keyed.size());
     for (auto& k : keyed) out.push_back(std::move(k.second));

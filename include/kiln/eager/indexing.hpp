@@ -89,7 +89,7 @@ void index_add_into(tensor& out, int axis, const std::vector<std::int64_t>& idx,
                 for (std::ptrdiff_t j = 0; j < k; ++j) {
                     T* row = d + (a * o.length + idx[static_cast<std::size_t>(j)]) * o.inner;
                     const T* from = v + (a * k + j) * o.inner;
-                    for (std::ptrdiff_t i = 0; i < o.inner; ++i) row[i] += from[i];
+                    for (std::ptrdiff_t i = 0; i < o.inner; ++i) detail::kernels::accumulate(row[i], from[i]);
                 }
         }
     });
@@ -109,7 +109,7 @@ void scatter_add_into(tensor& out, int axis, const tensor& index, const tensor& 
                 for (std::ptrdiff_t j = 0; j < is.length; ++j)
                     for (std::ptrdiff_t i = 0; i < is.inner; ++i) {
                         const std::ptrdiff_t q = (a * is.length + j) * is.inner + i;
-                        d[(a * o.length + idx[static_cast<std::size_t>(q)]) * o.inner + i] += v[q];
+                        detail::kernels::accumulate(d[(a * o.length + idx[static_cast<std::size_t>(q)]) * o.inner + i], v[q]);
                     }
         }
     });

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "../core/xtensor.hpp"
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xnoalias.hpp>
 

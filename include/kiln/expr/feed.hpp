@@ -13,11 +13,19 @@
 namespace kiln {
 
 namespace detail {
-template <class Leaf, class Container>
+template <class Leaf, class Container, bool Held>
 struct feed {
     using leaf_type = Leaf;
     using container_type = Container;
     const Container* data;
+    constexpr const Container& get() const noexcept { return *data; }
+};
+template <class Leaf, class Container>
+struct feed<Leaf, Container, true> {
+    using leaf_type = Leaf;
+    using container_type = Container;
+    Container value;
+    constexpr const Container& get() const noexcept { return value; }
 };
 }  // namespace detail
 
@@ -94,7 +102,7 @@ kiln::device device_of_container(const C& c) {
 template <class... Feeds>
 kiln::device device_of_feeds(const Feeds&... feeds) {
     kiln::device d = kiln::cpu;
-    ((d.type == device_type::cpu ? (void)(d = device_of_container(*feeds.data)) : void()), ...);
+    ((d.type == device_type::cpu ? (void)(d = device_of_container(feeds.get())) : void()), ...);
     return d;
 }
 
@@ -335,7 +343,7 @@ struct bound_leaves<types<Leaves...>> {
         [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
         type out;  // filled in place: the views are large enough that copying them shows at small sizes
         [&]<std::size_t... K>(std::index_sequence<K...>) {
-            (fill_leaf<Leaves>(std::get<K>(out), *std::get<feed_index<Leaves, Feeds...>()>(all).data, where, on), ...);
+            (fill_leaf<Leaves>(std::get<K>(out), std::get<feed_index<Leaves, Feeds...>()>(all).get(), where, on), ...);
             (check_static_shape<Leaves>(std::get<K>(out).shape, where), ...);
         }(std::index_sequence_for<Leaves...>{});
         return out;

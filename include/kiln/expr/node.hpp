@@ -3,6 +3,7 @@
 // Nodes hold their children by value and leaves hold nothing, so an expression never dangles and is trivially
 // copyable into a GPU kernel.
 #include <cstddef>
+#include <span>
 #include <type_traits>
 #include <utility>
 
@@ -17,9 +18,29 @@ namespace kiln {
 
 namespace detail {
 
-// What "x"_in = data makes: the input and a pointer to the caller's data for one run (expr/feed.hpp).
-template <class Leaf, class Container>
+// What "x"_in = data makes: the input and the caller's data for one run (expr/feed.hpp). A feed refers to a
+// container it is given as an lvalue or as a temporary that owns its data (a std::vector: the temporary lives to the
+// end of the call it is written in); a temporary handle to data elsewhere (a kiln::view, a std::span, a
+// kiln::tensor) is copied into the feed, so a feed kept in a variable (`auto f = "x"_in = kiln::view(p, {n});`)
+// stays valid as long as the data it points at.
+template <class Leaf, class Container, bool Held = false>
 struct feed;
+
+// A handle that a feed holds by value when it is given as a temporary: kiln::view_t and kiln::tensor (found by
+// their members, as fill_strided finds them) and std::span.
+template <class C>
+struct feed_holds_value
+    : std::bool_constant<requires(const C& c) {
+          c.dtype();
+          c.raw_data();
+          c.device();
+      } || (requires(const C& c) {
+          c.strides;
+          c.shape;
+          c.data;
+      } && !requires(const C& c) { c.size(); })> {};
+template <class T, std::size_t E>
+struct feed_holds_value<std::span<T, E>> : std::true_type {};
 struct input_kind {};
 struct param_kind {};
 // A parameter's kind also names how a kiln::session initializes it (kiln::init::zeros, glorot_uniform, ...).
@@ -44,6 +65,11 @@ struct leaf : leaf_base {
     template <class Container>
     constexpr feed<leaf, Container> operator=(const Container& c) const noexcept {
         return feed<leaf, Container>{&c};
+    }
+    template <class Container>
+        requires(!std::is_lvalue_reference_v<Container> && feed_holds_value<std::remove_cv_t<Container>>::value)
+    constexpr feed<leaf, std::remove_cv_t<Container>, true> operator=(Container&& c) const {
+        return feed<leaf, std::remove_cv_t<Container>, true>{std::move(c)};
     }
 };
 }  // namespace detail
@@ -110,13 +136,36 @@ KILN_HD constexpr std::conditional_t<Stored, const T&, T> get_arg(const arg_slot
     else return (void)s, T{};
 }
 
-// The I-th of a pack of types.
-template <std::size_t I, class T, class... Ts>
-struct nth_type : nth_type<I - 1, Ts...> {};
-template <class T, class... Ts>
-struct nth_type<0, T, Ts...> {
+// The I-th of a pack of types, without a chain of I instantiations (the frames and the gradient ask it of every
+// node of a graph's unique-node list): clang's builtin where it exists, otherwise overload resolution against a
+// class that derives from one (index, type) pair per element, one such class per pack.
+#if defined(__clang__) && defined(__has_builtin)
+#if __has_builtin(__type_pack_element)
+#define KILN_TYPE_PACK_ELEMENT 1
+#endif
+#endif
+#ifdef KILN_TYPE_PACK_ELEMENT
+template <std::size_t I, class... Ts>
+struct nth_type {
+    using type = __type_pack_element<I, Ts...>;
+};
+#else
+template <std::size_t I, class T>
+struct indexed_type {
     using type = T;
 };
+template <class Seq, class... Ts>
+struct indexed_types;
+template <std::size_t... Is, class... Ts>
+struct indexed_types<std::index_sequence<Is...>, Ts...> : indexed_type<Is, Ts>... {};
+template <std::size_t I, class T>
+indexed_type<I, T> pick_indexed(const indexed_type<I, T>&);  // never defined: only its type is used
+template <std::size_t I, class... Ts>
+struct nth_type {
+    using type = typename decltype(pick_indexed<I>(
+        std::declval<const indexed_types<std::index_sequence_for<Ts...>, Ts...>&>()))::type;
+};
+#endif
 
 template <class Seq, class... Args>
 struct arg_pack;

@@ -11,6 +11,17 @@
 
 namespace kiln::detail {
 
+// Type identity without a variable template per pair of types: a graph's walk asks it of every listed node, and
+// clang spends milliseconds on each std::is_same_v<T, U> of two deep node types (a new specialization each).
+#if defined(__has_builtin)
+#if __has_builtin(__is_same)
+#define KILN_SAME_TYPE(T, U) __is_same(T, U)
+#endif
+#endif
+#ifndef KILN_SAME_TYPE
+#define KILN_SAME_TYPE(T, U) std::is_same_v<T, U>
+#endif
+
 template <class... Ts>
 struct types {
     static constexpr std::size_t size = sizeof...(Ts);
@@ -19,7 +30,7 @@ struct types {
 template <class T, class List>
 struct contains;
 template <class T, class... Ts>
-struct contains<T, types<Ts...>> : std::bool_constant<(std::is_same_v<T, Ts> || ...)> {};
+struct contains<T, types<Ts...>> : std::bool_constant<(KILN_SAME_TYPE(T, Ts) || ...)> {};
 
 template <class List, class T>
 struct append;
@@ -34,7 +45,7 @@ struct index_of;
 template <class T, class... Ts>
 struct index_of<T, types<Ts...>> {
     static constexpr std::size_t value = [] {
-        constexpr bool same[] = {std::is_same_v<T, Ts>..., false};
+        constexpr bool same[] = {KILN_SAME_TYPE(T, Ts)..., false};
         std::size_t i = 0;
         while (!same[i]) ++i;
         return i;

@@ -5,8 +5,7 @@
 #include <tuple>
 #include <vector>
 
-#include <xtensor/xarray.hpp>
-#include <xtensor/xtensor.hpp>
+#include "../core/xtensor.hpp"
 
 #include "../backend/cpu/fused_loop.hpp"
 #include "../backend/gpu.hpp"
@@ -236,8 +235,8 @@ struct dense_leaves<types<Leaves...>> {
     static bool pointers(pointer_tuple& lp, const Out& out,
                          const Feeds&... feeds) {
         [[maybe_unused]] const auto all = std::forward_as_tuple(feeds...);
-        const bool same = (dense_same_shape(*std::get<feed_index<Leaves, Feeds...>()>(all).data, out) && ...);
-        if (same) lp = {std::get<feed_index<Leaves, Feeds...>()>(all).data->data()...};
+        const bool same = (dense_same_shape(std::get<feed_index<Leaves, Feeds...>()>(all).get(), out) && ...);
+        if (same) lp = {std::get<feed_index<Leaves, Feeds...>()>(all).get().data()...};
         return same;
     }
 };

@@ -501,7 +501,7 @@ private:
         if constexpr (count == 0) {
             detail::fill_strided(v, parameter_for<L>(), dev_, "kiln::session::run");
         } else {
-            detail::fill_leaf<L>(v, *std::get<detail::feed_index<L, Feeds...>()>(all).data, "kiln::session::run", dev_);
+            detail::fill_leaf<L>(v, std::get<detail::feed_index<L, Feeds...>()>(all).get(), "kiln::session::run", dev_);
         }
         detail::check_static_shape<L>(v.shape, "kiln::session::run");
     }

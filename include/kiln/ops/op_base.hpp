@@ -189,6 +189,12 @@ KILN_HD KILN_INLINE constexpr auto wrapping_add(const A& a, const B& b) {
     using U = std::make_unsigned_t<R>;
     return static_cast<R>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
 }
+// o += v for an accumulating kernel (scatter-add, index-add): integers wrap like wrapping_add.
+template <class U>
+KILN_HD KILN_INLINE constexpr void accumulate(U& o, const U& v) {
+    if constexpr (wraps_v<U, U>) o = static_cast<U>(wrapping_add(o, v));
+    else o += v;
+}
 template <class A, class B>
 KILN_HD KILN_INLINE constexpr auto wrapping_sub(const A& a, const B& b) {
     using R = decltype(a - b);

@@ -110,7 +110,7 @@ void scatter_add_along_into(const strided<const T>& g, const strided<const I>& i
     // (g has the index's shape: its offsets come from a second walk in step with the first.)
     if (is_row_major(g)) {
         walk2(index.shape, cs, index.strides, [&](std::ptrdiff_t oo, std::ptrdiff_t oi, std::ptrdiff_t k) {
-            out[oo + checked_index(index.data[oi], n, op) * step] += static_cast<U>(g.data[k]);
+            kernels::accumulate(out[oo + checked_index(index.data[oi], n, op) * step], static_cast<U>(g.data[k]));
         });
         return;
     }
@@ -118,7 +118,7 @@ void scatter_add_along_into(const strided<const T>& g, const strided<const I>& i
         std::ptrdiff_t off = 0;
         for (int d = 0; d < shape.rank; ++d) off += i[static_cast<std::size_t>(d)] * cs[d];
         off += checked_index(index.data[offset_of(index, i)], n, op) * step;
-        out[off] += static_cast<U>(g.data[offset_of(g, i)]);
+        kernels::accumulate(out[off], static_cast<U>(g.data[offset_of(g, i)]));
     });
 }
 
@@ -195,7 +195,7 @@ void take_add_into(const strided<const T>& g, const strided<const I>& index, int
         for (int d = 0; d < ri; ++d) ioff += i[static_cast<std::size_t>(axis + d)] * index.strides[d];
         for (int d = axis + 1; d < shape.rank; ++d) off += i[static_cast<std::size_t>(d - 1 + ri)] * cs[d];
         off += checked_index(index.data[ioff], n, op) * cs[axis];
-        out[off] += static_cast<U>(g.data[offset_of(g, i)]);
+        kernels::accumulate(out[off], static_cast<U>(g.data[offset_of(g, i)]));
     });
 }
 
@@ -217,11 +217,18 @@ void sort_order_into(const strided<const T>& x, int axis, bool descending, std::
         for (int d = 0; d < s.rank; ++d) obase += i[static_cast<std::size_t>(d)] * cs[d];
         const std::ptrdiff_t step = x.strides[axis];
         for (std::ptrdiff_t k = 0; k < len; ++k) line[static_cast<std::size_t>(k)] = {base[k * step], k};
-        std::stable_sort(line.begin(), line.end(), [&](const auto& p, const auto& q) {
+        // Stable by position: equal values (and NaNs, which go last) keep their order. (std::sort with the position
+        // as the last key rather than std::stable_sort, whose temporary buffer libstdc++ 12 marks deprecated for
+        // clang 19.)
+        std::sort(line.begin(), line.end(), [&](const auto& p, const auto& q) {
             const T a = p.first, b = q.first;
-            if (kernels::is_nan(b)) return !kernels::is_nan(a);
-            if (kernels::is_nan(a)) return false;
-            return descending ? b < a : a < b;
+            const bool na = kernels::is_nan(a), nb = kernels::is_nan(b);
+            if (na != nb) return nb;
+            if (!na) {
+                if (descending ? b < a : a < b) return true;
+                if (descending ? a < b : b < a) return false;
+            }
+            return p.second < q.second;
         });
         for (std::ptrdiff_t k = 0; k < len; ++k) out[obase + k * cs[axis]] = line[static_cast<std::size_t>(k)].second;
     });

@@ -87,7 +87,7 @@ template <class E, class... Feeds>
 auto run(const E& expr, const Feeds&... feeds) {
     using R = detail::root_type_t<E>;
     std::size_t n = 0;
-    ((n = feeds.data->size()), ...);
+    ((n = feeds.get().size()), ...);
     ::thrust::device_vector<R> out(n);
     run_into(out, expr, feeds...);
     return out;
