@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""One training step of the examples' model in kiln (graph and eager), PyTorch (eager) and TensorFlow (eager and
-tf.function), measured in one run on the same machine. Usage:
+"""One training step of the examples' model in kiln (graph, function and eager mode), PyTorch (eager) and TensorFlow
+(eager and tf.function), measured in one run on the same machine. Usage:
 
     python3 bench/train_vs_peers.py build-bench/bench/bench_train_step
 
@@ -109,8 +109,9 @@ def main():
         sys.exit(__doc__)
     rows = []
     k = kiln_steps(sys.argv[1])
-    graph, eager = k["graph_step"], k["eager_step"]
+    graph, function, eager = k["graph_step"], k["function_step"], k["eager_step"]
     rows.append(("kiln graph mode (session)", graph))
+    rows.append(("kiln function mode (kiln::function of the eager step)", function))
     rows.append(("kiln eager mode (tape)", eager))
     peers = {}
     try:
@@ -128,10 +129,11 @@ def main():
     except ImportError:
         print("TensorFlow is not installed (pip install tensorflow-cpu); skipped")
 
-    print("| one training step (Dense(64, relu) -> Dense(1), Adam, batch 32) | us per step | time / kiln graph's | time / kiln eager's |")
-    print("|---|---:|---:|---:|")
+    print("| one training step (Dense(64, relu) -> Dense(1), Adam, batch 32) | us per step | time / kiln graph's "
+          "| time / kiln function's | time / kiln eager's |")
+    print("|---|---:|---:|---:|---:|")
     for name, us in rows:
-        print(f"| {name} | {us:.2f} | {us / graph:.1f} | {us / eager:.2f} |")
+        print(f"| {name} | {us:.2f} | {us / graph:.1f} | {us / function:.1f} | {us / eager:.2f} |")
 
 
 if __name__ == "__main__":
