@@ -16,6 +16,7 @@
 //      larger model (784-512-512-10, batch 256) where a GPU exists (the emulated device's products are a reference
 //      kernel, too slow to time it);
 //   7. host time per node of a replayed traced call on the device.
+// `gpu_eager 67` runs rows 6 and 7 only; with no argument every row runs.
 #define KILN_GPU_LAUNCH_COMPARE 1  // both kernel launches compiled in: row 3 compares them
 #include <kiln/backend/thrust/transform.hpp>
 #include <kiln/kiln.hpp>
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <thrust/device_vector.h>
@@ -96,7 +98,7 @@ struct eager_model {
 // Microseconds per training step of one model in each mode on the device and on the CPU, contenders interleaved.
 template <class Step, class X, class Y>
 void training_steps(const char* label, const Step& graph_step, X xin, Y yin, const std::vector<std::ptrdiff_t>& widths,
-                    std::ptrdiff_t batch, int steps) {
+                    std::ptrdiff_t batch, int steps, int reps) {
     kiln::manual_seed(3);
     const kiln::tensor xh = kiln::randn({batch, widths.front()}), yh = kiln::randn({batch, widths.back()});
     const kiln::tensor xd = xh.to(kiln::cuda), yd = yh.to(kiln::cuda);
@@ -114,7 +116,7 @@ void training_steps(const char* label, const Step& graph_step, X xin, Y yin, con
                          loop([&] { sink += sh.run(graph_step, xin = xh, yin = yh); }),
                          loop([&] { (void)trace_d(xd, yd); }), loop([&] { (void)trace_h(xh, yh); }),
                          loop([&] { (void)ed.step(xd, yd); }), loop([&] { (void)eh.step(xh, yh); })},
-                        5);
+                        reps);
     const char* mode[] = {"graph", "function", "eager"};
     for (int m = 0; m < 3; ++m)
         std::printf("6. %s, %s mode: device %.1f us per step, CPU %.1f us: device/CPU %.2fx\n", label, mode[m],
@@ -129,8 +131,11 @@ struct triad {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, also into a pipe
+    // Rows to run: the digits of the first argument ("gpu_eager 6" runs row 6 only); every row without one.
+    const std::string rows = argc > 1 ? argv[1] : "1234567";
+    const auto want = [&rows](char row) { return rows.find(row) != std::string::npos; };
     if (!kiln::cuda_available()) {
         std::printf("gpu_eager: no CUDA device; nothing to measure\n");
         return 0;
@@ -139,7 +144,7 @@ int main() {
     std::printf("device: %s\n", emulated ? "emulated (Thrust's OpenMP system, host memory)" : "CUDA");
 
     // 1. The fused chain against a triad.
-    {
+    if (want('1')) {
         const std::size_t n = emulated ? (std::size_t{1} << 22) : (std::size_t{1} << 28);
         thrust::device_vector<float> a(n, 1.5f), b(n, -0.25f), out(n);
         const auto x = "x"_in;
@@ -154,7 +159,7 @@ int main() {
     }
 
     // 2. The chain as eager ops on the device against the fused kernel.
-    {
+    if (want('2')) {
         const std::ptrdiff_t n = emulated ? (1 << 22) : (1 << 26);
         const kiln::tensor a = kiln::full({n}, 1.5, kiln::float32, kiln::cuda), b = kiln::full({n}, -0.25, kiln::float32, kiln::cuda);
         thrust::device_vector<float> out(static_cast<std::size_t>(n));
@@ -182,7 +187,7 @@ int main() {
     }
 
     // 3. Host time per small eager op.
-    {
+    if (want('3')) {
         const kiln::tensor hd = kiln::ones({16}), dd = kiln::ones({16}, kiln::float32, kiln::cuda);
         const int ops = 2000;
         auto on = [&](const kiln::tensor& t) {
@@ -209,7 +214,10 @@ int main() {
     }
 
     // 4. matmul against its baseline.
-    for (const std::ptrdiff_t m : emulated ? std::vector<std::ptrdiff_t>{256, 512} : std::vector<std::ptrdiff_t>{1024, 4096, 8192}) {
+    const std::vector<std::ptrdiff_t> sizes = !want('4') ? std::vector<std::ptrdiff_t>{}
+                                              : emulated ? std::vector<std::ptrdiff_t>{256, 512}
+                                                         : std::vector<std::ptrdiff_t>{1024, 4096, 8192};
+    for (const std::ptrdiff_t m : sizes) {
         kiln::manual_seed(2);
         const kiln::tensor a = kiln::randn({m, m}, kiln::float32, kiln::cuda), b = kiln::randn({m, m}, kiln::float32, kiln::cuda);
         auto ours = [&] { const kiln::tensor c = kiln::matmul(a, b); };
@@ -233,7 +241,7 @@ int main() {
     }
 
     // 5. The eager chain on the (emulated) device against the CPU's.
-    {
+    if (want('5')) {
         const std::ptrdiff_t n = 1 << 20;
         const kiln::tensor ha = kiln::full({n}, 1.5), hb = kiln::full({n}, -0.25);
         const kiln::tensor da = ha.to(kiln::cuda), db = hb.to(kiln::cuda);
@@ -247,7 +255,7 @@ int main() {
     // 7. A replayed traced call on the device: host time per node of its graph (after the passes), for a stack of 8
     //    dense layers (matmul, then bias and relu as one fused group) on a batch of 32. The host's time to issue the
     //    calls is read before the device is waited for; 16 calls stay well inside CUDA's launch queue.
-    {
+    if (want('7')) {
         kiln::manual_seed(4);
         std::vector<kiln::tensor> w, b;
         for (int i = 0; i < 8; ++i) {
@@ -286,10 +294,13 @@ int main() {
         }
     }
     // 6. Training steps on the device against the CPU.
-    training_steps("reference model (10-64-1, batch 32)", reference::step, reference::x, reference::y, {10, 64, 1}, 32,
-                   emulated ? 50 : 200);
-    if (!emulated)
-        training_steps("larger model (784-512-512-10, batch 256)", larger::step, larger::x, larger::y, {784, 512, 512, 10},
-                       256, 50);
+    if (want('6')) {
+        training_steps("reference model (10-64-1, batch 32)", reference::step, reference::x, reference::y, {10, 64, 1}, 32,
+                       emulated ? 50 : 200, 5);
+        // (The CPU's contenders of this row take tens of milliseconds a step: fewer steps and repeats.)
+        if (!emulated)
+            training_steps("larger model (784-512-512-10, batch 256)", larger::step, larger::x, larger::y,
+                           {784, 512, 512, 10}, 256, 20, 3);
+    }
     return 0;
 }

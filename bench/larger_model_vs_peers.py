@@ -9,7 +9,8 @@ Every contender is pinned to the same core (this process's affinity, inherited b
 (OPENBLAS_NUM_THREADS, torch.set_num_threads(1), XLA's single-threaded Eigen). The loss is written as kiln's is:
 mean(log(sum(exp(z), 1)) - sum(y * z, 1)). JAX's Adam is written out in jax.numpy inside the jitted step (the
 update as optax computes it), so one call is one compiled training step. Each peer: the median of `rounds` timed
-rounds of `steps` steps after 5 warm-up steps. A missing package is reported and skipped.
+rounds of `steps` steps after 5 warm-up steps. kiln's binary and the peers take turns, twice; each ratio is
+against kiln's graph mode in the same pass. A missing package is reported and skipped.
 """
 import os
 import re
@@ -126,32 +127,41 @@ def main():
         sys.exit(__doc__)
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    passes = 2  # every contender measured twice, in turn, so that a drift in the machine's speed shows
     core = pin()
     print(f"pinned to CPU {core}" if core is not None else "could not pin to one CPU")
-    out = subprocess.run([sys.argv[1], str(rounds), str(steps)], check=True, capture_output=True, text=True).stdout
-    kiln = {}
-    for line in out.splitlines():
-        m = re.match(r"(graph|function|eager)\s+([0-9.]+)\s", line)
-        if m:
-            kiln[m.group(1)] = float(m.group(2))
-    if set(kiln) != {"graph", "function", "eager"}:
-        sys.exit("could not read kiln's three modes from:\n" + out)
-    rows = [("kiln graph mode (session)", kiln["graph"], None),
-            ("kiln function mode (kiln::function)", kiln["function"], None),
-            ("kiln eager mode (tape)", kiln["eager"], None)]
+    peers = []
     for name, make in (("PyTorch", torch_step), ("JAX", jax_step)):
         try:
             step, version = make()
         except ImportError:
             print(f"{name} is not installed; skipped")
             continue
-        ms, loss = timed(step, rounds, steps)
-        rows.append((f"{name} {version} {'eager' if name == 'PyTorch' else 'jit'}", ms, loss))
-    g = kiln["graph"]
-    print("| one step, 784-512-512-10, batch 256, one core | ms per step | time / kiln graph's | last loss |")
+        peers.append((f"{name} {version} {'eager' if name == 'PyTorch' else 'jit'}", step))
+    results = {}  # name -> [(ms, loss) per pass]
+    for _ in range(passes):
+        out = subprocess.run([sys.argv[1], str(rounds), str(steps)], check=True, capture_output=True, text=True).stdout
+        kiln = {}
+        for line in out.splitlines():
+            m = re.match(r"(graph|function|eager)\s+([0-9.]+)\s", line)
+            if m:
+                kiln[m.group(1)] = float(m.group(2))
+        if set(kiln) != {"graph", "function", "eager"}:
+            sys.exit("could not read kiln's three modes from:\n" + out)
+        for mode, label in (("graph", "kiln graph mode (session)"), ("function", "kiln function mode (kiln::function)"),
+                            ("eager", "kiln eager mode (tape)")):
+            results.setdefault(label, []).append((kiln[mode], None, kiln["graph"]))
+        for label, step in peers:
+            ms, loss = timed(step, rounds, steps)
+            results.setdefault(label, []).append((ms, loss, kiln["graph"]))
+    print("| one step, 784-512-512-10, batch 256, one core | ms per step, pass 1 / pass 2 "
+          "| time / kiln graph's (same pass) | last loss |")
     print("|---|---:|---:|---:|")
-    for name, ms, loss in rows:
-        print(f"| {name} | {ms:.3f} | {ms / g:.2f} | {'' if loss is None else f'{loss:.6f}'} |")
+    for label, runs in results.items():
+        ms = " / ".join(f"{r[0]:.3f}" for r in runs)
+        ratio = " / ".join(f"{r[0] / r[2]:.2f}" for r in runs)
+        loss = runs[-1][1]
+        print(f"| {label} | {ms} | {ratio} | {'' if loss is None else f'{loss:.6f}'} |")
 
 
 if __name__ == "__main__":
