@@ -9,8 +9,9 @@ case "$what" in
   # The tests: doctest, python3 with venv for the NumPy differential test (NumPy 2 comes from PyPI into a virtual
   # environment), clang with its sanitizer and fuzzer runtimes and OpenMP (the test command builds the suite with clang
   # as well).
-  # OpenMPI for the data-parallel tests (kiln/distributed.hpp), run under mpirun.
-  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin) ;;
+  # OpenMPI for the data-parallel tests (kiln/distributed.hpp), run under mpirun. LLVM's linker, lld: the sanitizer
+  # builds' programs are about 300 MB each, and GNU ld took 5x lld's CPU to link one.
+  test) packages+=(doctest-dev python3 python3-venv clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin lld) ;;
   # Debian's clang 19 for bench/compile_time_deep.sh (CXX=clang++-19); where it is installed the test command builds one
   # test with it too.
   bench) packages+=(libbenchmark-dev libeigen3-dev python3 clang-19) ;;

@@ -28,7 +28,11 @@ clangxx="${KILN_TEST_CLANG:-clang++}"
 if [ "$clangxx" = 0 ] || ! command -v "$clangxx" > /dev/null; then clangxx=""; fi
 sanitize=ON
 [ -n "$clangxx" ] && sanitize=OFF  # (the clang build runs every test under the sanitizers)
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_EXAMPLES=ON \
+# Programs are linked by lld where it is installed (install-deps.sh test installs it): the sanitizer builds' programs
+# are about 300 MB each, and GNU ld took 5x lld's CPU to link one.
+link=()
+command -v ld.lld > /dev/null && link=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_EXAMPLES=ON "${link[@]}" \
       -DKILN_SANITIZE_TESTS=$sanitize -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 ||
   { cat build-test-configure.log; exit 1; }
 cmake --build build-test -j"$(( $(nproc) + 1 ))"
@@ -36,7 +40,7 @@ ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 if [ -n "$clangxx" ]; then
   echo "kiln: the same suite built by $clangxx, under AddressSanitizer and UBSan (build-test-clang/)"
   # (nvcc's builds are the g++ build's: KILN_USE_CUDA=OFF here.)
-  cmake -S . -B build-test-clang -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON \
+  cmake -S . -B build-test-clang -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON "${link[@]}" \
         -DKILN_BUILD_EXAMPLES=ON -DKILN_SANITIZE_ALL=ON -DKILN_USE_CUDA=OFF -DKILN_PYTHON3="$PWD/$venv/bin/python3" \
         > build-test-clang-configure.log 2>&1 || { cat build-test-clang-configure.log; exit 1; }
   cmake --build build-test-clang -j"$(( $(nproc) + 1 ))"
