@@ -103,9 +103,13 @@ void training_steps(const char* label, const Step& graph_step, X xin, Y yin, con
     const kiln::tensor xh = kiln::randn({batch, widths.front()}), yh = kiln::randn({batch, widths.back()});
     const kiln::tensor xd = xh.to(kiln::cuda), yd = yh.to(kiln::cuda);
     kiln::session sh(1), sd(1, kiln::cuda);
-    eager_model eh(widths, kiln::cpu), ed(widths, kiln::cuda), fh(widths, kiln::cpu), fd(widths, kiln::cuda);
+    eager_model eh(widths, kiln::cpu), ed(widths, kiln::cuda), fh(widths, kiln::cpu), fd(widths, kiln::cuda),
+        fn(widths, kiln::cuda);
     auto trace_h = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) { return fh.step(x, y); });
     auto trace_d = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) { return fd.step(x, y); });
+    // The same traced step on the device without its CUDA graph (node by node): the capture's same-run baseline.
+    auto trace_n = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) { return fn.step(x, y); },
+                                  kiln::function_options{.cuda_graphs = false});
     float sink = 0;
     auto loop = [&](auto&& one) {
         return [&, one] {
@@ -115,12 +119,18 @@ void training_steps(const char* label, const Step& graph_step, X xin, Y yin, con
     const auto t = race({loop([&] { sink += sd.run(graph_step, xin = xd, yin = yd); }),
                          loop([&] { sink += sh.run(graph_step, xin = xh, yin = yh); }),
                          loop([&] { (void)trace_d(xd, yd); }), loop([&] { (void)trace_h(xh, yh); }),
-                         loop([&] { (void)ed.step(xd, yd); }), loop([&] { (void)eh.step(xh, yh); })},
+                         loop([&] { (void)ed.step(xd, yd); }), loop([&] { (void)eh.step(xh, yh); }),
+                         loop([&] { (void)trace_n(xd, yd); })},
                         reps);
     const char* mode[] = {"graph", "function", "eager"};
     for (int m = 0; m < 3; ++m)
         std::printf("6. %s, %s mode: device %.1f us per step, CPU %.1f us: device/CPU %.2fx\n", label, mode[m],
                     t[2 * m] / steps * 1e6, t[2 * m + 1] / steps * 1e6, t[2 * m] / t[2 * m + 1]);
+    const auto st = trace_d.cuda_graph_status(xd, yd);
+    std::printf("6. %s, function mode on the device node by node (no CUDA graph): %.1f us per step; with it: %.2fx that "
+                "time (captured: %s, %llu replays%s%s)\n",
+                label, t[6] / steps * 1e6, t[2] / t[6], st.captured ? "yes" : "no", static_cast<unsigned long long>(st.replays),
+                st.why.empty() ? "" : "; ", st.why.c_str());
     if (sink == 12345.0f) std::printf(" ");
 }
 
@@ -267,12 +277,14 @@ int main(int argc, char** argv) {
             for (int i = 0; i < 8; ++i) h = kiln::relu(kiln::matmul(h, w[static_cast<std::size_t>(i)]) + b[static_cast<std::size_t>(i)]);
             return h;
         };
-        // Node by node (each op the device's eager kernel), and with each fused group compiled into one kernel
-        // (the kernel compiler, kiln::jit_mode::blocking: nvcc builds it when the function is first prepared).
-        for (const kiln::jit_mode mode : {kiln::jit_mode::off, kiln::jit_mode::blocking}) {
-            auto f = kiln::function(body, kiln::function_options{.jit = mode});
+        // Node by node (each op the device's eager kernel), with each fused group compiled into one kernel (the
+        // kernel compiler, kiln::jit_mode::blocking: nvcc builds it when the function is first prepared), and the
+        // whole call captured as a CUDA graph from its third call and replayed (function_options::cuda_graphs).
+        for (int contender = 0; contender < 3; ++contender) {
+            const kiln::jit_mode mode = contender == 0 ? kiln::jit_mode::off : kiln::jit_mode::blocking;
+            auto f = kiln::function(body, kiln::function_options{.jit = mode, .cuda_graphs = contender == 2});
             const kiln::tensor xd = kiln::randn({32, 64}, kiln::float32, kiln::cuda);
-            for (int i = 0; i < 3; ++i) (void)f(xd);  // traced, kernels compiled
+            for (int i = 0; i < 4; ++i) (void)f(xd);  // traced, kernels compiled (and the call captured)
             const auto& g = f.graph(xd);
             const int calls = 16;
             double best_issue = 1e30, best_total = 1e30;
@@ -288,9 +300,15 @@ int main(int argc, char** argv) {
             }
             std::printf("7. traced call, 8 dense layers, %s (%zu nodes, %zu fused groups, %zu compiled, %zu matmuls): host %.2f us "
                         "per call, %.2f us per node; with the device's time %.2f us per call\n",
-                        mode == kiln::jit_mode::off ? "node by node" : "compiled groups", g.size(), g.groups(),
+                        contender == 0 ? "node by node" : contender == 1 ? "compiled groups" : "CUDA graph replay",
+                        g.size(), g.groups(),
                         f.compiled_groups(xd).second, g.count("matmul"), best_issue * 1e6,
                         best_issue * 1e6 / static_cast<double>(g.size()), best_total * 1e6);
+            if (contender == 2) {
+                const auto st = f.cuda_graph_status(xd);
+                std::printf("7. (captured: %s, %llu replays%s%s)\n", st.captured ? "yes" : "no",
+                            static_cast<unsigned long long>(st.replays), st.why.empty() ? "" : "; ", st.why.c_str());
+            }
         }
     }
     // 6. Training steps on the device against the CPU.

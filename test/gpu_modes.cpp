@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace kiln::literals;
@@ -148,6 +149,128 @@ TEST_CASE("a traced function's fused groups run on the device as one compiled ke
         REQUIRE(g.jit);
         CHECK(g.jit->runs.load() == 2);
     }
+}
+
+TEST_CASE("a traced call on a CUDA device is captured as a CUDA graph from its third call and replayed") {
+    // kiln/function/executor.hpp: on CUDA the third call of a signature records the whole call once (cuBLAS, the
+    // compiled groups, in-place writes into variables) and every later call is one graph launch, with the arguments
+    // copied in and the results copied out. The emulated device has no graphs: the same calls run node by node there,
+    // and every value below is checked on both.
+    kiln::generator gen(33);
+    std::vector<kiln::tensor> w, b;
+    for (int i = 0; i < 3; ++i) {
+        w.push_back((kiln::randn({16, 16}, kiln::float32, gen) * 0.3f).to(kiln::cuda));
+        b.push_back(kiln::randn({16}, kiln::float32, gen).to(kiln::cuda));
+    }
+    auto dense = [&](const kiln::tensor& x) {
+        kiln::tensor h = x;
+        for (std::size_t i = 0; i < 3; ++i) h = kiln::relu(kiln::matmul(h, w[i]) + b[i]);
+        return h;
+    };
+    auto captured = kiln::function(dense, kiln::function_options{.jit = kiln::jit_mode::blocking});
+    auto plain = kiln::function(dense, kiln::function_options{.jit = kiln::jit_mode::blocking, .cuda_graphs = false});
+    std::vector<kiln::tensor> xs, got;
+    for (int i = 0; i < 10; ++i) xs.push_back(kiln::randn({8, 16}, kiln::float32, gen).to(kiln::cuda));
+    for (const kiln::tensor& x : xs) got.push_back(captured(x));
+    // Each result is the caller's own: later replays did not write over the earlier ones.
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        INFO("call " << i);
+        REQUIRE(got[i].device() == kiln::cuda);
+        same_tensor(got[i].to(kiln::cpu), plain(xs[i]).to(kiln::cpu), 1e-6);
+        same_tensor(got[i].to(kiln::cpu), dense(xs[i]).to(kiln::cpu), 1e-5);  // eager mode
+    }
+    const auto st = captured.cuda_graph_status(xs[0]);
+    const auto off = plain.cuda_graph_status(xs[0]);
+    CHECK_FALSE(off.captured);
+    CHECK(off.replays == 0);
+    if (kiln::cuda_emulated()) {
+        CHECK_FALSE(st.captured);
+        CHECK(st.why == "the emulated device has no CUDA graphs");
+    } else {
+        INFO(st.why);
+        CHECK(st.captured);
+        CHECK(st.replays == 8);  // calls 3 to 10
+        CHECK(st.why.empty());
+        CHECK(off.why == "cuda_graphs is off");
+    }
+
+    // A variable written in place at each call (copy_ and an in-place op are recorded once): the replays update it
+    // where it lives, and a read after the write sees the new value.
+    kiln::variable v((kiln::ones({8, 16}) * 0.5f).to(kiln::cuda)), u((kiln::ones({8, 16}) * 0.5f).to(kiln::cuda));
+    auto state = [](kiln::variable& s) {
+        return [&s](const kiln::tensor& x) {
+            s.assign(s * 0.5f + x);
+            s += 1.0f;
+            return s * 2.0f;
+        };
+    };
+    auto fv = kiln::function(state(v));
+    auto fu = kiln::function(state(u), kiln::function_options{.cuda_graphs = false});
+    for (int i = 0; i < 6; ++i) {
+        const kiln::tensor a = fv(xs[static_cast<std::size_t>(i)]), c = fu(xs[static_cast<std::size_t>(i)]);
+        same_tensor(a.to(kiln::cpu), c.to(kiln::cpu), 1e-6);
+    }
+    same_tensor(v.to(kiln::cpu), u.to(kiln::cpu), 1e-6);
+    CHECK(fv.cuda_graph_status(xs[0]).captured == !kiln::cuda_emulated());
+
+    // From 4 threads at once: each call's result is its own arguments'.
+    std::vector<std::thread> threads;
+    std::vector<kiln::tensor> par(40);
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = t; i < 40; i += 4) par[static_cast<std::size_t>(i)] = captured(xs[static_cast<std::size_t>(i % 10)]);
+        });
+    for (std::thread& th : threads) th.join();
+    for (int i = 0; i < 40; ++i) same_tensor(par[static_cast<std::size_t>(i)].to(kiln::cpu), got[static_cast<std::size_t>(i % 10)].to(kiln::cpu), 1e-6);
+
+    // A training step with Adam: the optimizer's step count moves on at each call on the host, and the step size and
+    // eps_hat it gives are written to the device before each replay, so the whole step is recorded. It trains as the
+    // same step run node by node does.
+    kiln::generator g1(5), g2(5);
+    kiln::nn::dense l1(16, 1, kiln::nn::identity, g1), l2(16, 1, kiln::nn::identity, g2);
+    l1.to(kiln::cuda);
+    l2.to(kiln::cuda);
+    kiln::optim::adam o1(1e-2), o2(1e-2);
+    o1.bind(l1.parameters());  // (the slots made before the trace)
+    o2.bind(l2.parameters());
+    auto train_step = [](kiln::nn::dense& layer, kiln::optim::adam& opt) {
+        return [&layer, &opt](const kiln::tensor& x) {
+            kiln::gradient_tape tape;
+            const kiln::tensor y = layer(x);
+            const kiln::tensor loss = kiln::mean(y * y);
+            opt.apply_gradients(tape.gradient(loss, layer.parameters()), layer.parameters());
+            return loss;
+        };
+    };
+    auto t1 = kiln::function(train_step(l1, o1));
+    auto t2 = kiln::function(train_step(l2, o2), kiln::function_options{.cuda_graphs = false});
+    for (std::size_t i = 0; i < 10; ++i) {
+        const float a = t1(xs[i]).item<float>(), c = t2(xs[i]).item<float>();
+        CHECK(a == doctest::Approx(c).epsilon(1e-6));
+    }
+    CHECK(o1.steps() == 10);
+    CHECK(o2.steps() == 10);
+    same_tensor(l1.w.to(kiln::cpu), l2.w.to(kiln::cpu), 1e-6);
+    same_tensor(l1.b.to(kiln::cpu), l2.b.to(kiln::cpu), 1e-6);
+    const auto ts = t1.cuda_graph_status(xs[0]);
+    INFO(ts.why);
+    CHECK(ts.captured == !kiln::cuda_emulated());
+    if (!kiln::cuda_emulated()) CHECK(ts.replays == 8);
+
+    // An optimizer whose step is not recorded (SGD reads its learning rate on the host at each call): the call runs
+    // node by node and says why.
+    kiln::optim::sgd o3(1e-2);
+    o3.bind(l2.parameters());
+    auto t3 = kiln::function([&](const kiln::tensor& x) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::mean(l2(x));
+        o3.apply_gradients(tape.gradient(loss, l2.parameters()), l2.parameters());
+        return loss;
+    });
+    for (std::size_t i = 0; i < 4; ++i) (void)t3(xs[i]);
+    const auto ss = t3.cuda_graph_status(xs[0]);
+    CHECK_FALSE(ss.captured);
+    if (!kiln::cuda_emulated()) CHECK(ss.why.find("sgd_step") != std::string::npos);
 }
 
 TEST_CASE("a fused group with an operand that repeats along it (a bias) runs on the device as one compiled kernel") {

@@ -87,10 +87,12 @@ tensor convert(const tensor& t) {
 inline void copy_into(tensor& out, const tensor& src_in) {
     if (active_tracer) [[unlikely]] {
         const tensor both[2] = {out, src_in};
+        op_params pure;
+        pure.pure_effect = true;
         active_tracer->record_effect("copy_", "", both, [](std::span<const tensor> in, auto) {
             tensor o = in[0];
             copy_into(o, in[1]);
-        });
+        }, 1, std::move(pure));
         return;
     }
     tensor moved;

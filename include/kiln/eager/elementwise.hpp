@@ -640,6 +640,7 @@ tensor& eager_in_place(tensor& a, const B& b) {
         std::vector<tensor> ins{a};
         std::string attrs;
         op_params params;
+        params.pure_effect = true;
         if constexpr (std::is_same_v<B, tensor>) {
             ins.push_back(b);
         } else {

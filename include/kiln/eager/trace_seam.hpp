@@ -55,6 +55,15 @@ struct op_params {
     std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits
     std::uint64_t opaque = 0;        // bit k: values[k] must be the same for every extent (a digest, not a size)
     std::uint64_t bool_params = 0;   // bit k: values[k] is a bool number operand (1 or 0)
+    // An effect that computes what it writes from its inputs and parameters alone (an assignment, an in-place op),
+    // with no host state of its own: a CUDA graph may record it once and replay it (function/executor.hpp).
+    bool pure_effect = false;
+    // An effect with host code that must run at each call (an optimizer's step count) whose device work can still be
+    // recorded once: `host_part` runs at each replay of a CUDA graph, before the graph (it may queue device work of
+    // its own, such as writing this step's numbers into device memory), and `device_part` queues the device work that
+    // reads them, once, while the call is captured. Without them the effect runs whole at each call.
+    std::function<void()> host_part;
+    std::function<void(std::span<const tensor>, std::span<const std::int64_t>)> device_part;
 
     void add(std::int64_t v) { values.push_back(v); }
     void add_number(double v) {

@@ -7,6 +7,10 @@
 #include "plan_run.hpp"
 #include "tracer.hpp"
 
+#if KILN_HAS_GPU && KILN_GPU_CUDA
+#include "../backend/thrust/capture.hpp"
+#endif
+
 namespace kiln {
 
 namespace detail {
@@ -182,6 +186,10 @@ struct executable {
     // until a kernel is ready, or where none can be made).
     bool device_groups = false;
 
+    // On a CUDA device, from the third call of a signature its whole call is captured as a CUDA graph and replayed
+    // (function_options::cuda_graphs; see replay_captured).
+    bool cuda_graphs = true;
+
     // (Templates on an unused int: compiled only where a function is prepared, with the kernel compiler's hook.)
     template <int N = 0>
     void prepare() {
@@ -189,6 +197,10 @@ struct executable {
         // the CPU's fused tile loops and buffer plans read host memory.
         bool on_device = false;
         for (const graph_node& n : graph.nodes) on_device = on_device || n.device.type != device_type::cpu;
+#if KILN_HAS_GPU && KILN_GPU_CUDA
+        captured.reset();
+        if (on_device && cuda_graphs) captured = std::make_shared<capture_record>();
+#endif
         if (on_device) {
             planning = false;
             const jit_mode m = jit ? *jit : basic_jit_service<N>::instance().mode();
@@ -432,6 +444,10 @@ struct executable {
     std::vector<tensor> run_graph(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents) const {
         // The traced extents take no lock; other extents take it once, for their parameters and their plan.
         const bool traced_key = !has_dynamic || extents == traced_extents;
+#if KILN_HAS_GPU && KILN_GPU_CUDA
+        if (captured && traced_key)
+            if (std::optional<std::vector<tensor>> r = replay_captured(args)) return std::move(*r);
+#endif
         std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params;
         const buffer_plan* p = nullptr;
         if (traced_key) {
@@ -471,15 +487,161 @@ struct executable {
     // The buffer plan made for the traced extents (null before the second call, or with planning off).
     const buffer_plan* plan() const noexcept { return traced_plan.load(std::memory_order_acquire); }
 
+#if KILN_HAS_GPU && KILN_GPU_CUDA
+    // A call captured as a CUDA graph: the graph reads the arguments from `inputs` (each call's arguments are
+    // copied there first) and leaves the results in `outputs` (each call's results are copied from there), both at
+    // fixed addresses; variables and constants are read and written where they live, as node by node.
+    struct capture_record {
+        std::mutex mutex;
+        int calls = 0;          // calls run without the graph so far
+        bool given_up = false;  // the call cannot be captured (why says why)
+        std::string why;
+        std::unique_ptr<backend::gpu_memory::cuda_graph> graph;
+        std::vector<tensor> inputs, outputs;
+        std::uint64_t replays = 0;
+        ~capture_record() { drop(); }
+        void drop() {
+            if (graph) {
+                // The results' blocks go back to the graph's pool, which the graph then frees.
+                const backend::gpu_memory::capture_scope scope(&graph->pool(), nullptr, graph->index());
+                outputs.clear();
+            }
+            outputs.clear();
+            inputs.clear();
+            graph.reset();
+        }
+    };
+    mutable std::shared_ptr<capture_record> captured;  // made by prepare() for a graph on a CUDA device
+
+    // Whether calls replay a captured CUDA graph, how many did, and why the call is not captured (empty: it is, or
+    // it will be from the third call).
+    struct capture_info {
+        bool captured = false;
+        std::uint64_t replays = 0;
+        std::string why;
+    };
+    capture_info capture_status() const {
+        if (!captured) return {false, 0, cuda_graphs ? "the graph does not run on a CUDA device" : "cuda_graphs is off"};
+        std::lock_guard lock(captured->mutex);
+        return {captured->graph != nullptr, captured->replays, captured->why};
+    }
+
+    // Whether every node can be recorded once and replayed: pure ops, and effects that only write their inputs'
+    // storage (an optimizer's step reads its step count and learning rate on the host at each call, a print reads
+    // values, a loop reads its condition: they run node by node).
+    std::string capture_refusal(std::span<const tensor> args) const {
+        for (const graph_node& n : graph.nodes) {
+            if (n.kind == node_kind::effect && !n.params.pure_effect && !(n.params.host_part && n.params.device_part))
+                return "it has the effect '" + n.op + "' (its host code runs at each call)";
+            if (n.kind != node_kind::effect && n.device.type != device_type::cuda) return "a value lives on " + to_string(n.device);
+        }
+        using passes::detail::view_root;
+        for (std::int32_t o : graph.outputs) {
+            const graph_node& r = graph.nodes[static_cast<std::size_t>(view_root(graph, o))];
+            if (view_root(graph, o) != o && r.kind != node_kind::op)
+                return "a result is a view of an argument, a constant or a variable";
+        }
+        for (const tensor& a : args)
+            if (a.device().type != device_type::cuda) return "an argument lives on " + to_string(a.device());
+        return {};
+    }
+    // Whether every fused group that will have a compiled kernel has it (a capture records what runs now).
+    bool kernels_ready() const {
+        for (const fused_group& g : groups)
+            if (g.jit && !g.jit->device_fn.load(std::memory_order_acquire)) return false;
+        return true;
+    }
+
+    // A call by replaying the captured graph; empty when the call runs node by node instead (its first two calls,
+    // a call whose arguments are not contiguous, and every call of a graph that cannot be captured).
+    std::optional<std::vector<tensor>> replay_captured(std::span<const tensor> args) const {
+        capture_record& r = *captured;
+        std::lock_guard lock(r.mutex);
+        if (r.given_up) return std::nullopt;
+        for (const tensor& a : args)
+            if (!a.is_contiguous()) return std::nullopt;
+        if (!r.graph) {
+            // The first calls run node by node (caches, cuBLAS and the compiled kernels settle); a compiled group
+            // still being built waits, up to 64 calls, since the capture records what runs now.
+            if (++r.calls < 3 || (r.calls < 64 && !kernels_ready())) return std::nullopt;
+            if (std::string no = capture_refusal(args); !no.empty()) {
+                r.given_up = true;
+                r.why = "not captured: " + no;
+                return std::nullopt;
+            }
+            const int index = args.empty() ? 0 : args[0].device().index;
+            auto g = std::make_unique<backend::gpu_memory::cuda_graph>(index);
+            std::vector<tensor> in, out;
+            for (const tensor& a : args) in.push_back(tensor(a.dtype(), a.shape(), a.device()));
+            std::string why;
+            const bool ok = g->capture([&] { out = run_nodes(in, nullptr, nullptr, true); }, why);
+            // Every block of the graph's pool still in use must be a result's: a block held anywhere else would be
+            // written by the replays behind its holder's back.
+            bool escaped = false;
+            if (ok) {
+                std::vector<const void*> held;
+                for (const tensor& t : out)
+                    if (t.storage_handle()) held.push_back(t.storage_handle()->data);
+                for (const auto& [p, n] : g->pool().in_use)
+                    escaped = escaped || std::find(held.begin(), held.end(), p) == held.end();
+            }
+            if (!ok || escaped) {
+                r.given_up = true;
+                r.why = "not captured: " + (ok ? std::string("a value made during the capture outlived it") : why);
+                if (escaped) g->pool().leak = true;  // its blocks stay allocated: one is in use elsewhere
+                {
+                    const backend::gpu_memory::capture_scope scope(&g->pool(), nullptr, index);
+                    out.clear();
+                }
+                return std::nullopt;  // nothing ran: the call runs node by node
+            }
+            r.graph = std::move(g);
+            r.inputs = std::move(in);
+            r.outputs = std::move(out);
+            r.why.clear();
+        }
+        for (std::size_t k = 0; k < args.size(); ++k) {
+            const tensor& a = args[k];
+            const tensor& to = r.inputs[k];
+            if (a.dtype() != to.dtype() || !(a.shape() == to.shape()) || !(a.device() == to.device())) return std::nullopt;
+        }
+        // The host code of the recorded effects (an optimizer's step count and this step's numbers), in program
+        // order, then the arguments, then the graph: all queued in that order on the device's stream.
+        for (const graph_node& n : graph.nodes)
+            if (n.kind == node_kind::effect && n.params.host_part) n.params.host_part();
+        for (std::size_t k = 0; k < args.size(); ++k)
+            backend::gpu_memory::within(r.inputs[k].raw_data(), args[k].raw_data(), args[k].numel() * size_of(args[k].dtype()),
+                                        args[k].device().index);
+        r.graph->launch();
+        ++r.replays;
+        std::vector<tensor> out;
+        out.reserve(graph.outputs.size());
+        for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+            const graph_node& node = graph.nodes[static_cast<std::size_t>(graph.outputs[k])];
+            if (node.kind == node_kind::argument) {
+                const tensor& a = args[static_cast<std::size_t>(node.argument)];
+                out.push_back(copy_result[k] ? a.clone() : a);
+            } else if (node.kind == node_kind::variable || node.kind == node_kind::constant) {
+                out.push_back(copy_result[k] ? node.value.clone() : node.value);
+            } else {
+                out.push_back(r.outputs[k].clone());  // queued after the replay, on the same stream
+            }
+        }
+        return out;
+    }
+#endif
+
     bool planning = true;
     mutable std::map<std::vector<std::ptrdiff_t>, std::shared_ptr<const buffer_plan>> plans;  // under bind_mutex
     mutable std::atomic<const buffer_plan*> traced_plan{nullptr};  // plans[traced_extents]: read without the lock
     std::vector<char> copy_result;  // per result: the caller gets a copy (see run_nodes)
 
     // Node by node. With `keep`, every value stays alive and ends there (a watched call).
+    // With `recording` (a CUDA graph's capture), effects with a device part queue only that (their host part runs
+    // at each replay instead).
     std::vector<tensor> run_nodes(std::span<const tensor> args,
                                   const std::shared_ptr<const std::vector<std::vector<std::int64_t>>>& params,
-                                  std::vector<std::optional<tensor>>* keep) const {
+                                  std::vector<std::optional<tensor>>* keep, bool recording = false) const {
         const std::size_t n = graph.nodes.size();
         // (Optional: an empty slot costs nothing to make, a default tensor an id and a reference count.)
         std::vector<std::optional<tensor>> slots(n);
@@ -511,6 +673,7 @@ struct executable {
                     const std::span<const std::int64_t> p =
                         params && !(*params)[i].empty() ? std::span<const std::int64_t>((*params)[i]) : node.params.values;
                     if (node.kind == node_kind::op) slots[i] = node.fn(in, p);
+                    else if (recording && node.params.device_part) node.params.device_part(in, p);
                     else node.effect(in, p);
                     break;
             }

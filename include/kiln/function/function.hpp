@@ -68,6 +68,11 @@ struct function_options {
     // How this function's fused groups are compiled (function/jit.hpp); empty: the process's setting (kiln::set_jit,
     // or KILN_JIT), read when a signature is prepared.
     std::optional<jit_mode> jit = std::nullopt;
+    // On a CUDA device, capture a signature's whole call as a CUDA graph at its third call and replay that graph
+    // from then on: one launch per call instead of one per kernel (docs/gpu.md). Calls whose graph cannot be
+    // recorded once (an optimizer step, a print, a loop: their host code runs at each call) run node by node;
+    // cuda_graph_status() says which.
+    bool cuda_graphs = true;
     // TensorFlow's reduce_retracing: an extent of a tensor argument that changes between traces becomes dynamic
     // (as if declared kiln::dyn in a spec), so the next trace serves every extent of it.
     bool reduce_retracing = false;
@@ -220,6 +225,25 @@ public:
         for (const detail::fused_group& g : e->groups)
             ready += g.jit && (g.jit->fn.load(std::memory_order_acquire) || g.jit->device_fn.load(std::memory_order_acquire));
         return {e->groups.size(), ready};
+    }
+
+    // Whether calls with the signature of `args` replay a captured CUDA graph (function_options::cuda_graphs), how
+    // many did, and why they do not where they do not (empty while the capture is still to come).
+    struct cuda_graph_info {
+        bool captured = false;
+        std::uint64_t replays = 0;
+        std::string why;
+    };
+    template <class... A>
+    cuda_graph_info cuda_graph_status(A&&... args) {
+#if KILN_HAS_GPU && KILN_GPU_CUDA
+        const auto e = executable_for(std::forward<A>(args)...);
+        const auto s = e->capture_status();
+        return {s.captured, s.replays, s.why};
+#else
+        (void)executable_for(std::forward<A>(args)...);
+        return {false, 0, cuda_emulated() ? "the emulated device has no CUDA graphs" : "no CUDA device in this build"};
+#endif
     }
 
 private:
@@ -426,6 +450,7 @@ private:
         exe->fusion = options_.fuse;
         exe->planning = options_.plan;
         exe->jit = options_.jit;
+        exe->cuda_graphs = options_.cuda_graphs;
         exe->collect_variables();
         exe->prepare();
         return exe;

@@ -86,6 +86,17 @@ struct adam_rule {
     }
     template <class T>
     auto roots() const {
+        return roots_with<T>(kiln::detail::scalar<T>{static_cast<T>(step)}, kiln::detail::scalar<T>{static_cast<T>(eps_hat)});
+    }
+    // The same update with the step size and eps_hat read from operands 4 and 5 (one value each, broadcast over the
+    // parameter) instead of numbers in the kernel: a CUDA graph records that kernel once while the step count moves
+    // on, written there before each replay (kiln::optim::adam in a traced function, function/executor.hpp).
+    template <class T>
+    auto roots_read() const {
+        return roots_with<T>(kiln::detail::indexed_leaf<4, T>{}, kiln::detail::indexed_leaf<5, T>{});
+    }
+    template <class T, class Step, class EpsHat>
+    auto roots_with(const Step& step_size, const EpsHat& eps_hat_value) const {
         using kiln::detail::make_node;
         using kiln::detail::scalar;
         const kiln::detail::indexed_leaf<0, T> P;
@@ -105,7 +116,7 @@ struct adam_rule {
         const auto v = flush(make_node<ops::add>(make_node<ops::mul>(s(beta2), V),
                                                  make_node<ops::mul>(s(1 - beta2), make_node<ops::square>(G))));
         const auto p = make_node<ops::sub>(
-            P, make_node<ops::div>(make_node<ops::mul>(s(step), m), make_node<ops::add>(make_node<ops::sqrt>(v), s(eps_hat))));
+            P, make_node<ops::div>(make_node<ops::mul>(step_size, m), make_node<ops::add>(make_node<ops::sqrt>(v), eps_hat_value)));
         return std::make_tuple(p, m, v);
     }
 };

@@ -123,21 +123,32 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
 
 // An optimizer step while kiln::function traces: one effect that writes every parameter, with the parameters and
 // then the gradients as inputs; `run` takes the step with real gradients each time the function runs.
+// With `host` and `device` (see kiln::detail::op_params::host_part), a CUDA graph may record the step: `host` moves
+// the step count on at each call, `device(grads)` queues the update that reads what `host` wrote.
 template <class Run>
 void trace_step(const std::vector<variable*>& params, const std::vector<tensor>& grads, const char* op, std::string attrs,
-                Run run) {
+                Run run, std::function<void()> host = nullptr,
+                std::function<void(const std::vector<tensor>&)> device = nullptr) {
     std::vector<tensor> ins;
     for (variable* p : params) ins.push_back(*p);
     for (const tensor& g : grads) ins.push_back(g);
     const std::size_t n = params.size();
-    kiln::detail::active_tracer->record_effect(op, std::move(attrs), ins, [run, n](std::span<const tensor> in, auto) {
-        thread_local std::vector<tensor> grads;  // (kept: a replayed step allocates nothing here)
-        grads.assign(in.begin() + static_cast<std::ptrdiff_t>(n), in.end());
-        struct clear_after {
-            ~clear_after() { grads.clear(); }
-        } clear;
-        run(grads);
-    }, n);
+    auto with_grads = [n](auto&& f) {
+        return [f, n](std::span<const tensor> in, auto) {
+            thread_local std::vector<tensor> grads;  // (kept: a replayed step allocates nothing here)
+            grads.assign(in.begin() + static_cast<std::ptrdiff_t>(n), in.end());
+            struct clear_after {
+                ~clear_after() { grads.clear(); }
+            } clear;
+            f(grads);
+        };
+    };
+    kiln::detail::op_params params_;
+    if (host && device) {
+        params_.host_part = std::move(host);
+        params_.device_part = with_grads(std::move(device));
+    }
+    kiln::detail::active_tracer->record_effect(op, std::move(attrs), ins, with_grads(run), n, std::move(params_));
 }
 
 // Hyperparameters are checked when an optimizer is made, as PyTorch's are: the learning rate and each named value
@@ -337,14 +348,55 @@ private:
     void make_slots() {
         m_.clear();
         v_.clear();
+        coef_.clear();
         for (variable* p : params_) {
             m_.push_back(zeros(p->shape(), p->dtype(), p->device()));
             v_.push_back(zeros(p->shape(), p->dtype(), p->device()));
+            // On a device: where a recorded step reads its step size and eps_hat (one pair per dtype and device).
+            tensor c;
+            if (p->device().type != device_type::cpu) {
+                for (std::size_t j = 0; j < coef_.size(); ++j)
+                    if (coef_[j].storage_handle() && coef_[j].dtype() == p->dtype() && coef_[j].device() == p->device())
+                        c = coef_[j];
+                if (!c.storage_handle()) c = zeros({2}, p->dtype(), p->device());
+            }
+            coef_.push_back(c);
         }
+    }
+
+    // This step's step size and eps_hat into coef_, queued on the device.
+    void write_coefficients() {
+        for (std::size_t i = 0; i < coef_.size(); ++i) {
+            bool first = true;
+            for (std::size_t j = 0; j < i; ++j) first = first && coef_[j].storage_handle() != coef_[i].storage_handle();
+            if (!first || !coef_[i].storage_handle()) continue;
+#if KILN_HAS_GPU
+            kiln::detail::dispatch(coef_[i].dtype(), [&]<class T>() {
+                if constexpr (std::is_floating_point_v<T>) {
+                    const T v[2] = {static_cast<T>(rule_.step), static_cast<T>(rule_.eps_hat)};
+                    backend::gpu_memory::from_host_queued(coef_[i].raw_data(), v, sizeof v, coef_[i].device().index);
+                }
+            });
+#endif
+        }
+    }
+
+    // The update of step_impl with the step size and eps_hat read from coef_ (what a CUDA graph records).
+    template <int N>
+    void update_reading_coefficients(const std::vector<tensor>& grads) {
+        detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
+            const tensor step_size = coef_[i].slice(0, 0, 1).broadcast_to(p.shape());
+            const tensor eps_hat = coef_[i].slice(0, 1, 2).broadcast_to(p.shape());
+            std::apply([&](const auto&... roots) {
+                detail::fused_update(std::array<const tensor*, 6>{&p, &g, &m_[i], &v_[i], &step_size, &eps_hat},
+                                     std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, roots...);
+            }, rule_.template roots_read<T>());
+        });
     }
 
     std::vector<variable*> params_;
     std::vector<tensor> m_, v_;
+    std::vector<tensor> coef_;
     adam_rule rule_;
     int t_ = 0;
 };
@@ -354,11 +406,30 @@ void adam::step_impl(const std::vector<tensor>& grads) {
     detail::check_grads(params_, grads, "adam");  // before the step count moves
     detail::check_slots(params_, m_, "adam");
     if (kiln::detail::active_tracer) [[unlikely]] {
-        // Traced: the step (its count included) happens each time the function runs.
+        // Traced: the step (its count included) happens each time the function runs. On a CUDA device the update may
+        // be recorded in a CUDA graph: the count then moves on the host at each call, and the update reads its step
+        // size and eps_hat from device memory written before each replay (coef_).
+        bool recordable = !params_.empty();
+        for (std::size_t i = 0; i < params_.size(); ++i)
+            recordable = recordable && i < coef_.size() && coef_[i].storage_handle() &&
+                         params_[i]->device().type == device_type::cuda;
+        std::function<void()> host;
+        std::function<void(const std::vector<tensor>&)> device;
+#if !KILN_HAS_GPU
+        recordable = false;  // (no device here: the recorded update is not compiled)
+#else
+        if (recordable) {
+            host = [this] {
+                rule_.next_step(++t_);
+                write_coefficients();
+            };
+            device = [this](const std::vector<tensor>& g) { update_reading_coefficients<N>(g); };
+        }
+#endif
         detail::trace_step(params_, grads, "adam_step",
                            "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
                                " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps),
-                           [this](const std::vector<tensor>& g) { step<N>(g); });
+                           [this](const std::vector<tensor>& g) { step<N>(g); }, std::move(host), std::move(device));
         return;
     }
     rule_.next_step(++t_);

@@ -50,7 +50,45 @@ struct gemm_kernel {
 };
 
 #if KILN_GPU_CUDA
+// The handle a thread uses while it captures a CUDA graph on device `index`: its own, on the capturing stream,
+// with a workspace of its own (cuBLAS must not allocate one during a capture).
+inline cublasHandle_t capture_blas_handle(int index, cudaStream_t s) {
+    struct handles {
+        cublasHandle_t h[gpu_memory::max_devices] = {};
+        void* workspace[gpu_memory::max_devices] = {};
+        ~handles() {
+            for (int i = 0; i < gpu_memory::max_devices; ++i) {
+                if (h[i]) cublasDestroy(h[i]);
+                if (workspace[i]) cudaFree(workspace[i]);
+            }
+        }
+    };
+    static thread_local handles hs;
+    constexpr std::size_t workspace_bytes = std::size_t{32} << 20;  // cuBLAS's advice for Hopper
+    if (!hs.h[index]) {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // (made on first use, possibly inside a capture)
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        gpu_memory::scoped_device on(index);
+        cublasHandle_t h{};
+        void* w = nullptr;
+        const bool ok = cublasCreate(&h) == CUBLAS_STATUS_SUCCESS && cudaMalloc(&w, workspace_bytes) == cudaSuccess;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        if (!ok) {
+            if (h) cublasDestroy(h);
+            (void)cudaGetLastError();
+            throw device_error("kiln: device_error in 'matmul': cuBLAS could not be initialized for a CUDA graph");
+        }
+        hs.h[index] = h;
+        hs.workspace[index] = w;
+    }
+    cublasSetStream(hs.h[index], s);  // (which resets the workspace: set again)
+    cublasSetWorkspace(hs.h[index], hs.workspace[index], workspace_bytes);
+    return hs.h[index];
+}
+
 inline cublasHandle_t blas_handle(int index = 0) {
+    if (const gpu_memory::capture_state& c = gpu_memory::capturing(); c.stream && c.index == index) [[unlikely]]
+        return capture_blas_handle(index, c.stream);
     struct handles {
         cublasHandle_t h[gpu_memory::max_devices] = {};
     };

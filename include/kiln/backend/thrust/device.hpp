@@ -98,9 +98,7 @@ struct thrust_device {
         const auto keys = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0), gpu::key_of{o.red});
         auto run = [&](auto load, auto op, auto done) {
             const auto values = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0), load);
-            ::thrust::reduce_by_key(gpu::policy(), keys, keys + n, values, ::thrust::make_discard_iterator(),
-                                    ::thrust::make_transform_output_iterator(out, done), ::thrust::equal_to<std::ptrdiff_t>(),
-                                    op);
+            gpu::reduce_by_key(keys, n, values, ::thrust::make_transform_output_iterator(out, done), op);
         };
         if (extremum) {
             run(gpu::reduce_load<T, T>{x.data, o.order, o.s}, gpu::fold_pick<T>{kind == detail::fold_kind::max},
@@ -121,9 +119,8 @@ struct thrust_device {
         const auto keys = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0), gpu::key_of{o.red});
         const auto values = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0),
                                                               gpu::arg_load<T>{x.data, o.order, o.s, o.red});
-        ::thrust::reduce_by_key(gpu::policy(), keys, keys + n, values, ::thrust::make_discard_iterator(),
-                                ::thrust::make_transform_output_iterator(out, gpu::pos_of{}),
-                                ::thrust::equal_to<std::ptrdiff_t>(), gpu::arg_pick<T>{is_max});
+        gpu::reduce_by_key(keys, n, values, ::thrust::make_transform_output_iterator(out, gpu::pos_of{}),
+                           gpu::arg_pick<T>{is_max});
     }
 
     template <class T, class U>

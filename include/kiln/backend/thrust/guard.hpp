@@ -64,7 +64,13 @@ public:
         void* p = base_ + top_;
         top_ += n;
 #if KILN_GPU_GUARD_SUPPORTED
-        if (open_ > 0) ::mprotect(p, n, PROT_READ | PROT_WRITE);  // inside device work: open like the rest
+        if (open_ > 0) {  // inside another thread's device work: open like the rest (whole pages: the block may
+                          // start inside a page that was opened before it)
+            const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+            const std::uintptr_t from = reinterpret_cast<std::uintptr_t>(p) / page * page;
+            const std::uintptr_t to = reinterpret_cast<std::uintptr_t>(p) + n;
+            ::mprotect(reinterpret_cast<void*>(from), to - from, PROT_READ | PROT_WRITE);
+        }
 #endif
         return p;
     }

@@ -22,6 +22,11 @@
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
+#if KILN_GPU_CUDA && defined(__CUDACC__)
+#include <cub/device/device_reduce.cuh>
+#endif
+#include <limits>
+
 #include "../../core/error.hpp"
 #include "../../expr/evaluate.hpp"
 #include "../../expr/feed.hpp"
@@ -177,6 +182,29 @@ struct buffer {
     buffer(const buffer&) = delete;
     buffer& operator=(const buffer&) = delete;
 };
+
+// Reduces each run of equal keys among keys[0, n) (values[i] with values[i + 1] ...) into out[run], on the device's
+// stream. On CUDA through CUB directly: Thrust's reduce_by_key returns where its output ends, so it reads the count
+// of runs back and waits for the device (it cannot be recorded in a CUDA graph either); here that count stays on the
+// device, and the temporary storage comes from kiln's allocator.
+template <class Keys, class Values, class Out, class Op>
+void reduce_by_key(Keys keys, std::ptrdiff_t n, Values values, Out out, Op op) {
+#if KILN_GPU_CUDA && defined(__CUDACC__)
+    if (n <= std::ptrdiff_t{std::numeric_limits<int>::max()}) {
+        buffer<int> runs(1);
+        const cudaStream_t s = gpu_memory::stream(0);
+        std::size_t temp = 0;
+        gpu_memory::check_cuda("reduce", ::cub::DeviceReduce::ReduceByKey(nullptr, temp, keys, ::thrust::make_discard_iterator(),
+                                                                          values, out, runs.p, op, static_cast<int>(n), s));
+        buffer<unsigned char> storage(static_cast<std::ptrdiff_t>(temp));
+        gpu_memory::check_cuda("reduce", ::cub::DeviceReduce::ReduceByKey(storage.p, temp, keys, ::thrust::make_discard_iterator(),
+                                                                          values, out, runs.p, op, static_cast<int>(n), s));
+        return;
+    }
+#endif
+    ::thrust::reduce_by_key(policy(), keys, keys + n, values, ::thrust::make_discard_iterator(), out,
+                            ::thrust::equal_to<std::ptrdiff_t>(), op);
+}
 
 struct fault_check {
     buffer<index_fault> f{1};

@@ -13,8 +13,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <map>
 #include <new>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <thrust/version.h>
@@ -106,8 +108,9 @@ inline void require(const device& d, const char* what) {
 }
 
 #if KILN_GPU_CUDA
-// The device's one stream, created with its pool configured on first use.
-inline cudaStream_t stream(int index) {
+// The device's one stream, created with its pool configured on first use (stream() below: the stream a thread
+// queues work on, which is another while it captures a CUDA graph).
+inline cudaStream_t own_stream(int index) {
     struct state {
         cudaStream_t s[max_devices] = {};
         std::atomic<bool> ready[max_devices] = {};
@@ -139,6 +142,92 @@ inline cudaStream_t stream(int index) {
         }
     }
     return st.s[index];
+}
+
+// Capturing a CUDA graph (backend/thrust/capture.hpp, function/executor.hpp). While a thread captures, the device
+// work it queues goes to a private stream of its own (what stream() answers on that thread), and the device memory
+// it allocates comes from the capture's pool: blocks the captured graph owns, reused within the capture in stream
+// order and kept, at the same addresses, for every replay. The pool gives them back to the device's pool when the
+// graph goes.
+struct capture_pool {
+    int index = 0;
+    std::unordered_map<void*, std::size_t> in_use;  // handed out, by size
+    std::multimap<std::size_t, void*> idle;          // free for a later allocation of the capture
+    std::vector<void*> blocks;                        // every block, freed with the pool
+    bool leak = false;  // a block escaped the capture: nothing can be freed safely (see the executor)
+
+    static std::size_t rounded(std::size_t bytes) { return ((bytes == 0 ? 1 : bytes) + 255) / 256 * 256; }
+    void* take(std::size_t bytes) {
+        const std::size_t n = rounded(bytes);
+        auto it = idle.lower_bound(n);
+        if (it != idle.end() && it->first <= 2 * n) {
+            void* p = it->second;
+            in_use.emplace(p, it->first);
+            idle.erase(it);
+            return p;
+        }
+        void* p = nullptr;
+        // Stream-ordered memory on the device's own stream (not the capturing one): the graph is launched on that
+        // stream, after this. (Relaxed for this call: a capturing thread may not make allocation calls otherwise.)
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        const cudaError_t e = cudaMallocAsync(&p, n, own_stream(index));
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) +
+                               " bytes on cuda:" + std::to_string(index) + " for a CUDA graph (" + cudaGetErrorString(e) + ")");
+        }
+        blocks.push_back(p);
+        in_use.emplace(p, n);
+        return p;
+    }
+    void give(void* p, std::size_t bytes) {
+        auto it = in_use.find(p);
+        if (it != in_use.end()) {
+            idle.emplace(it->second, p);
+            in_use.erase(it);
+            return;
+        }
+        // A block from outside the capture freed during it: the graph may reuse it, so the pool keeps it.
+        blocks.push_back(p);
+        idle.emplace(rounded(bytes) > 256 ? rounded(bytes) : 256, p);
+    }
+    void release() noexcept {
+        if (!leak)
+            for (void* p : blocks) cudaFreeAsync(p, own_stream(index));
+        blocks.clear();
+        idle.clear();
+        in_use.clear();
+    }
+    capture_pool() = default;
+    capture_pool(const capture_pool&) = delete;
+    capture_pool& operator=(const capture_pool&) = delete;
+    ~capture_pool() { release(); }
+};
+struct capture_state {
+    capture_pool* pool = nullptr;  // where this thread's device memory comes from (null: the device's pool)
+    cudaStream_t stream = nullptr; // where its device work goes (null: the device's own stream)
+    int index = -1;                // on which device
+};
+inline capture_state& capturing() noexcept {
+    static thread_local capture_state s;
+    return s;
+}
+// Sets the calling thread's capture state for the scope.
+struct capture_scope {
+    capture_state saved;
+    capture_scope(capture_pool* pool, cudaStream_t s, int index) : saved(capturing()) { capturing() = {pool, s, index}; }
+    ~capture_scope() { capturing() = saved; }
+    capture_scope(const capture_scope&) = delete;
+    capture_scope& operator=(const capture_scope&) = delete;
+};
+
+// The stream the calling thread queues device `index`'s work on.
+inline cudaStream_t stream(int index) {
+    const capture_state& c = capturing();
+    if (c.stream && c.index == index) [[unlikely]] return c.stream;
+    return own_stream(index);
 }
 
 // Makes `index` the calling thread's current device for the scope.
@@ -185,7 +274,7 @@ struct small_blocks {
     void release_all() noexcept {
         for (std::size_t d = 0; d < free.size(); ++d)
             for (auto& l : free[d]) {
-                for (void* p : l) cudaFreeAsync(p, stream(static_cast<int>(d)));
+                for (void* p : l) cudaFreeAsync(p, own_stream(static_cast<int>(d)));
                 l.clear();
             }
     }
@@ -197,6 +286,11 @@ inline small_blocks* small_cache() { return detail::thread_instance<small_blocks
 inline void* allocate(std::size_t bytes, int index = 0) {
     const std::size_t n = bytes == 0 ? 256 : bytes;
 #if KILN_GPU_CUDA
+    if (capture_pool* cp = capturing().pool; cp && cp->index == index) [[unlikely]] {
+        void* p = cp->take(n);
+        note_allocation(bytes);
+        return p;
+    }
     if (n <= small_blocks::limit)
         if (small_blocks* c = small_cache()) {
             auto& list = c->free[static_cast<std::size_t>(index)][small_blocks::class_of(n)];
@@ -210,7 +304,7 @@ inline void* allocate(std::size_t bytes, int index = 0) {
     scoped_device on(index);
     void* p = nullptr;
     const std::size_t rounded = n <= small_blocks::limit ? (small_blocks::class_of(n) + 1) * 256 : n;
-    const cudaError_t e = cudaMallocAsync(&p, rounded, stream(index));
+    const cudaError_t e = cudaMallocAsync(&p, rounded, own_stream(index));
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         throw device_error("kiln: device_error in 'allocate': cannot allocate " + std::to_string(bytes) + " bytes on cuda:" +
@@ -244,6 +338,11 @@ inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
     if (!p) return;
 #if KILN_GPU_CUDA
     const std::size_t n = bytes == 0 ? 256 : bytes;
+    if (capture_pool* cp = capturing().pool; cp && cp->index == index) [[unlikely]] {
+        cp->give(p, n);
+        stats_of().allocated.fetch_sub(bytes, std::memory_order_relaxed);
+        return;
+    }
     if (n <= small_blocks::limit)
         if (small_blocks* c = small_cache()) {
             auto& list = c->free[static_cast<std::size_t>(index)][small_blocks::class_of(n)];
@@ -254,7 +353,7 @@ inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
             }
         }
     scoped_device on(index);
-    cudaFreeAsync(p, stream(index));
+    cudaFreeAsync(p, own_stream(index));
 #else
     (void)index;
     if (guarded_arena::enabled()) guarded_arena::instance().release(p, bytes == 0 ? 256 : bytes);
@@ -299,6 +398,19 @@ inline void from_host(void* dst, const void* src, std::size_t bytes, int index =
     std::memcpy(dst, src, bytes);
 #endif
 }
+// Host to device, queued without waiting: the source is read before this returns (CUDA copies a pageable source to
+// its staging memory first), so it may be a temporary of the caller's.
+inline void from_host_queued(void* dst, const void* src, std::size_t bytes, int index = 0) {
+    if (bytes == 0) return;
+#if KILN_GPU_CUDA
+    scoped_device on(index);
+    check_cuda("copy to device", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(index)));
+#else
+    (void)index;
+    const device_section work;
+    std::memcpy(dst, src, bytes);
+#endif
+}
 inline void within(void* dst, const void* src, std::size_t bytes, int index = 0) {
     if (bytes == 0) return;
 #if KILN_GPU_CUDA
@@ -317,7 +429,7 @@ inline void trim() {
     if (small_blocks* c = small_cache()) c->release_all();  // this thread's small blocks, as the CPU's cache does
     for (int i = 0, n = count(); i < n; ++i) {
         scoped_device on(i);
-        cudaStreamSynchronize(stream(i));
+        cudaStreamSynchronize(own_stream(i));
         cudaMemPool_t pool{};
         if (cudaDeviceGetDefaultMemPool(&pool, i) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
     }
