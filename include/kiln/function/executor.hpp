@@ -197,7 +197,7 @@ struct executable {
         // the CPU's fused tile loops and buffer plans read host memory.
         bool on_device = false;
         for (const graph_node& n : graph.nodes) on_device = on_device || n.device.type != device_type::cpu;
-#if KILN_HAS_GPU && KILN_GPU_CUDA
+#if KILN_HAS_GPU
         captured.reset();
         if (on_device && cuda_graphs) captured = std::make_shared<capture_record>();
 #endif
@@ -444,7 +444,7 @@ struct executable {
     std::vector<tensor> run_graph(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents) const {
         // The traced extents take no lock; other extents take it once, for their parameters and their plan.
         const bool traced_key = !has_dynamic || extents == traced_extents;
-#if KILN_HAS_GPU && KILN_GPU_CUDA
+#if KILN_HAS_GPU
         if (captured && traced_key)
             if (std::optional<std::vector<tensor>> r = replay_captured(args)) return std::move(*r);
 #endif
@@ -487,28 +487,36 @@ struct executable {
     // The buffer plan made for the traced extents (null before the second call, or with planning off).
     const buffer_plan* plan() const noexcept { return traced_plan.load(std::memory_order_acquire); }
 
-#if KILN_HAS_GPU && KILN_GPU_CUDA
+#if KILN_HAS_GPU
     // A call captured as a CUDA graph: the graph reads the arguments from `inputs` (each call's arguments are
     // copied there first) and leaves the results in `outputs` (each call's results are copied from there), both at
     // fixed addresses; variables and constants are read and written where they live, as node by node.
+    // On the emulated device (no CUDA graphs) the same replay runs the recorded call again at each call, node by
+    // node from the input buffers with the effects' device parts, so that the test command checks the replay's
+    // logic (host parts, buffers, results) on every machine.
     struct capture_record {
         std::mutex mutex;
         int calls = 0;          // calls run without the graph so far
         bool given_up = false;  // the call cannot be captured (why says why)
+        bool ready = false;     // captured: calls replay it
         std::string why;
+#if KILN_GPU_CUDA
         std::unique_ptr<backend::gpu_memory::cuda_graph> graph;
+#endif
         std::vector<tensor> inputs, outputs;
         std::uint64_t replays = 0;
         ~capture_record() { drop(); }
         void drop() {
+#if KILN_GPU_CUDA
             if (graph) {
                 // The results' blocks go back to the graph's pool, which the graph then frees.
                 const backend::gpu_memory::capture_scope scope(&graph->pool(), nullptr, graph->index());
                 outputs.clear();
             }
+            graph.reset();
+#endif
             outputs.clear();
             inputs.clear();
-            graph.reset();
         }
     };
     mutable std::shared_ptr<capture_record> captured;  // made by prepare() for a graph on a CUDA device
@@ -523,7 +531,7 @@ struct executable {
     capture_info capture_status() const {
         if (!captured) return {false, 0, cuda_graphs ? "the graph does not run on a CUDA device" : "cuda_graphs is off"};
         std::lock_guard lock(captured->mutex);
-        return {captured->graph != nullptr, captured->replays, captured->why};
+        return {captured->ready, captured->replays, captured->why};
     }
 
     // Whether every node can be recorded once and replayed: pure ops, and effects that only write their inputs'
@@ -560,7 +568,7 @@ struct executable {
         if (r.given_up) return std::nullopt;
         for (const tensor& a : args)
             if (!a.is_contiguous()) return std::nullopt;
-        if (!r.graph) {
+        if (!r.ready) {
             // The first calls run node by node (caches, cuBLAS and the compiled kernels settle); a compiled group
             // still being built waits, up to 64 calls, since the capture records what runs now.
             if (++r.calls < 3 || (r.calls < 64 && !kernels_ready())) return std::nullopt;
@@ -569,10 +577,11 @@ struct executable {
                 r.why = "not captured: " + no;
                 return std::nullopt;
             }
-            const int index = args.empty() ? 0 : args[0].device().index;
-            auto g = std::make_unique<backend::gpu_memory::cuda_graph>(index);
             std::vector<tensor> in, out;
             for (const tensor& a : args) in.push_back(tensor(a.dtype(), a.shape(), a.device()));
+#if KILN_GPU_CUDA
+            const int index = args.empty() ? 0 : args[0].device().index;
+            auto g = std::make_unique<backend::gpu_memory::cuda_graph>(index);
             std::string why;
             const bool ok = g->capture([&] { out = run_nodes(in, nullptr, nullptr, true); }, why);
             // Every block of the graph's pool still in use must be a result's: a block held anywhere else would be
@@ -596,8 +605,10 @@ struct executable {
                 return std::nullopt;  // nothing ran: the call runs node by node
             }
             r.graph = std::move(g);
-            r.inputs = std::move(in);
             r.outputs = std::move(out);
+#endif
+            r.inputs = std::move(in);
+            r.ready = true;
             r.why.clear();
         }
         for (std::size_t k = 0; k < args.size(); ++k) {
@@ -612,7 +623,11 @@ struct executable {
         for (std::size_t k = 0; k < args.size(); ++k)
             backend::gpu_memory::within(r.inputs[k].raw_data(), args[k].raw_data(), args[k].numel() * size_of(args[k].dtype()),
                                         args[k].device().index);
+#if KILN_GPU_CUDA
         r.graph->launch();
+#else
+        r.outputs = run_nodes(r.inputs, nullptr, nullptr, true);
+#endif
         ++r.replays;
         std::vector<tensor> out;
         out.reserve(graph.outputs.size());

@@ -236,13 +236,13 @@ public:
     };
     template <class... A>
     cuda_graph_info cuda_graph_status(A&&... args) {
-#if KILN_HAS_GPU && KILN_GPU_CUDA
+#if KILN_HAS_GPU
         const auto e = executable_for(std::forward<A>(args)...);
         const auto s = e->capture_status();
         return {s.captured, s.replays, s.why};
 #else
         (void)executable_for(std::forward<A>(args)...);
-        return {false, 0, cuda_emulated() ? "the emulated device has no CUDA graphs" : "no CUDA device in this build"};
+        return {false, 0, "no GPU device in this build"};
 #endif
     }
 

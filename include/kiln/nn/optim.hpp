@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -353,28 +354,30 @@ private:
             m_.push_back(zeros(p->shape(), p->dtype(), p->device()));
             v_.push_back(zeros(p->shape(), p->dtype(), p->device()));
             // On a device: where a recorded step reads its step size and eps_hat (one pair per dtype and device).
-            tensor c;
+            std::optional<tensor> c;
             if (p->device().type != device_type::cpu) {
                 for (std::size_t j = 0; j < coef_.size(); ++j)
-                    if (coef_[j].storage_handle() && coef_[j].dtype() == p->dtype() && coef_[j].device() == p->device())
-                        c = coef_[j];
-                if (!c.storage_handle()) c = zeros({2}, p->dtype(), p->device());
+                    if (coef_[j] && coef_[j]->dtype() == p->dtype() && coef_[j]->device() == p->device()) c = coef_[j];
+                if (!c) c = zeros({2}, p->dtype(), p->device());
             }
-            coef_.push_back(c);
+            coef_.push_back(std::move(c));
         }
     }
 
     // This step's step size and eps_hat into coef_, queued on the device.
     void write_coefficients() {
         for (std::size_t i = 0; i < coef_.size(); ++i) {
+            if (!coef_[i]) continue;
             bool first = true;
-            for (std::size_t j = 0; j < i; ++j) first = first && coef_[j].storage_handle() != coef_[i].storage_handle();
-            if (!first || !coef_[i].storage_handle()) continue;
+            for (std::size_t j = 0; j < i; ++j)
+                first = first && !(coef_[j] && coef_[j]->storage_handle() == coef_[i]->storage_handle());
+            if (!first) continue;
 #if KILN_HAS_GPU
-            kiln::detail::dispatch(coef_[i].dtype(), [&]<class T>() {
+            const tensor& c = *coef_[i];
+            kiln::detail::dispatch(c.dtype(), [&]<class T>() {
                 if constexpr (std::is_floating_point_v<T>) {
                     const T v[2] = {static_cast<T>(rule_.step), static_cast<T>(rule_.eps_hat)};
-                    backend::gpu_memory::from_host_queued(coef_[i].raw_data(), v, sizeof v, coef_[i].device().index);
+                    backend::gpu_memory::from_host_queued(c.raw_data(), v, sizeof v, c.device().index);
                 }
             });
 #endif
@@ -385,8 +388,8 @@ private:
     template <int N>
     void update_reading_coefficients(const std::vector<tensor>& grads) {
         detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
-            const tensor step_size = coef_[i].slice(0, 0, 1).broadcast_to(p.shape());
-            const tensor eps_hat = coef_[i].slice(0, 1, 2).broadcast_to(p.shape());
+            const tensor step_size = coef_[i]->slice(0, 0, 1).broadcast_to(p.shape());
+            const tensor eps_hat = coef_[i]->slice(0, 1, 2).broadcast_to(p.shape());
             std::apply([&](const auto&... roots) {
                 detail::fused_update(std::array<const tensor*, 6>{&p, &g, &m_[i], &v_[i], &step_size, &eps_hat},
                                      std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, roots...);
@@ -396,7 +399,7 @@ private:
 
     std::vector<variable*> params_;
     std::vector<tensor> m_, v_;
-    std::vector<tensor> coef_;
+    std::vector<std::optional<tensor>> coef_;  // per parameter on a device (shared by those of one dtype and device)
     adam_rule rule_;
     int t_ = 0;
 };
@@ -411,7 +414,7 @@ void adam::step_impl(const std::vector<tensor>& grads) {
         // size and eps_hat from device memory written before each replay (coef_).
         bool recordable = !params_.empty();
         for (std::size_t i = 0; i < params_.size(); ++i)
-            recordable = recordable && i < coef_.size() && coef_[i].storage_handle() &&
+            recordable = recordable && i < coef_.size() && coef_[i] && coef_[i]->device() == params_[i]->device() &&
                          params_[i]->device().type == device_type::cuda;
         std::function<void()> host;
         std::function<void(const std::vector<tensor>&)> device;
