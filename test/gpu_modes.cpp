@@ -372,6 +372,70 @@ TEST_CASE("graph mode runs on the device where its feeds live") {
     CHECK(kiln::cuda_memory_stats().allocated_bytes == before.allocated_bytes + static_cast<std::size_t>(out.numel() + raw.numel() + wide.numel()) * 4);
 }
 
+TEST_CASE("a second device: eager ops, traced functions, graph mode and training on cuda:1") {
+    // Every kernel, cuBLAS call and scratch buffer goes to the device of its op's operands. The test command's
+    // emulated device shows two devices (KILN_GPU_EMULATED_DEVICES=2); a machine with one GPU has no cuda:1.
+    if (kiln::device_count() < 2) {
+        MESSAGE("one device here: the cuda:1 checks need two (the test command runs them on the emulated device)");
+        return;
+    }
+    const kiln::device d1{kiln::device_type::cuda, 1};
+    kiln::generator gen(41);
+    const kiln::tensor ah = kiln::randn({5, 4}, kiln::float32, gen), bh = kiln::randn({4, 3}, kiln::float32, gen);
+    const kiln::tensor a = ah.to(d1), b = bh.to(d1);
+    CHECK(a.device() == d1);
+    CHECK(kiln::to_string(a.device()) == "cuda:1");
+    // Eager ops: a product, a broadcast add, a reduction and a view, each on cuda:1.
+    const kiln::tensor c = kiln::matmul(a, b) + 1.0f;
+    const kiln::tensor s = kiln::sum(c, {0});
+    CHECK(c.device() == d1);
+    CHECK(s.device() == d1);
+    CHECK(c.transpose(0, 1).device() == d1);
+    same_tensor(c.to(kiln::cpu), kiln::matmul(ah, bh) + 1.0f, 1e-5);
+    same_tensor(s.to(kiln::cpu), kiln::sum(kiln::matmul(ah, bh) + 1.0f, {0}), 1e-5);
+    // Between the two devices: moves work both ways; an op across them names both.
+    const kiln::tensor a0 = a.to(kiln::cuda);
+    CHECK(a0.device() == kiln::cuda);
+    same_tensor(a0.to(kiln::cpu), ah, 0);
+    try {
+        (void)(a0 + a);
+        FAIL("expected a device_error");
+    } catch (const kiln::device_error& e) {
+        const std::string what = e.what();
+        CHECK(what.find("cuda:0") != std::string::npos);
+        CHECK(what.find("cuda:1") != std::string::npos);
+    }
+    // A traced function (its graph replayed from the third call) on cuda:1.
+    const kiln::tensor w = b;
+    auto f = kiln::function([&w](const kiln::tensor& x) { return kiln::relu(kiln::matmul(x, w) - 0.25f); });
+    for (int i = 0; i < 4; ++i) {
+        const kiln::tensor r = f(a);
+        CHECK(r.device() == d1);
+        same_tensor(r.to(kiln::cpu), kiln::relu(kiln::matmul(ah, bh) - 0.25f), 1e-5);
+    }
+    CHECK(f.cuda_graph_status(a).captured);
+    // Graph mode on cuda:1's memory.
+    const auto x = kiln::input<"x", float>{};
+    const auto xr = kiln::run(x * 2_c, x = kiln::view(a.data<float>(), {5, 4}, d1));
+    same_values(xr, ah * 2.0f, 1e-6);
+    // Training with Adam on cuda:1 gives cuda:0's numbers.
+    kiln::generator g1(8), g0(8);
+    kiln::nn::dense l1(4, 1, kiln::nn::identity, g1), l0(4, 1, kiln::nn::identity, g0);
+    l1.to(d1);
+    l0.to(kiln::cuda);
+    kiln::optim::adam o1(l1.parameters(), 1e-2), o0(l0.parameters(), 1e-2);
+    for (int i = 0; i < 5; ++i) {
+        for (auto [layer, opt, x_] : {std::tuple{&l1, &o1, a}, std::tuple{&l0, &o0, a0}}) {
+            kiln::gradient_tape tape;
+            const kiln::tensor loss = kiln::mean(kiln::square((*layer)(x_)));
+            opt->step(tape.gradient(loss, layer->parameters()));
+        }
+    }
+    CHECK(l1.w.device() == d1);
+    same_tensor(l1.w.to(kiln::cpu), l0.w.to(kiln::cpu), 1e-6);
+    same_tensor(l1.b.to(kiln::cpu), l0.b.to(kiln::cpu), 1e-6);
+}
+
 TEST_CASE("graph mode refuses feeds and outputs on different devices") {
     const auto x = kiln::input<"x", float>{};
     const auto y = kiln::input<"y", float>{};

@@ -26,6 +26,7 @@ template <class F>
 void on_backend([[maybe_unused]] const device& dev, F&& f) {
 #if KILN_HAS_GPU
     if (dev.type != device_type::cpu) [[unlikely]] {
+        const backend::gpu_memory::device_scope on(dev.index);
         f.template operator()<backend::thrust_device>();
         return;
     }
@@ -59,6 +60,7 @@ tensor convert(const tensor& t) {
 #if KILN_HAS_GPU
     if (!t.is_cpu()) {
         tensor out(dtype_of<U>(), t.shape(), t.device());
+        const backend::gpu_memory::device_scope on(t.device().index);
         dispatch(t.dtype(), [&]<class T>() {
             backend::thrust_device::copy_strided(
                 strided<U>(static_cast<U*>(out.raw_data()), t.shape(), out.strides()),

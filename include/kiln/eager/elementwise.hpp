@@ -163,6 +163,7 @@ void run_eager_gpu_into(tensor& out, const E& expr, const In&... inputs) {
         return std::tuple<strided<const typename L::value_type>...>(
             strided_of<typename L::value_type>(std::get<leaf_position_v<L>>(all))...);
     }(leaves_t<list>{});
+    const backend::gpu_memory::device_scope on(out.device().index);
     backend::thrust_device::run_elementwise(expr, strided_out<R>(out), bound);
 }
 #endif

@@ -227,6 +227,7 @@ tensor masked_select(const tensor& x, const tensor& mask) {
         const tensor m = md.broadcast_to(shape).contiguous();
         const bool* mp = m.data<const bool>();
         using D = backend::thrust_device;
+        const backend::gpu_memory::device_scope on(x.device().index);
         tensor where(dtype::int64, dims{D::count_true(mp, m.numel())}, x.device());
         D::true_positions(mp, m.numel(), where.data<std::int64_t>());
         return index_select<N>(x.reshape({-1}), 0, where);

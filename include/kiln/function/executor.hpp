@@ -321,6 +321,7 @@ struct executable {
 #endif
         {
 #if KILN_HAS_GPU
+            const backend::gpu_memory::device_scope on(first->device().index);
             const backend::gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
 #endif
             fn(in.data(), out.data(), periods.data(), first->numel(), stream);

@@ -121,6 +121,7 @@ auto run_roots_on_gpu(kiln::device dev, const root_pack<Roots...>& roots, const 
     using D = backend::thrust_device;
     using plan_t = plan<Roots...>;
     backend::gpu_memory::require(dev, "kiln::run");
+    const backend::gpu_memory::device_scope on(dev.index);
     const auto users = bound_leaves<typename plan_t::user_leaves>::bind_on(dev, "kiln::run", feeds...);
     typename plan_t::workspace ws;
     plan_t::template prepare<D>(users, ws);
@@ -347,6 +348,7 @@ KILN_NOINLINE void run_into_gpu(kiln::device dev, Out& out, const E& expr, const
     using R = root_type_t<E>;
     using plan_t = plan<E>;
     backend::gpu_memory::require(dev, "kiln::run_into");
+    const backend::gpu_memory::device_scope on(dev.index);
     strided<R> o;
     fill_strided(o, out, dev, "kiln::run_into");
     const auto users = bound_leaves<typename plan_t::user_leaves>::bind_on(dev, "kiln::run_into", feeds...);

@@ -341,7 +341,10 @@ private:
     template <class R, class F>
     R on_backend_of(F&& f) {
 #if KILN_HAS_GPU
-        if (dev_.type != device_type::cpu) [[unlikely]] return f.template operator()<backend::thrust_device>();
+        if (dev_.type != device_type::cpu) [[unlikely]] {
+            const backend::gpu_memory::device_scope on(dev_.index);
+            return f.template operator()<backend::thrust_device>();
+        }
 #endif
         return f.template operator()<backend::cpu_device>();
     }

@@ -67,6 +67,7 @@ void fused_update(const std::array<const tensor*, I>& inputs, const std::array<t
         auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
             return std::tuple<strided<root_type_t<Roots>>...>(strided_out<root_type_t<Roots>>(*outputs[J])...);
         }(std::index_sequence_for<Roots...>{});
+        const backend::gpu_memory::device_scope on(dev.index);
         backend::thrust_device::run_elementwise_roots(outs, bound, roots...);
         return;
     }

@@ -86,7 +86,7 @@ inline cublasHandle_t capture_blas_handle(int index, cudaStream_t s) {
     return hs.h[index];
 }
 
-inline cublasHandle_t blas_handle(int index = 0) {
+inline cublasHandle_t blas_handle(int index = gpu_memory::current_device()) {
     if (const gpu_memory::capture_state& c = gpu_memory::capturing(); c.stream && c.index == index) [[unlikely]]
         return capture_blas_handle(index, c.stream);
     struct handles {

@@ -76,7 +76,7 @@ KILN_HD inline std::ptrdiff_t offset_of(std::ptrdiff_t i, const walk& w, const s
 }
 
 // The execution policy of the device's stream.
-inline auto policy([[maybe_unused]] int index = 0) {
+inline auto policy([[maybe_unused]] int index = gpu_memory::current_device()) {
 #if KILN_GPU_CUDA
     return ::thrust::cuda::par_nosync.on(gpu_memory::stream(index));
 #else
@@ -124,7 +124,7 @@ void for_each_n(std::ptrdiff_t n, const F& f) {
         return;
     }
 #endif
-    launch_for_each(n, f, gpu_memory::stream(0));
+    launch_for_each(n, f, gpu_memory::stream(gpu_memory::current_device()));
 #else
     const gpu_memory::device_section work;  // (the emulated device: KILN_GPU_GUARD opens its memory to the kernel)
     ::thrust::for_each_n(policy(), ::thrust::counting_iterator<std::ptrdiff_t>(0), n, f);
@@ -192,7 +192,7 @@ void reduce_by_key(Keys keys, std::ptrdiff_t n, Values values, Out out, Op op) {
 #if KILN_GPU_CUDA && defined(__CUDACC__)
     if (n <= std::ptrdiff_t{std::numeric_limits<int>::max()}) {
         buffer<int> runs(1);
-        const cudaStream_t s = gpu_memory::stream(0);
+        const cudaStream_t s = gpu_memory::stream(gpu_memory::current_device());
         std::size_t temp = 0;
         gpu_memory::check_cuda("reduce", ::cub::DeviceReduce::ReduceByKey(nullptr, temp, keys, ::thrust::make_discard_iterator(),
                                                                           values, out, runs.p, op, static_cast<int>(n), s));

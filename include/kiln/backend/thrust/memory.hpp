@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <new>
@@ -86,9 +87,25 @@ inline int count() {
     }();
     return n;
 #else
-    return 1;
+    // KILN_GPU_EMULATED_DEVICES (1 to 16, default 1): how many devices the emulated device shows, so that code for
+    // several devices (cuda:1, ops across devices) is tested without them. They all compute on the host.
+    static const int n = [] {
+        const char* v = std::getenv("KILN_GPU_EMULATED_DEVICES");
+        const int c = v && *v ? std::atoi(v) : 1;
+        return c < 1 ? 1 : c > max_devices ? max_devices : c;
+    }();
+    return n;
 #endif
 }
+
+// The device that a thread's device work goes to where no index is given (kernels, cuBLAS, scratch memory): the
+// device of the op's operands, set for the op by device_scope below (eager ops, graph mode's runs, sessions,
+// optimizer updates, traced functions' groups).
+inline int& current_index() noexcept {
+    static thread_local int i = 0;
+    return i;
+}
+inline int current_device() noexcept { return current_index(); }
 
 // Throws kiln::device_error unless device `d` exists.
 inline void require(const device& d, const char* what) {
@@ -100,11 +117,6 @@ inline void require(const device& d, const char* what) {
         throw device_error(std::string("kiln: device_error in '") + what + "': " + to_string(d) + " does not exist (" +
                            std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") + ": cuda:0 .. cuda:" +
                            std::to_string(n - 1) + ")");
-    // Kernels, cuBLAS and scratch memory are on device 0's stream today: a tensor elsewhere would be computed on the
-    // wrong device, so it is refused until the device index reaches every kernel.
-    if (d.index != 0)
-        throw device_error(std::string("kiln: device_error in '") + what + "': kiln's GPU device runs on cuda:0 only for "
-                           "now (" + to_string(d) + " was asked for)");
 }
 
 #if KILN_GPU_CUDA
@@ -253,6 +265,16 @@ struct scoped_device {
 };
 #endif
 
+// Device `index` is the calling thread's device (current_device(), and CUDA's current device) for the scope.
+struct device_scope {
+    int prev;
+    scoped_device on;
+    explicit device_scope(int index) : prev(current_index()), on(index) { current_index() = index; }
+    ~device_scope() { current_index() = prev; }
+    device_scope(const device_scope&) = delete;
+    device_scope& operator=(const device_scope&) = delete;
+};
+
 inline void note_allocation(std::size_t bytes) {
     counters& c = stats_of();
     const std::size_t now = c.allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -283,7 +305,7 @@ inline small_blocks* small_cache() { return detail::thread_instance<small_blocks
 #endif
 
 // `bytes` of device memory on device `index` (never null: a zero-byte request gets a small block).
-inline void* allocate(std::size_t bytes, int index = 0) {
+inline void* allocate(std::size_t bytes, int index = current_device()) {
     const std::size_t n = bytes == 0 ? 256 : bytes;
 #if KILN_GPU_CUDA
     if (capture_pool* cp = capturing().pool; cp && cp->index == index) [[unlikely]] {
@@ -334,9 +356,19 @@ inline void* allocate(std::size_t bytes, int index = 0) {
     return p;
 }
 
-inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
+// `index`: the device `p` was allocated on; -1 when the caller does not know (a scratch buffer, a workspace freed
+// outside its op): with more than one GPU it is then asked of CUDA.
+inline void deallocate(void* p, std::size_t bytes, int index = -1) noexcept {
     if (!p) return;
 #if KILN_GPU_CUDA
+    if (index < 0) {
+        index = 0;
+        if (count() > 1) {
+            cudaPointerAttributes a{};
+            if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.device >= 0 && a.device < max_devices) index = a.device;
+            else (void)cudaGetLastError();
+        }
+    }
     const std::size_t n = bytes == 0 ? 256 : bytes;
     if (capture_pool* cp = capturing().pool; cp && cp->index == index) [[unlikely]] {
         cp->give(p, n);
@@ -363,7 +395,7 @@ inline void deallocate(void* p, std::size_t bytes, int index = 0) noexcept {
 }
 
 // Waits until the device's queued work is done.
-inline void synchronize(int index = 0) {
+inline void synchronize(int index = current_device()) {
 #if KILN_GPU_CUDA
     if (count() == 0) return;
     check_cuda("synchronize", cudaStreamSynchronize(stream(index)));
@@ -373,7 +405,7 @@ inline void synchronize(int index = 0) {
 }
 
 // Device to host (waits for the device's queued work first), host to device, device to device (queued).
-inline void to_host(void* dst, const void* src, std::size_t bytes, int index = 0) {
+inline void to_host(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
     if (bytes == 0) return;
 #if KILN_GPU_CUDA
     scoped_device on(index);
@@ -385,7 +417,7 @@ inline void to_host(void* dst, const void* src, std::size_t bytes, int index = 0
     std::memcpy(dst, src, bytes);
 #endif
 }
-inline void from_host(void* dst, const void* src, std::size_t bytes, int index = 0) {
+inline void from_host(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
     if (bytes == 0) return;
 #if KILN_GPU_CUDA
     scoped_device on(index);
@@ -400,7 +432,7 @@ inline void from_host(void* dst, const void* src, std::size_t bytes, int index =
 }
 // Host to device, queued without waiting: the source is read before this returns (CUDA copies a pageable source to
 // its staging memory first), so it may be a temporary of the caller's.
-inline void from_host_queued(void* dst, const void* src, std::size_t bytes, int index = 0) {
+inline void from_host_queued(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
     if (bytes == 0) return;
 #if KILN_GPU_CUDA
     scoped_device on(index);
@@ -411,7 +443,7 @@ inline void from_host_queued(void* dst, const void* src, std::size_t bytes, int 
     std::memcpy(dst, src, bytes);
 #endif
 }
-inline void within(void* dst, const void* src, std::size_t bytes, int index = 0) {
+inline void within(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
     if (bytes == 0) return;
 #if KILN_GPU_CUDA
     scoped_device on(index);
