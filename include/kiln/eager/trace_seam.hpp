@@ -62,8 +62,8 @@ struct op_params {
     // recorded once: `host_part` runs at each replay of a CUDA graph, before the graph (it may queue device work of
     // its own, such as writing this step's numbers into device memory), and `device_part` queues the device work that
     // reads them, once, while the call is captured. Without them the effect runs whole at each call.
-    std::function<void()> host_part;
-    std::function<void(std::span<const tensor>, std::span<const std::int64_t>)> device_part;
+    std::function<void()> host_part = nullptr;
+    std::function<void(std::span<const tensor>, std::span<const std::int64_t>)> device_part = nullptr;
 
     void add(std::int64_t v) { values.push_back(v); }
     void add_number(double v) {
