@@ -417,19 +417,6 @@ inline void to_host(void* dst, const void* src, std::size_t bytes, int index = c
     std::memcpy(dst, src, bytes);
 #endif
 }
-inline void from_host(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
-    if (bytes == 0) return;
-#if KILN_GPU_CUDA
-    scoped_device on(index);
-    // The source may be a temporary of the caller's: wait until it has been read.
-    check_cuda("copy to device", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(index)));
-    check_cuda("copy to device", cudaStreamSynchronize(stream(index)));
-#else
-    (void)index;
-    const device_section work;
-    std::memcpy(dst, src, bytes);
-#endif
-}
 // Host to device, queued without waiting: the source is read before this returns (CUDA copies a pageable source to
 // its staging memory first), so it may be a temporary of the caller's.
 inline void from_host_queued(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
@@ -441,6 +428,15 @@ inline void from_host_queued(void* dst, const void* src, std::size_t bytes, int 
     (void)index;
     const device_section work;
     std::memcpy(dst, src, bytes);
+#endif
+}
+// Host to device, done when it returns (the source may be a temporary of the caller's).
+inline void from_host(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
+    from_host_queued(dst, src, bytes, index);
+#if KILN_GPU_CUDA
+    if (bytes == 0) return;
+    scoped_device on(index);
+    check_cuda("copy to device", cudaStreamSynchronize(stream(index)));
 #endif
 }
 inline void within(void* dst, const void* src, std::size_t bytes, int index = current_device()) {
