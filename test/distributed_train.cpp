@@ -8,6 +8,9 @@
 //       values worked out from the ranks' numbers.
 //   distributed_train mismatch   ranks that pass different shapes, dtypes or collectives get a kiln::distributed_error
 //       naming every rank's call, on every rank, instead of a hang.
+//   distributed_train devices cuda   (GPU builds with two devices or more) rank r's collectives on cuda:(r mod the
+//       device count); a later one on another device throws kiln::device_error on every rank, or a
+//       kiln::distributed_error naming the rank where only some ranks moved.
 //   distributed_train throw   rank 1 throws while the others wait in a collective: the job must end (test/mpi_abort_check.sh).
 // A second argument `cuda` runs eager, function, graph, collectives and mismatch with every tensor, model and
 // session on kiln's GPU device (built with kiln::gpu_emulated by the test command: the collectives then go through
@@ -295,6 +298,43 @@ int mismatch() {
     return failures;
 }
 
+// Each rank's collectives on its own device (rank r on cuda:r, as a process per GPU of one machine is set up).
+int devices() {
+    const int r = dist::rank(), n = dist::size(), count = kiln::device_count();
+    const kiln::device mine{kiln::device_type::cuda, r % count}, other{kiln::device_type::cuda, (r + 1) % count};
+    double want = 0;
+    for (int k = 0; k < n; ++k) want += k + 1.0;
+    const kiln::tensor sum = dist::all_reduce(kiln::full({3}, r + 1.0, kiln::float32, mine));
+    expect(sum.device() == mine && host(sum).data<float>()[2] == want,
+           "rank r's all_reduce on cuda:" + std::to_string(r % count) + " sums every rank's values");
+    kiln::tensor b = kiln::full({2}, r + 5.0, kiln::float64, mine);
+    dist::broadcast(b, n - 1);
+    expect(host(b).data<double>()[0] == n + 4.0, "broadcast on each rank's own device");
+    auto refusal = [](auto&& f) -> std::string {
+        try {
+            f();
+        } catch (const kiln::error& e) {
+            return std::string(dynamic_cast<const kiln::device_error*>(&e) ? "device_error: " : "other: ") + e.what();
+        }
+        return "";
+    };
+    // Every rank moves to another device: each is told where its collectives run.
+    const std::string all = refusal([&] { (void)dist::all_reduce(kiln::ones({2}, kiln::float32, other)); });
+    expect(all.find("device_error: kiln: device_error in 'distributed::all_reduce': the tensor lives on " +
+                    kiln::to_string(other) + ", but this process's collectives on GPU tensors run on " +
+                    kiln::to_string(mine)) != std::string::npos,
+           "a collective on another device than the process's earlier ones is refused on every rank (" + all + ")");
+    // Only rank 1 moves: every rank is told which one (no rank reaches the exchange alone).
+    const std::string one = refusal([&] { (void)dist::all_reduce(kiln::ones({2}, kiln::float32, r == 1 ? other : mine)); });
+    expect(one.find("other: kiln: distributed_error in 'distributed::all_reduce': the ranks disagree on the collective (rank 0: "
+                    "all_reduce(sum) on (2,) float32 (cuda); rank 1: all_reduce(sum) on (2,) float32 (cuda, not the device "
+                    "of the rank's earlier GPU collectives)") != std::string::npos,
+           "one rank on another device is named to every rank (" + one + ")");
+    expect(host(dist::all_reduce(kiln::ones({2}, kiln::float32, mine))).data<float>()[1] == n,
+           "the job goes on after the refusals, on each rank's device");
+    return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -324,8 +364,13 @@ int main(int argc, char** argv) {
         else if (mode == "graph") f = train_graph();
         else if (mode == "collectives") f = collectives();
         else if (mode == "mismatch") f = mismatch();
+        else if (mode == "devices" && dev != kiln::cpu && kiln::device_count() >= 2) f = devices();
+        else if (mode == "devices") {
+            std::fprintf(stderr, "distributed_train: `devices cuda` needs a GPU build with two devices or more\n");
+            std::exit(2);
+        }
         else {
-            std::fprintf(stderr, "usage: distributed_train eager|function|graph|collectives|mismatch|throw\n");
+            std::fprintf(stderr, "usage: distributed_train eager|function|graph|collectives|mismatch|devices|throw [cuda]\n");
             std::exit(2);
         }
         // Every rank's verdict: the job fails when any rank failed.

@@ -31,8 +31,11 @@
 //   through NCCL on the device's stream, with one communicator per job made from an id that rank 0 broadcasts over
 //   MPI; the host does not wait for the collective;
 // - without NCCL (and on the emulated device), their bytes are copied to the host, reduced by MPI and copied back.
-// Every rank must pass a tensor on the same kind of device (the signature check compares devices too). Each rank
-// uses its cuda:0: give each rank its own GPU with CUDA_VISIBLE_DEVICES (NCCL refuses two ranks on one GPU).
+// Every rank must pass a tensor on the same kind of device (the signature check compares devices too). A process's
+// collectives on GPU tensors all run on one device, the device of its first one (NCCL binds a communicator to one
+// device); a later one on another device throws kiln::device_error on every rank. Ranks may use different devices:
+// rank r on cuda:r of a shared machine, or each rank's cuda:0 under its own CUDA_VISIBLE_DEVICES (NCCL refuses two
+// ranks on one GPU).
 // (MPI's C API only: the deprecated C++ bindings would come with the header otherwise.)
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
@@ -96,8 +99,9 @@ using kiln::detail::error_prefix;
 struct process_state {
     bool initialized_here = false;
     bool checks = true;
+    int gpu_device = -1;  // the device index of this process's collectives on GPU tensors (fixed by the first)
 #if KILN_DISTRIBUTED_NCCL
-    ncclComm_t nccl = nullptr;  // made at the first collective on a GPU tensor
+    ncclComm_t nccl = nullptr;  // made at the first collective on a GPU tensor, on gpu_device
 #endif
 };
 inline process_state& state() {
@@ -221,7 +225,9 @@ inline MPI_Op mpi_op(reduce_op op, dtype d) {
 
 // What a rank passes to a collective: the collective, its detail (a reduction or root), and a tensor's dtype and
 // shape (or a count and a digest of names).
-// (v: the collective, its detail, the dtype, the rank, the kind of device, then the extents.)
+// (v: the collective, its detail, the dtype, the rank, the kind of device, then the extents. The kind of device has
+// `foreign_device` added where a GPU tensor is not on the device of the process's earlier GPU collectives.)
+constexpr std::int64_t foreign_device = 0x100;
 struct signature {
     std::array<std::int64_t, 5 + max_rank> v{};
 
@@ -232,6 +238,8 @@ struct signature {
         s.v[2] = static_cast<std::int64_t>(t.dtype());
         s.v[3] = t.dim();
         s.v[4] = static_cast<std::int64_t>(t.device().type);
+        const int bound = state().gpu_device;
+        if (t.device().type != device_type::cpu && bound >= 0 && t.device().index != bound) s.v[4] += foreign_device;
         for (int i = 0; i < t.dim(); ++i) s.v[5 + static_cast<std::size_t>(i)] = t.shape()[i];
         return s;
     }
@@ -255,8 +263,10 @@ inline std::string describe(const std::int64_t* v) {
     d.rank = static_cast<int>(v[3]);
     for (int i = 0; i < d.rank && i < max_rank; ++i) d[i] = v[5 + i];
     const auto dt = static_cast<dtype>(v[2]);
-    const bool gpu = v[4] != static_cast<std::int64_t>(device_type::cpu);
-    return s + " on " + to_string(d) + " " + std::string(kiln::name(dt)) + (gpu ? " (cuda)" : "");
+    const bool gpu = (v[4] & (foreign_device - 1)) != static_cast<std::int64_t>(device_type::cpu);
+    const bool foreign = (v[4] & foreign_device) != 0;
+    return s + " on " + to_string(d) + " " + std::string(kiln::name(dt)) +
+           (foreign ? " (cuda, not the device of the rank's earlier GPU collectives)" : gpu ? " (cuda)" : "");
 }
 
 // Compares every rank's signature with one MPI_Allgather; ranks that disagree throw, on every rank, naming each
@@ -275,6 +285,19 @@ inline void check_signatures(const signature& mine, const char* entry) {
     for (int r = 0; r < n && r < 8; ++r) text += std::string(r ? "; " : "") + "rank " + std::to_string(r) + ": " + describe(all.data() + static_cast<std::size_t>(r) * mine.v.size());
     if (n > 8) text += "; ...";
     throw distributed_error(error_prefix("distributed_error", entry) + "the ranks disagree on the collective (" + text + ")");
+}
+
+// After the ranks agreed: a GPU tensor's device becomes the process's collective device if it has none, and must be
+// it otherwise (every rank that passed a foreign device throws here, so none goes on to the exchange alone).
+inline void bind_device(const tensor& t, const char* entry) {
+    if (t.device().type == device_type::cpu) return;
+    int& bound = state().gpu_device;
+    if (bound < 0) bound = t.device().index;
+    if (t.device().index == bound) return;
+    throw device_error(error_prefix("device_error", entry) + "the tensor lives on " + to_string(t.device()) +
+                       ", but this process's collectives on GPU tensors run on cuda:" + std::to_string(bound) +
+                       ", the device of its first one (a process's NCCL communicator is bound to one device): move "
+                       "the tensor there with .to(), or give each process one device");
 }
 
 // The tensor exists and lives on a device of this build.
@@ -322,7 +345,7 @@ inline ncclComm_t nccl_comm(const char* entry) {
     ncclUniqueId id{};
     if (world_rank_or(0) == 0) check_nccl(ncclGetUniqueId(&id), entry);
     check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD), entry);
-    backend::gpu_memory::check_cuda(entry, cudaSetDevice(0));
+    const backend::gpu_memory::device_scope on(s.gpu_device < 0 ? 0 : s.gpu_device);  // (the communicator's device)
     ncclComm_t comm = nullptr;
     check_nccl(ncclCommInitRank(&comm, world_size_or(1), id, world_rank_or(0)), entry);
     s.nccl = comm;
@@ -478,6 +501,7 @@ inline void all_reduce_in_place(tensor& t, reduce_op op = reduce_op::sum) {
     detail::require_usable(t, entry);
     detail::ensure_initialized();
     detail::check_signatures(detail::signature::of(1, static_cast<std::int64_t>(op), t), entry);
+    detail::bind_device(t, entry);
     detail::on_contiguous(t, [&](tensor& c) {
         if (c.numel() > 0) detail::reduce_contiguous(c, op, entry);
     });
@@ -502,6 +526,7 @@ inline void broadcast(tensor& t, int root = 0) {
         throw distributed_error(detail::error_prefix("distributed_error", entry) + "root " + std::to_string(root) +
                                 " is not a rank of this job of " + std::to_string(n));
     detail::check_signatures(detail::signature::of(2, root, t), entry);
+    detail::bind_device(t, entry);
     detail::on_contiguous(t, [&](tensor& c) {
         if (c.numel() > 0) detail::broadcast_contiguous(c, root, entry);
     });
@@ -530,6 +555,7 @@ inline tensor all_gather(const tensor& t) {
     }
     detail::require_usable(t, entry);
     detail::check_signatures(detail::signature::of(3, 0, t), entry);
+    detail::bind_device(t, entry);
     tensor out(t.dtype(), shape, t.device());
     const tensor c = t.contiguous();
     if (c.numel() > 0) detail::gather_contiguous(c, out, entry);
