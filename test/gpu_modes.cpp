@@ -11,6 +11,7 @@
 #include <kiln/kiln.hpp>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -532,6 +533,57 @@ TEST_CASE("a session on the device trains as a session on the CPU does") {
     dev.set("l2/b", kiln::full({1}, 0.25));
     CHECK(dev.parameter("l2/b").device() == kiln::cuda);
     CHECK(dev.parameter("l2/b").to(kiln::cpu).item<float>() == 0.25f);
+}
+
+TEST_CASE("kiln::trace(session, step) on the device is captured as one CUDA graph, Adam's update included") {
+    // The session's update is recorded as function mode's Adam is: its step count moves on the host at each call and
+    // the step size and eps_hat are written to device memory before each replay (session::update_recordable).
+    using namespace model;
+    kiln::session traced_s(5, kiln::cuda), plain_s(5, kiln::cuda);
+    auto step = kiln::trace(traced_s, adam);
+    kiln::generator gen(17);
+    const kiln::tensor xs = kiln::randn({16, 6}, kiln::float32, gen).to(kiln::cuda);
+    const kiln::tensor ys = (kiln::sum(xs * xs, {1}, true) * 0.3f - xs.slice(1, 0, 1)).contiguous();
+    for (int i = 0; i < 10; ++i) {
+        CAPTURE(i);
+        const float a = step(xs, ys).item<float>();
+        const float b = plain_s.run(adam, x = xs, y = ys);
+        CHECK(a == doctest::Approx(b).epsilon(1e-5));
+    }
+    for (const std::string& name : plain_s.parameter_names()) {
+        CAPTURE(name);
+        same_tensor(traced_s.parameter(name).to(kiln::cpu), plain_s.parameter(name).to(kiln::cpu), 1e-5);
+    }
+    std::map<std::string, kiln::tensor> state;
+    std::string kind;
+    traced_s.save_training_state(state, kind, "test");
+    CHECK(kind == "adam");
+    CHECK(state.at("optimizer/step").item<std::int64_t>() == 10);
+    {
+        const auto st = step.cuda_graph_status(xs, ys);
+        INFO(st.why);
+        CHECK(st.captured);
+        CHECK(st.replays == 8);  // calls 3 to 10
+    }
+    // A hook set afterwards has host code to run at each step: the graph is dropped, the hook runs, and the step
+    // goes on as session::run's does.
+    int hooked = 0;
+    traced_s.on_gradients([&](std::span<const kiln::session::gradient> gs) { hooked += static_cast<int>(gs.size()); });
+    const float a = step(xs, ys).item<float>();
+    const float b = plain_s.run(adam, x = xs, y = ys);
+    CHECK(a == doctest::Approx(b).epsilon(1e-5));
+    CHECK(hooked == 4);
+    const auto after = step.cuda_graph_status(xs, ys);
+    CHECK_FALSE(after.captured);
+    CHECK(after.why.find("'session_step' cannot be recorded now") != std::string::npos);
+    same_tensor(traced_s.parameter("l1/w").to(kiln::cpu), plain_s.parameter("l1/w").to(kiln::cpu), 1e-5);
+    // SGD's rule reads its numbers on the host: not recorded, and said so.
+    kiln::session sgd_s(2, kiln::cuda);
+    auto sgd_step = kiln::trace(sgd_s, sgd);
+    for (int i = 0; i < 4; ++i) (void)sgd_step(xs, ys);
+    const auto ss = sgd_step.cuda_graph_status(xs, ys);
+    CHECK_FALSE(ss.captured);
+    CHECK(ss.why.find("session_step") != std::string::npos);
 }
 
 TEST_CASE("a session moves between devices with its parameters and optimizer state") {

@@ -12,6 +12,8 @@
 //   copy(dst, src, bytes)              raw bytes within the device; synchronize() waits for queued work
 //   to_host, from_host (dst, src, bytes)
 //                                      raw bytes between the host and the device (to_host waits for queued work)
+//   queue_from_host(dst, src, bytes)   from the host, queued behind the device's work without waiting (src may go
+//                                      when it returns)
 //   parallel_for(tasks, f)             f(0 .. tasks - 1), spread over the device's workers
 //   gemm(c, m, n, k, a, b)             C = A B with strided operands (matrix_ref), C row-major
 //   reduce(kind, x, keep, out)         sums, products, extrema over the axes where keep is 1 (and means)
@@ -50,6 +52,7 @@ concept device_backend =
         D::copy(p, q, bytes);
         D::to_host(p, q, bytes);
         D::from_host(p, q, bytes);
+        D::queue_from_host(p, q, bytes);
         D::synchronize();
         D::parallel_for(2, task);
         D::gemm(c, std::ptrdiff_t{1}, std::ptrdiff_t{1}, std::ptrdiff_t{1}, a, a);

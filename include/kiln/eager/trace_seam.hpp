@@ -64,6 +64,10 @@ struct op_params {
     // reads them, once, while the call is captured. Without them the effect runs whole at each call.
     std::function<void()> host_part = nullptr;
     std::function<void(std::span<const tensor>, std::span<const std::int64_t>)> device_part = nullptr;
+    // With host_part and device_part, where set: whether the recorded device work still does what the whole effect
+    // would, checked before the capture and before each replay (a session's update stops being recordable when an
+    // on_gradients hook is set). False drops the CUDA graph: that call and the later ones run node by node.
+    std::function<bool()> replayable = nullptr;
 
     void add(std::int64_t v) { values.push_back(v); }
     void add_number(double v) {

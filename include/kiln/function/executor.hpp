@@ -542,6 +542,8 @@ struct executable {
         for (const graph_node& n : graph.nodes) {
             if (n.kind == node_kind::effect && !n.params.pure_effect && !(n.params.host_part && n.params.device_part))
                 return "it has the effect '" + n.op + "' (its host code runs at each call)";
+            if (n.kind == node_kind::effect && n.params.replayable && !n.params.replayable())
+                return "the effect '" + n.op + "' cannot be recorded now (its host code runs at each call)";
             if (n.kind != node_kind::effect && n.device.type != device_type::cuda) return "a value lives on " + to_string(n.device);
         }
         using passes::detail::view_root;
@@ -617,6 +619,13 @@ struct executable {
             const tensor& to = r.inputs[k];
             if (a.dtype() != to.dtype() || !(a.shape() == to.shape()) || !(a.device() == to.device())) return std::nullopt;
         }
+        for (const graph_node& n : graph.nodes)
+            if (n.kind == node_kind::effect && n.params.replayable && !n.params.replayable()) {
+                r.given_up = true;  // (the graph and its pool go with the function)
+                r.ready = false;
+                r.why = "no longer replayed: the effect '" + n.op + "' cannot be recorded now (its host code runs at each call)";
+                return std::nullopt;
+            }
         // The host code of the recorded effects (an optimizer's step count and this step's numbers), in program
         // order, then the arguments, then the graph: all queued in that order on the device's stream.
         for (const graph_node& n : graph.nodes)

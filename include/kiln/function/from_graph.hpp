@@ -45,7 +45,9 @@ public:
     using nodes = unique_nodes_t<Roots...>;
     using leaves = leaves_t<nodes>;
 
-    explicit graph_evaluator(std::span<const tensor> inputs) : inputs_(inputs) {}
+    // (Numbers the graph makes into tensors live where the inputs do: a traced session on a GPU stays there.)
+    explicit graph_evaluator(std::span<const tensor> inputs)
+        : inputs_(inputs), dev_(inputs.empty() ? kiln::cpu : inputs.front().device()) {}
 
     template <class E>
     decltype(auto) eval(const E& e) {
@@ -57,12 +59,14 @@ public:
             return e.value;
         } else if constexpr (contains<E, nodes>::value) {
             std::optional<tensor>& slot = memo_[index_of<E, nodes>::value];
-            if (!slot) slot = as_tensor(compute(e), e);
+            if (!slot) slot = as_tensor(compute(e), e, dev_);
             return static_cast<const tensor&>(*slot);
         } else {
             return compute(e);
         }
     }
+
+    kiln::device device() const { return dev_; }
 
     // A constant's or a run-time scalar's value.
     template <class V>
@@ -73,13 +77,13 @@ public:
 
     // A root that folded to a number is a tensor of its value.
     template <class E, class V>
-    static tensor as_tensor(const V& v, const E&) {
+    static tensor as_tensor(const V& v, const E&, kiln::device where = kiln::cpu) {
         if constexpr (std::is_base_of_v<tensor, V>) {
             return v;
         } else {
             using T = value_type_t<E>;
             using U = std::conditional_t<std::is_same_v<T, weak>, float, T>;
-            return full(dims{}, number_value(v), dtype_of<U>());
+            return full(dims{}, number_value(v), dtype_of<U>(), where);
         }
     }
 
@@ -95,7 +99,7 @@ private:
     template <class X>
     static tensor need_tensor(const X& x, const tensor& like) {
         if constexpr (std::is_base_of_v<tensor, X>) return x;
-        else return full(dims{}, number_value(x), like.dtype());
+        else return full(dims{}, number_value(x), like.dtype(), like.device());
     }
 
     template <class Op, class E, class... V>
@@ -106,9 +110,9 @@ private:
             const auto& [a, ref] = std::tie(v...);
             if constexpr (std::is_base_of_v<tensor, std::remove_cvref_t<decltype(a)>>)
                 return a.broadcast_to(broadcast_named("broadcast_like", {&a, &ref}));
-            else return full(ref.shape(), number_value(a), ref.dtype());
+            else return full(ref.shape(), number_value(a), ref.dtype(), ref.device());
         } else {
-            return as_tensor(make<Op>(v...), E{});
+            return as_tensor(make<Op>(v...), E{}, dev_);
         }
     }
 
@@ -171,7 +175,7 @@ private:
     static tensor structural_apply(const ops::with_attrs<ops::count, At>*, const A& ref) {
         // The number of elements each reduced position covers: a product of the reduced extents, so a parameter
         // of the trace that follows dynamic extents.
-        return full(dims{}, static_cast<double>(ops::count::of(At, ref.shape())), ref.dtype());
+        return full(dims{}, static_cast<double>(ops::count::of(At, ref.shape())), ref.dtype(), ref.device());
     }
     template <class A, class B>
     static tensor structural_apply(const ops::matmul*, const A& a, const B& b) {
@@ -179,6 +183,7 @@ private:
     }
 
     std::span<const tensor> inputs_;
+    kiln::device dev_;
     std::array<std::optional<tensor>, nodes::size> memo_{};
 };
 
@@ -204,9 +209,9 @@ struct expression_function {
         check(in, leaves{});
         graph_evaluator<Roots...> ev(in);
         if constexpr (sizeof...(Roots) == 1) {
-            return ev.as_tensor(ev.eval(std::get<0>(roots)), std::get<0>(roots));
+            return ev.as_tensor(ev.eval(std::get<0>(roots)), std::get<0>(roots), ev.device());
         } else {
-            return std::apply([&](const auto&... r) { return std::tuple(ev.as_tensor(ev.eval(r), r)...); }, roots);
+            return std::apply([&](const auto&... r) { return std::tuple(ev.as_tensor(ev.eval(r), r, ev.device())...); }, roots);
         }
     }
 
@@ -372,9 +377,17 @@ struct session_step_function {
             std::vector<tensor> ins = params;
             ins.insert(ins.end(), grads.begin(), grads.end());
             const std::size_t n = params.size();
+            op_params p;
+            if (session->update_recordable(step)) {  // a CUDA graph may record the update (session::update_recordable)
+                p.host_part = [s = session, st = step] { s->record_update_host_part(st); };
+                p.device_part = [s = session, st = step, n](std::span<const tensor> in, auto) {
+                    s->record_update_device_part(st, in.subspan(n));
+                };
+                p.replayable = [s = session, st = step] { return s->update_recordable(st); };
+            }
             active_tracer->record_effect("session_step", "", ins, [s = session, st = step, n](std::span<const tensor> in, auto) {
                 s->apply_gradients(st, in.subspan(n));
-            }, n);
+            }, n, std::move(p));
         } else {
             session->apply_gradients(step, std::span<const tensor>(grads));
         }

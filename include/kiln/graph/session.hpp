@@ -204,10 +204,69 @@ public:
     void apply_gradients(const training_step<Loss, Rule, detail::types<Params...>>& step, std::span<const tensor> grads) {
         using state = detail::step_state<Loss, Rule, Params...>;
         using T = typename state::T;
+        state& st = state_of(step);
+        take_gradients<T, Params...>(st, grads, false);
+        on_backend_of<int>([&]<class Device>() {
+            // (On a device, the buffer a recorded update reads its numbers from is made here, before a CUDA graph
+            // records the update: see record_update_device_part.)
+            if constexpr (!std::is_same_v<Device, backend::cpu_device>) (void)st.coef_block.template grow<Device>(2 * sizeof(T));
+            finish_step<Device, T, Params...>(st);
+            return 0;
+        });
+    }
+
+    // kiln::trace(session, step) recorded in a CUDA graph (function/executor.hpp, op_params::host_part): the update
+    // can be recorded where the session lives on a GPU, its rule can read its numbers from device memory (Adam's
+    // roots_read) and no on_gradients hook is set (a hook's host code runs at each step). Then the host part moves
+    // the step count on and queues this step's step size and eps_hat into device memory, and the device part queues
+    // the update (one kernel per parameter, reading the gradients where they are) that reads them.
+    template <class Loss, class Rule, class... Params>
+    bool update_recordable(const training_step<Loss, Rule, detail::types<Params...>>&) const {
+        using T = detail::root_type_t<Loss>;
+        if constexpr (requires(const Rule& r) { r.template roots_read<T>(); })
+            return dev_.type != device_type::cpu && !gradient_hook_;
+        else
+            return false;
+    }
+    template <class Loss, class Rule, class... Params>
+    void record_update_host_part(const training_step<Loss, Rule, detail::types<Params...>>& step) {
+        using state = detail::step_state<Loss, Rule, Params...>;
+        using T = typename state::T;
+        state& st = state_of(step);
+        st.rule.next_step(++st.t);
+        if constexpr (requires(const Rule& r) { r.step; r.eps_hat; }) {
+            on_backend_of<int>([&]<class Device>() {
+                const T v[2] = {static_cast<T>(st.rule.step), static_cast<T>(st.rule.eps_hat)};
+                Device::queue_from_host(st.coef_block.template grow<Device>(sizeof v), v, sizeof v);
+                return 0;
+            });
+        }
+    }
+    template <class Loss, class Rule, class... Params>
+    void record_update_device_part(const training_step<Loss, Rule, detail::types<Params...>>& step, std::span<const tensor> grads) {
+        using state = detail::step_state<Loss, Rule, Params...>;
+        using T = typename state::T;
+        state& st = state_of(step);
+        take_gradients<T, Params...>(st, grads, true);
+        on_backend_of<int>([&]<class Device>() {
+            if constexpr (!std::is_same_v<Device, backend::cpu_device> && requires(const Rule& r) { r.template roots_read<T>(); }) {
+                [&]<std::size_t... I>(std::index_sequence<I...>) {
+                    (update<Device, Params, I, true>(st), ...);
+                }(std::index_sequence_for<Params...>{});
+            }
+            return 0;
+        });
+    }
+
+private:
+    // The gradients of apply_gradients into st.grads: each copied into a buffer of the step's (which the
+    // on_gradients hook may write), or, `in_place`, read where it is when it is contiguous, of the step's dtype
+    // and on its device (a recorded update: no hook).
+    template <class T, class... Params, class State>
+    void take_gradients(State& st, std::span<const tensor> grads, bool in_place) {
         if (grads.size() != sizeof...(Params))
             throw value_error("kiln: value_error in 'session::apply_gradients': " + std::to_string(grads.size()) +
                               " gradients for a training step of " + std::to_string(sizeof...(Params)) + " parameters");
-        state& st = state_of(step);
         constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};
         for (std::size_t p = 0; p < sizeof...(Params); ++p) {
             const tensor& g = grads[p];
@@ -218,6 +277,10 @@ public:
                                   std::string(names[p]) + "' has shape " + to_string(g.shape()) + ", the parameter " + to_string(ps));
 #if KILN_HAS_GPU
             if (dev_.type != device_type::cpu) {  // into a device buffer of the step's
+                if (in_place && g.dtype() == dtype_of<T>() && g.device() == dev_ && g.is_contiguous()) {
+                    st.grads[p] = detail::strided<const T>(static_cast<const T*>(g.raw_data()), ps, detail::contiguous_strides(ps));
+                    continue;
+                }
                 const tensor src = g.to(dtype_of<T>()).to(dev_).contiguous();
                 const std::size_t bytes = static_cast<std::size_t>(ps.size()) * sizeof(T);
                 T* b = on_backend_of<T*>([&]<class Device>() {
@@ -237,12 +300,9 @@ public:
             detail::copy_row_major(buf.data(), v);
             st.grads[p] = detail::strided<const T>(buf.data(), ps, detail::contiguous_strides(ps));
         }
-        on_backend_of<int>([&]<class Device>() {
-            finish_step<Device, T, Params...>(st);
-            return 0;
-        });
     }
 
+public:
     // Checkpoints (kiln/io/checkpoint.hpp). The state of the training step that has run: "optimizer/<parameter>/<k>"
     // for its k-th slot of each parameter, "optimizer/step" (int64), and its rule's kind ("adam", ...).
     template <int N = 0>
@@ -586,12 +646,17 @@ private:
         st.grads[I] = detail::strided<const T>(buf, ps, rs);
     }
 
-    template <class Device, class P, std::size_t I, class State>
+    // The update of parameter I and its slots. `Reading` (on a device only): the rule's roots_read, with the step's
+    // numbers read from st.coef_block (leaves after the slots, broadcast over the parameter).
+    template <class Device, class P, std::size_t I, bool Reading = false, class State>
     void update(State& st) {
         using T = typename P::value_type;
         tensor& p = *st.params[I];
         const dims& ps = p.shape();
-        const auto roots = st.rule.template roots<T>();
+        const auto roots = [&] {
+            if constexpr (Reading) return st.rule.template roots_read<T>();
+            else return st.rule.template roots<T>();
+        }();
         if (!p.is_contiguous()) throw value_error("kiln: value_error in 'session': parameter '" + std::string(P::name.view()) + "' is not contiguous");
         using roots_t = std::remove_cvref_t<decltype(roots)>;
         std::apply([&](const auto&... r) {
@@ -604,10 +669,14 @@ private:
             std::array<T*, nroots> out;
             out[0] = p.template data<T>();
             for (std::size_t s = 0; s + 1 < nroots; ++s) out[1 + s] = st.slots[I][s].template data<T>();
-            std::array<const T*, nroots + 1> in;
+            std::array<const T*, nroots + 3> in{};
             in[0] = out[0];
             in[1] = st.grads[I].data;
             for (std::size_t s = 0; s + 1 < nroots; ++s) in[2 + s] = out[1 + s];
+            if constexpr (Reading) {
+                in[nroots + 1] = static_cast<const T*>(st.coef_block.p);
+                in[nroots + 2] = static_cast<const T*>(st.coef_block.p) + 1;
+            }
             const auto lp = [&]<class... L>(detail::types<L...>) {
                 return std::tuple<const typename L::value_type*...>{in[leaf_number<L>::value]...};
             }(detail::leaves_t<list>{});
@@ -619,12 +688,14 @@ private:
             } else {
                 // One kernel for the parameter and its slots, every root evaluated before any is stored.
                 const dims cs = detail::contiguous_strides(ps);
+                dims zero = cs;  // (a read number, broadcast)
+                for (int d = 0; d < zero.rank; ++d) zero[d] = 0;
                 const auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
                     return std::tuple<decltype((void)J, detail::strided<T>{})...>{detail::strided<T>(out[J], ps, cs)...};
                 }(std::make_index_sequence<nroots>{});
                 const auto ins = [&]<class... L>(detail::types<L...>) {
-                    return std::tuple<detail::strided<const typename L::value_type>...>{
-                        detail::strided<const typename L::value_type>(in[leaf_number<L>::value], ps, cs)...};
+                    return std::tuple<detail::strided<const typename L::value_type>...>{detail::strided<const typename L::value_type>(
+                        in[leaf_number<L>::value], ps, leaf_number<L>::value > nroots ? zero : cs)...};
                 }(detail::leaves_t<list>{});
                 Device::run_elementwise_roots(outs, ins, r...);
             }

@@ -125,6 +125,7 @@ struct step_state : session_cache {
     std::array<aligned_buffer<T>, sizeof...(Params)> grad_buffers;
     std::array<device_block, sizeof...(Params)> grad_blocks;  // the same on a device
     device_block loss_block;                                   // a loss that is not a slot, on a device
+    device_block coef_block;  // on a device: a recorded update's step size and eps_hat (session::record_update)
     std::array<strided<const T>, sizeof...(Params)> grads;  // a slot, or a grad buffer
     std::array<std::array<tensor, Rule::slots>, sizeof...(Params)> slots;
     Rule rule;
@@ -143,6 +144,7 @@ struct step_state : session_cache {
         for (auto& b : grad_buffers) b = {};
         for (auto& b : grad_blocks) b.reset();
         loss_block.reset();
+        coef_block.reset();
     }
     static std::string slot_name(std::size_t p, std::size_t k) {
         constexpr std::array<std::string_view, sizeof...(Params)> names{Params::name.view()...};

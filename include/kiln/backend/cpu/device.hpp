@@ -25,6 +25,7 @@ struct cpu_device {
     // Between the host and the device's memory: the same memory here.
     static void to_host(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
     static void from_host(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
+    static void queue_from_host(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
     static void synchronize() noexcept {}  // CPU work is done when its call returns
 
     template <class F>

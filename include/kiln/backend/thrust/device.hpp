@@ -38,6 +38,7 @@ struct thrust_device {
     // To the host waits for the device's queued work; from the host is done when it returns.
     static void to_host(void* dst, const void* src, std::size_t bytes) { gpu_memory::to_host(dst, src, bytes); }
     static void from_host(void* dst, const void* src, std::size_t bytes) { gpu_memory::from_host(dst, src, bytes); }
+    static void queue_from_host(void* dst, const void* src, std::size_t bytes) { gpu_memory::from_host_queued(dst, src, bytes); }
     static void synchronize() { gpu_memory::synchronize(); }
 
     // Host-side orchestration only (the device's kernels are Thrust algorithms): tasks run in order on the caller.
