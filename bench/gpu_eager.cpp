@@ -12,7 +12,8 @@
 //   4. matmul on the device against cuBLAS called directly (CUDA), or against the CPU's matmul (emulated);
 //   5. the emulated device's eager chain against the CPU's eager chain (the device path's logic, on every machine);
 //   6. training steps on the device against the same steps on the CPU, in graph mode (kiln::session), function mode
-//      (a traced eager step) and eager mode: the reference model (10-64-1, Adam, batch 32) everywhere, and the
+//      (a traced eager step, with and without its CUDA graph), eager mode and the graph-mode step traced with its
+//      session (kiln::trace(session, step)): the reference model (10-64-1, Adam, batch 32) everywhere, and the
 //      larger model (784-512-512-10, batch 256) where a GPU exists (the emulated device's products are a reference
 //      kernel, too slow to time it);
 //   7. host time per node of a replayed traced call on the device.
@@ -110,6 +111,9 @@ void training_steps(const char* label, const Step& graph_step, X xin, Y yin, con
     // The same traced step on the device without its CUDA graph (node by node): the capture's same-run baseline.
     auto trace_n = kiln::function([&](const kiln::tensor& x, const kiln::tensor& y) { return fn.step(x, y); },
                                   kiln::function_options{.cuda_graphs = false});
+    // The graph-mode step traced with its own device session (kiln::trace(session, step)): one CUDA graph per step.
+    kiln::session ss(1, kiln::cuda);
+    auto trace_s = kiln::trace(ss, graph_step);
     float sink = 0;
     auto loop = [&](auto&& one) {
         return [&, one] {
@@ -120,7 +124,7 @@ void training_steps(const char* label, const Step& graph_step, X xin, Y yin, con
                          loop([&] { sink += sh.run(graph_step, xin = xh, yin = yh); }),
                          loop([&] { (void)trace_d(xd, yd); }), loop([&] { (void)trace_h(xh, yh); }),
                          loop([&] { (void)ed.step(xd, yd); }), loop([&] { (void)eh.step(xh, yh); }),
-                         loop([&] { (void)trace_n(xd, yd); })},
+                         loop([&] { (void)trace_n(xd, yd); }), loop([&] { (void)trace_s(xd, yd); })},
                         reps);
     const char* mode[] = {"graph", "function", "eager"};
     for (int m = 0; m < 3; ++m)
@@ -131,6 +135,11 @@ void training_steps(const char* label, const Step& graph_step, X xin, Y yin, con
                 "time (captured: %s, %llu replays%s%s)\n",
                 label, t[6] / steps * 1e6, t[2] / t[6], st.captured ? "yes" : "no", static_cast<unsigned long long>(st.replays),
                 st.why.empty() ? "" : "; ", st.why.c_str());
+    const auto ts = trace_s.cuda_graph_status(xd, yd);
+    std::printf("6. %s, graph mode traced with its session (kiln::trace(session, step)) on the device: %.1f us per step: "
+                "%.2fx session::run's (captured: %s, %llu replays%s%s)\n",
+                label, t[7] / steps * 1e6, t[7] / t[0], ts.captured ? "yes" : "no", static_cast<unsigned long long>(ts.replays),
+                ts.why.empty() ? "" : "; ", ts.why.c_str());
     if (sink == 12345.0f) std::printf(" ");
 }
 
