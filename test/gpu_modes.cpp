@@ -222,6 +222,19 @@ TEST_CASE("a traced call on a CUDA device is captured as a CUDA graph from its t
     for (std::thread& th : threads) th.join();
     for (int i = 0; i < 40; ++i) same_tensor(par[static_cast<std::size_t>(i)].to(kiln::cpu), got[static_cast<std::size_t>(i % 10)].to(kiln::cpu), 1e-6);
 
+    // A number captured as a rank-0 host tensor (eager mode lets it join a device op, as PyTorch does) is copied to
+    // the device when the call is captured, so the call is still one graph.
+    const kiln::tensor two = kiln::full({}, 2.0, kiln::float32);
+    auto scaled = kiln::function([&](const kiln::tensor& x) { return kiln::relu(x) * two + 1.0f; });
+    for (std::size_t i = 0; i < 5; ++i)
+        same_tensor(scaled(xs[i]).to(kiln::cpu), (kiln::relu(xs[i]) * two + 1.0f).to(kiln::cpu), 1e-6);
+    {
+        const auto sc = scaled.cuda_graph_status(xs[0]);
+        INFO(sc.why);
+        CHECK(sc.captured);
+        CHECK(sc.replays == 3);
+    }
+
     // A training step with Adam: the optimizer's step count moves on at each call on the host, and the step size and
     // eps_hat it gives are written to the device before each replay, so the whole step is recorded. It trains as the
     // same step run node by node does.

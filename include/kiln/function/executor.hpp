@@ -505,6 +505,10 @@ struct executable {
         std::unique_ptr<backend::gpu_memory::cuda_graph> graph;
 #endif
         std::vector<tensor> inputs, outputs;
+        // Rank-0 host constants (numbers captured as tensors, which eager mode lets join a device op) copied to the
+        // device before the capture: the graph reads these copies (a host value cannot be read by a kernel, and its
+        // upload inside the op would wait for the device).
+        std::vector<std::pair<std::int32_t, tensor>> uploaded;
         std::uint64_t replays = 0;
         ~capture_record() { drop(); }
         void drop() {
@@ -518,6 +522,7 @@ struct executable {
 #endif
             outputs.clear();
             inputs.clear();
+            uploaded.clear();
         }
     };
     mutable std::shared_ptr<capture_record> captured;  // made by prepare() for a graph on a CUDA device
@@ -544,7 +549,8 @@ struct executable {
                 return "it has the effect '" + n.op + "' (its host code runs at each call)";
             if (n.kind == node_kind::effect && n.params.replayable && !n.params.replayable())
                 return "the effect '" + n.op + "' cannot be recorded now (its host code runs at each call)";
-            if (n.kind != node_kind::effect && n.device.type != device_type::cuda) return "a value lives on " + to_string(n.device);
+            if (n.kind != node_kind::effect && n.device.type != device_type::cuda && !uploadable(n))
+                return "a value lives on " + to_string(n.device);
         }
         using passes::detail::view_root;
         for (std::int32_t o : graph.outputs) {
@@ -555,6 +561,10 @@ struct executable {
         for (const tensor& a : args)
             if (a.device().type != device_type::cuda) return "an argument lives on " + to_string(a.device());
         return {};
+    }
+    // A rank-0 host constant, copied to the device for a capture (capture_record::uploaded).
+    static bool uploadable(const graph_node& n) {
+        return n.kind == node_kind::constant && n.device.type == device_type::cpu && n.shape.rank == 0 && n.value.valid();
     }
     // Whether every fused group that will have a compiled kernel has it (a capture records what runs now).
     bool kernels_ready() const {
@@ -582,11 +592,15 @@ struct executable {
             }
             std::vector<tensor> in, out;
             for (const tensor& a : args) in.push_back(tensor(a.dtype(), a.shape(), a.device()));
+            r.uploaded.clear();
+            for (std::size_t i = 0; i < graph.nodes.size(); ++i)
+                if (uploadable(graph.nodes[i]) && !args.empty())
+                    r.uploaded.emplace_back(static_cast<std::int32_t>(i), graph.nodes[i].value.to(args[0].device()));
 #if KILN_GPU_CUDA
             const int index = args.empty() ? 0 : args[0].device().index;
             auto g = std::make_unique<backend::gpu_memory::cuda_graph>(index);
             std::string why;
-            const bool ok = g->capture([&] { out = run_nodes(in, nullptr, nullptr, true); }, why);
+            const bool ok = g->capture([&] { out = run_nodes(in, nullptr, nullptr, true, r.uploaded); }, why);
             // Every block of the graph's pool still in use must be a result's: a block held anywhere else would be
             // written by the replays behind its holder's back.
             bool escaped = false;
@@ -636,7 +650,7 @@ struct executable {
 #if KILN_GPU_CUDA
         r.graph->launch();
 #else
-        r.outputs = run_nodes(r.inputs, nullptr, nullptr, true);
+        r.outputs = run_nodes(r.inputs, nullptr, nullptr, true, r.uploaded);
 #endif
         ++r.replays;
         std::vector<tensor> out;
@@ -663,10 +677,11 @@ struct executable {
 
     // Node by node. With `keep`, every value stays alive and ends there (a watched call).
     // With `recording` (a CUDA graph's capture), effects with a device part queue only that (their host part runs
-    // at each replay instead).
+    // at each replay instead), and the nodes in `substitutes` read the tensors given there.
     std::vector<tensor> run_nodes(std::span<const tensor> args,
                                   const std::shared_ptr<const std::vector<std::vector<std::int64_t>>>& params,
-                                  std::vector<std::optional<tensor>>* keep, bool recording = false) const {
+                                  std::vector<std::optional<tensor>>* keep, bool recording = false,
+                                  std::span<const std::pair<std::int32_t, tensor>> substitutes = {}) const {
         const std::size_t n = graph.nodes.size();
         // (Optional: an empty slot costs nothing to make, a default tensor an id and a reference count.)
         std::vector<std::optional<tensor>> slots(n);
@@ -690,7 +705,11 @@ struct executable {
             switch (node.kind) {
                 case node_kind::argument: slots[i] = args[static_cast<std::size_t>(node.argument)]; break;
                 case node_kind::constant:
-                case node_kind::variable: slots[i] = node.value; break;
+                case node_kind::variable:
+                    slots[i] = node.value;
+                    for (const auto& [at, value] : substitutes)
+                        if (at == static_cast<std::int32_t>(i)) slots[i] = value;
+                    break;
                 case node_kind::op:
                 case node_kind::effect:
                     in.clear();
