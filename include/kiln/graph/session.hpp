@@ -264,6 +264,7 @@ private:
     // and on its device (a recorded update: no hook).
     template <class T, class... Params, class State>
     void take_gradients(State& st, std::span<const tensor> grads, bool in_place) {
+        (void)in_place;  // (a device's case only)
         if (grads.size() != sizeof...(Params))
             throw value_error("kiln: value_error in 'session::apply_gradients': " + std::to_string(grads.size()) +
                               " gradients for a training step of " + std::to_string(sizeof...(Params)) + " parameters");
