@@ -623,6 +623,48 @@ TEST_CASE("a session moves between devices with its parameters and optimizer sta
     CHECK(moving.parameter("l1/w").device() == kiln::cuda);
 }
 
+TEST_CASE("functions traced from a session follow it when it moves between devices") {
+    // kiln::trace(session, ...) reads the session's parameters as variables over their storage; session::to makes
+    // new storage, so each trace that read the old one is dropped and the next call traces on the new one.
+    using namespace model;
+    kiln::session host(7), moving(7);
+    auto train = kiln::trace(moving, adam);
+    auto predict = kiln::trace(moving, prediction);
+    kiln::generator gen(21);
+    const kiln::tensor xs = kiln::randn({16, 6}, kiln::float32, gen), ys = kiln::randn({16, 1}, kiln::float32, gen);
+    const kiln::tensor xd = xs.to(kiln::cuda), yd = ys.to(kiln::cuda);
+    for (int i = 0; i < 3; ++i) CHECK(train(xs, ys).item<float>() == doctest::Approx(host.run(adam, x = xs, y = ys)).epsilon(1e-5));
+    CHECK(train.trace_count() == 1);
+    moving.to(kiln::cuda);
+    for (int i = 0; i < 3; ++i) {
+        const kiln::tensor l = train(xd, yd);
+        CHECK(l.device() == kiln::cuda);
+        CHECK(l.item<float>() == doctest::Approx(host.run(adam, x = xs, y = ys)).epsilon(1e-5));
+    }
+    CHECK(train.trace_count() == 2);
+    for (const std::string& name : moving.parameter_names()) {
+        CAPTURE(name);
+        same_tensor(moving.parameter(name).to(kiln::cpu), host.parameter(name), 1e-5);
+    }
+    const auto want = host.run(prediction, x = xs);
+    const kiln::tensor want_t = kiln::from_vector(std::vector<float>(want.begin(), want.end()), {16, 1});
+    same_tensor(predict(xd).to(kiln::cpu), want_t, 1e-5);
+    // Host arguments now meet device parameters: the CPU trace read the storage the session left, so it traces
+    // again, says why, and the new trace refuses the mix as eager mode does.
+    CHECK_THROWS_AS((void)train(xs, ys), kiln::device_error);
+    REQUIRE_FALSE(train.retrace_reasons().empty());
+    CHECK(train.retrace_reasons().back().find("its kiln::session moved to another device") != std::string::npos);
+    // Back on the CPU: the host trace reads the moved-back values, not the ones left behind at the first move.
+    moving.to(kiln::cpu);
+    for (int i = 0; i < 2; ++i) CHECK(train(xs, ys).item<float>() == doctest::Approx(host.run(adam, x = xs, y = ys)).epsilon(1e-5));
+    for (const std::string& name : moving.parameter_names()) {
+        CAPTURE(name);
+        same_tensor(moving.parameter(name), host.parameter(name), 1e-5);
+    }
+    const auto want2 = host.run(prediction, x = xs);
+    same_tensor(predict(xs), kiln::from_vector(std::vector<float>(want2.begin(), want2.end()), {16, 1}), 1e-5);
+}
+
 TEST_CASE("a device session refuses host feeds, and its gradients carry their device") {
     using namespace model;
     kiln::session dev(1, kiln::cuda);

@@ -575,15 +575,9 @@ private:
 
     void mark_rebound(const variable& next) noexcept {
         detail::storage* s = storage_handle().get();
-        if (!s || s->trace_owner) return;  // moved from, or symbolic
-        if (!next.storage_handle()) {
-            s->rebound_dtype = dtype();
-            s->rebound_shape = dims{};
-        } else {
-            s->rebound_dtype = next.dtype();
-            s->rebound_shape = next.shape();
-        }
-        s->rebound.store(true, std::memory_order_release);
+        if (!s) return;  // moved from
+        if (!next.storage_handle()) s->mark_rebound(dtype(), dims{});
+        else s->mark_rebound(next.dtype(), next.shape());
     }
 };
 

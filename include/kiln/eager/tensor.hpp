@@ -48,6 +48,16 @@ struct storage {
     std::atomic<bool> rebound{false};
     kiln::dtype rebound_dtype = kiln::float32;
     dims rebound_shape{};
+    const char* rebound_why = nullptr;  // why it was left, for the retrace reason (null: a variable was assigned)
+
+    // Marks the storage as left by what read it (see `rebound`); the fields are written before the flag.
+    void mark_rebound(kiln::dtype now_dtype, const dims& now_shape, const char* why = nullptr) noexcept {
+        if (trace_owner) return;  // symbolic
+        rebound_dtype = now_dtype;
+        rebound_shape = now_shape;
+        rebound_why = why;
+        rebound.store(true, std::memory_order_release);
+    }
 
     storage() = default;
     storage(const storage&) = delete;

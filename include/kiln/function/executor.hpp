@@ -65,7 +65,8 @@ struct executable {
                             to_string(v.where->rebound_shape) + " " + std::string(name(v.where->rebound_dtype)) + " (";
                 else
                     what += "shape " + to_string(v.shape) + " " + std::string(name(v.dtype)) + " (";
-                return what + "the variable was assigned a new tensor; its trace read the old one)";
+                return what + (v.where->rebound_why ? v.where->rebound_why
+                                                    : "the variable was assigned a new tensor; its trace read the old one") + ")";
             }
         return {};
     }

@@ -244,23 +244,27 @@ struct expression_function {
 
 // kiln::trace(session, roots...)'s callable: the expression's inputs are its arguments and its parameters are the
 // session's, read as variables over the session's own storage (so a call sees the values the session holds then,
-// and kiln::save writes them).
-template <class... Roots>
+// and kiln::save writes them). The storage is looked up at each trace: a session moved to another device
+// (session::to) leaves its old storage marked, the trace that read it is dropped, and the next trace reads the new.
+template <class Session, class... Roots>
 struct session_expression_function {
     using full = expression_function<Roots...>;
     using leaves = typename full::leaves;
     static constexpr std::size_t inputs = []<class... L>(types<L...>) { return (std::size_t{0} + ... + (is_param_v<L> ? 0 : 1)); }(leaves{});
     full expr;
-    std::array<tensor, full::arity> bound;  // the parameters' variables, at their leaves' positions
+    Session* session;
 
     template <class... T>
         requires(sizeof...(T) == inputs && (std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...))
     auto operator()(const T&... ts) const {
         const std::array<tensor, inputs> given{static_cast<const tensor&>(ts)...};
-        std::array<tensor, full::arity> in = bound;
+        std::array<tensor, full::arity> in;
         [&]<class... L>(types<L...>) {
             std::size_t k = 0, a = 0;
-            ((is_param_v<L> ? void(++k) : void(in[k++] = given[a++])), ...);
+            ([&] {
+                if constexpr (is_param_v<L>) in[k++] = variable::over(session->parameter(L::name.view()));
+                else in[k++] = given[a++];
+            }(), ...);
         }(leaves{});
         return expr.evaluate(in);
     }
@@ -328,19 +332,12 @@ template <class Session, class... Roots>
     requires(sizeof...(Roots) > 0 && !is_graph_v<Session> && (is_graph_v<Roots> && ...) &&
              requires(Session& s, std::string_view n) { s.parameter(n); s.has_parameter(n); })
 auto trace(Session& session, const Roots&... roots) {
-    using fn = detail::session_expression_function<Roots...>;
+    using fn = detail::session_expression_function<Session, Roots...>;
     using leaves = typename fn::leaves;
     static_assert(fn::inputs > 0, "kiln::trace(session, expr): the expression has no inputs (only parameters); "
                                   "kiln::session::run computes it");
     (session.initialize(roots), ...);
-    fn f{typename fn::full{std::tuple<Roots...>(roots...)}, {}};
-    [&]<class... L>(detail::types<L...>) {
-        std::size_t k = 0;
-        ([&] {
-            if constexpr (is_param_v<L>) f.bound[k] = variable::over(session.parameter(L::name.view()));
-            ++k;
-        }(), ...);
-    }(leaves{});
+    fn f{typename fn::full{std::tuple<Roots...>(roots...)}, &session};
     function_options o;
     o.name = "trace";
     std::vector<spec> specs = detail::input_leaf_specs(leaves{});
@@ -364,7 +361,6 @@ struct session_step_function {
     Fn fn;  // (loss, gradients...) of the inputs
     Session* session;
     Step step;
-    std::vector<tensor> params;  // variables over the session's parameters, in the step's order
 
     template <class... T>
         requires(sizeof...(T) == Fn::inputs && (std::is_base_of_v<tensor, std::remove_cvref_t<T>> && ...))
@@ -374,9 +370,11 @@ struct session_step_function {
         std::vector<tensor> grads;
         std::apply([&](const auto&, const auto&... g) { (grads.push_back(g), ...); }, all);
         if (active_tracer) {
-            std::vector<tensor> ins = params;
+            // The parameters the update writes, in the step's order, over the session's storage now (see above).
+            std::vector<tensor> ins;
+            for (const std::string& name : step_parameters<Step>::names()) ins.push_back(variable::over(session->parameter(name)));
+            const std::size_t n = ins.size();
             ins.insert(ins.end(), grads.begin(), grads.end());
-            const std::size_t n = params.size();
             op_params p;
             if (session->update_recordable(step)) {  // a CUDA graph may record the update (session::update_recordable)
                 p.host_part = [s = session, st = step] { s->record_update_host_part(st); };
@@ -412,13 +410,11 @@ auto trace(Session& session, const Step& step) {
     auto fn = [&]<class... G>(detail::grad_types<G...>) { return trace(session, step.loss, G{}...); }(Step::gradient_types());
     using fn_t = std::remove_cvref_t<decltype(fn.callable())>;
     static_assert(fn_t::inputs > 0, "kiln::trace(session, step): the loss has no inputs");
-    std::vector<tensor> params;
-    for (const std::string& name : detail::step_parameters<Step>::names()) params.push_back(variable::over(session.parameter(name)));
     using callable = detail::session_step_function<Session, Step, fn_t>;
     function_options o;
     o.name = "train_step";
     std::vector<spec> specs = detail::input_leaf_specs(typename fn_t::leaves{});
-    callable c{fn.callable(), &session, step, std::move(params)};
+    callable c{fn.callable(), &session, step};
     if (specs.empty()) return function<callable>(std::move(c), std::move(o));
     return function<callable>(std::move(c), std::move(specs), std::move(o));
 }

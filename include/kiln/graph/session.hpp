@@ -58,7 +58,8 @@ public:
     kiln::device device() const noexcept { return dev_; }
     // Moves the session to another device: its parameters and every training step's optimizer slots are copied
     // there, and its workspaces are made again there on their next run (a trained model moved to the CPU for
-    // inference, or back). Nothing happens when it is already there.
+    // inference, or back). Nothing happens when it is already there. A function traced from the session
+    // (kiln::trace(session, ...)) traces again at its next call, on the parameters' new storage, with the reason.
     session& to(kiln::device where) {
         if (where == dev_) return *this;
         if (where.type != device_type::cpu) (void)tensor(float32, dims{0}, where);  // a device_error when it does not exist
@@ -67,7 +68,13 @@ public:
         for (auto& kv : params_) moved.push_back(detail::session_on_device(kv.second, where));
         for (auto& kv : cache_) kv.second->prepare_move(where);
         std::size_t i = 0;
-        for (auto& kv : params_) kv.second = std::move(moved[i++]);  // (map nodes stay: steps hold their addresses)
+        for (auto& kv : params_) {  // (map nodes stay: steps hold their addresses)
+            // Traced functions that read the old storage (kiln::trace(session, ...)) trace again at their next
+            // call, reading the parameter where it is now; none goes on reading the copy left behind.
+            if (const auto& old = kv.second.storage_handle())
+                old->mark_rebound(kv.second.dtype(), kv.second.shape(), "its kiln::session moved to another device");
+            kv.second = std::move(moved[i++]);
+        }
         for (auto& kv : cache_) kv.second->commit_move();
         dev_ = where;
         return *this;
