@@ -510,6 +510,8 @@ struct executable {
         // device before the capture: the graph reads these copies (a host value cannot be read by a kernel, and its
         // upload inside the op would wait for the device).
         std::vector<std::pair<std::int32_t, tensor>> uploaded;
+        // The effects with host code around the replay (a `replayable` check, a `host_part`), in program order.
+        std::vector<std::int32_t> effects;
         std::uint64_t replays = 0;
         ~capture_record() { drop(); }
         void drop() {
@@ -626,6 +628,12 @@ struct executable {
             r.outputs = std::move(out);
 #endif
             r.inputs = std::move(in);
+            r.effects.clear();
+            for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+                const graph_node& n = graph.nodes[i];
+                if (n.kind == node_kind::effect && (n.params.replayable || n.params.host_part))
+                    r.effects.push_back(static_cast<std::int32_t>(i));
+            }
             r.ready = true;
             r.why.clear();
         }
@@ -634,17 +642,19 @@ struct executable {
             const tensor& to = r.inputs[k];
             if (a.dtype() != to.dtype() || !(a.shape() == to.shape()) || !(a.device() == to.device())) return std::nullopt;
         }
-        for (const graph_node& n : graph.nodes)
-            if (n.kind == node_kind::effect && n.params.replayable && !n.params.replayable()) {
+        for (std::int32_t e : r.effects) {
+            const graph_node& n = graph.nodes[static_cast<std::size_t>(e)];
+            if (n.params.replayable && !n.params.replayable()) {
                 r.given_up = true;  // (the graph and its pool go with the function)
                 r.ready = false;
                 r.why = "no longer replayed: the effect '" + n.op + "' cannot be recorded now (its host code runs at each call)";
                 return std::nullopt;
             }
+        }
         // The host code of the recorded effects (an optimizer's step count and this step's numbers), in program
         // order, then the arguments, then the graph: all queued in that order on the device's stream.
-        for (const graph_node& n : graph.nodes)
-            if (n.kind == node_kind::effect && n.params.host_part) n.params.host_part();
+        for (std::int32_t e : r.effects)
+            if (const graph_node& n = graph.nodes[static_cast<std::size_t>(e)]; n.params.host_part) n.params.host_part();
         for (std::size_t k = 0; k < args.size(); ++k)
             backend::gpu_memory::within(r.inputs[k].raw_data(), args[k].raw_data(), args[k].numel() * size_of(args[k].dtype()),
                                         args[k].device().index);
