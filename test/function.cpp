@@ -267,6 +267,46 @@ TEST_CASE("a variable rebound to a new tensor retraces, naming the variable and 
     CHECK(f.trace_count() == 3);
 }
 
+TEST_CASE("a variable read only inside a traced while_loop, nested or not, retraces when rebound") {
+    kiln::variable v(f64({1, 2}, {2}));
+    auto f = kiln::function([&](const kiln::tensor& x) {
+        auto [i, s] = kiln::while_loop([](const kiln::tensor& k, const kiln::tensor&) { return k < 3; },
+                                       [&](const kiln::tensor& k, const kiln::tensor& acc) { return std::make_tuple(k + 1, acc + v); },
+                                       kiln::tensor(std::int64_t{0}), x);
+        return s;
+    });
+    const kiln::tensor x = f64({0, 0}, {2});
+    CHECK(values(f(x)) == std::vector<double>{3, 6});
+    v.assign(f64({2, 3}, {2}));  // the same storage: no retrace
+    CHECK(values(f(x)) == std::vector<double>{6, 9});
+    CHECK(f.trace_count() == 1);
+    v = kiln::variable(f64({10, 20}, {2}));  // new storage: the loop must read it
+    CHECK(values(f(x)) == std::vector<double>{30, 60});
+    CHECK(f.trace_count() == 2);
+    REQUIRE(f.retrace_reasons().size() == 1);
+    CHECK(f.retrace_reasons()[0].find("a variable read by while_loop") != std::string::npos);
+    CHECK(f.retrace_reasons()[0].find("the variable was assigned a new tensor") != std::string::npos);
+
+    // A loop inside a loop's body: its variables reach the outermost trace.
+    kiln::variable w(f64({1}, {1}));
+    auto g = kiln::function([&](const kiln::tensor& x) {
+        auto [i, s] = kiln::while_loop([](const kiln::tensor& k, const kiln::tensor&) { return k < 2; },
+                                       [&](const kiln::tensor& k, const kiln::tensor& acc) {
+                                           auto [j, t] = kiln::while_loop([](const kiln::tensor& m, const kiln::tensor&) { return m < 2; },
+                                                                          [&](const kiln::tensor& m, const kiln::tensor& a) { return std::make_tuple(m + 1, a + w); },
+                                                                          kiln::tensor(std::int64_t{0}), acc);
+                                           return std::make_tuple(k + 1, t);
+                                       },
+                                       kiln::tensor(std::int64_t{0}), x);
+        return s;
+    });
+    const kiln::tensor y = f64({0}, {1});
+    CHECK(values(g(y)) == std::vector<double>{4});
+    w = kiln::variable(f64({5}, {1}));
+    CHECK(values(g(y)) == std::vector<double>{20});
+    CHECK(g.trace_count() == 2);
+}
+
 TEST_CASE("an optimizer step traced before a layer's parameter is replaced trains the new parameter") {
     kiln::variable w(f64({1}, {1}));
     kiln::optim::sgd opt({&w}, 0.5);

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "../core/dtype.hpp"
 #include "../core/shape.hpp"
 
 namespace kiln {
@@ -16,6 +18,8 @@ namespace kiln {
 class tensor;
 
 namespace detail {
+
+struct storage;
 
 // kiln::function (kiln/function.hpp) traces eager code by handing its tensors symbolic values: tensors with a
 // dtype and a shape but no data. While a tracer records on a thread, each primitive of eager mode (elementwise
@@ -68,6 +72,15 @@ struct op_params {
     // would, checked before the capture and before each replay (a session's update stops being recordable when an
     // on_gradients hook is set). False drops the CUDA graph: that call and the later ones run node by node.
     std::function<bool()> replayable = nullptr;
+    // Variables an effect reads that are not nodes of the graph it is in (those of a while_loop's sub-graphs), with
+    // the dtype and shape they were read as: the enclosing trace is stale when one of them is rebound, as it is for
+    // its own variables (function/executor.hpp, collect_variables).
+    struct read_variable {
+        std::shared_ptr<storage> where;
+        kiln::dtype dtype;
+        dims shape;
+    };
+    std::vector<read_variable> reads;
 
     void add(std::int64_t v) { values.push_back(v); }
     void add_number(double v) {

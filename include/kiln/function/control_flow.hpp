@@ -161,6 +161,11 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
     op_params params;
     params.add(static_cast<std::int64_t>(h));
     params.opaque = 1;
+    // The variables the condition and body read (their own loops' included): rebinding one makes this trace stale.
+    for (const loop_part* part : {&c, &b}) {
+        part->exe->collect_variables();
+        for (const auto& v : part->exe->variables) params.reads.push_back({v.where, v.dtype, v.shape});
+    }
     outer->record_effect(
         "while_loop", "state=" + std::to_string(n) + " condition=" + std::to_string(c.exe->graph.size()) +
                           " body=" + std::to_string(b.exe->graph.size()) + " nodes",

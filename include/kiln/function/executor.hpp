@@ -38,14 +38,18 @@ struct executable {
         kiln::dtype dtype;
         dims shape;
         std::int32_t node;
+        bool inside = false;  // read by the effect at `node` (a while_loop's sub-graph), not a node itself
     };
     std::vector<captured_variable> variables;
     void collect_variables() {
         variables.clear();
         for (std::size_t i = 0; i < traced.nodes.size(); ++i) {
             const graph_node& n = traced.nodes[i];
+            const auto at = static_cast<std::int32_t>(i);
             if (n.kind == node_kind::variable && n.value.storage_handle())
-                variables.push_back({n.value.storage_handle(), n.dtype, n.shape, static_cast<std::int32_t>(i)});
+                variables.push_back({n.value.storage_handle(), n.dtype, n.shape, at});
+            if (n.kind == node_kind::effect)
+                for (const op_params::read_variable& r : n.params.reads) variables.push_back({r.where, r.dtype, r.shape, at, true});
         }
     }
     // Whether a variable the trace reads has left its storage (a few loads per call).
@@ -59,7 +63,8 @@ struct executable {
     std::string stale() const {
         for (const captured_variable& v : variables)
             if (v.where->rebound.load(std::memory_order_acquire)) {
-                std::string what = "variable %" + std::to_string(v.node) + ": ";
+                std::string what = (v.inside ? "a variable read by " + traced.nodes[static_cast<std::size_t>(v.node)].op + " %"
+                                             : std::string("variable %")) + std::to_string(v.node) + ": ";
                 if (v.where->rebound_dtype != v.dtype || !(v.where->rebound_shape == v.shape))
                     what += "shape " + to_string(v.shape) + " " + std::string(name(v.dtype)) + " -> " +
                             to_string(v.where->rebound_shape) + " " + std::string(name(v.where->rebound_dtype)) + " (";
