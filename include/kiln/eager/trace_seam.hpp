@@ -80,7 +80,7 @@ struct op_params {
         kiln::dtype dtype;
         dims shape;
     };
-    std::vector<read_variable> reads;
+    std::vector<read_variable> reads{};
 
     void add(std::int64_t v) { values.push_back(v); }
     void add_number(double v) {
