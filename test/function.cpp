@@ -1103,6 +1103,11 @@ TEST_CASE("the buffer plan runs the reference training step exactly as node-by-n
     CHECK(plan->planned(step::sum) == 3);
     CHECK(plan->planned(step::op) == 0);
     CHECK(plan->planned(step::effect) == 1);
+    // Both layers' bias adds run in their products' steps, and the hidden layer's relu with it.
+    CHECK(plan->fused_epilogues() == 2);
+    const std::string steps = plan->describe(planned.graph(x, y));
+    CAPTURE(steps);
+    CHECK(steps.find("+ bias %4 -> %5, relu -> %6") != std::string::npos);
     // Buffers are reused: the arena is smaller than the values it holds laid end to end.
     std::size_t all = 0;
     for (const auto& v : plan->values)
@@ -1112,6 +1117,53 @@ TEST_CASE("the buffer plan runs the reference training step exactly as node-by-n
     // The tape differentiates only what it follows: the batch x is not watched, so the trace holds the two forward
     // products and three backward ones (both weights' gradients and the hidden layer's), not x's gradient.
     CHECK(planned.traced_graph(x, y).count("matmul") == 5);
+}
+
+TEST_CASE("the buffer plan adds a bias and applies an activation in a matrix product's step, with the same bits") {
+    const kiln::tensor a = f64({1, 0, 1, 0, 1, 1}, {2, 3}), w = f64({1, -2, 0, 3, 0, 4}, {3, 2});
+    // a w = [[1, 2], [0, 7]]; with the bias [-2, 0.5]: [[-1, 2.5], [-2, 7.5]]; relu: [[0, 2.5], [0, 7.5]].
+    const kiln::tensor b = f64({-2, 0.5}, {2});
+    auto f = kiln::function([&](const kiln::tensor& x) {
+        kiln::tensor z = kiln::matmul(x, w) + b;  // the pre-activation is a result too
+        return std::make_tuple(kiln::relu(z), z * 2.0);
+    });
+    for (int call = 0; call < 3; ++call) {
+        CAPTURE(call);
+        auto [r, z2] = f(a);
+        CHECK(values(r) == std::vector<double>{0, 2.5, 0, 7.5});
+        CHECK(values(z2) == std::vector<double>{-2, 5, -4, 15});
+    }
+    const kiln::detail::buffer_plan* plan = f.compiled(a)->plan();
+    REQUIRE(plan != nullptr);
+    REQUIRE(plan->ok);
+    CHECK(plan->fused_epilogues() == 1);
+
+    // The bias first, a number broadcast over every element, and no activation after it: fused all the same.
+    auto g = kiln::function([&](const kiln::tensor& x) { return kiln::sum(f64({10}, {1}) + kiln::matmul(x, w)); });
+    for (int call = 0; call < 3; ++call) CHECK(values(g(a)) == std::vector<double>{1 + 2 + 0 + 7 + 40});
+    CHECK(g.compiled(a)->plan()->fused_epilogues() == 1);
+
+    // A product that something else reads keeps its own buffer: nothing is fused, and both values are right.
+    auto h = kiln::function([&](const kiln::tensor& x) {
+        kiln::tensor p = kiln::matmul(x, w);
+        return std::make_tuple(p + b, p);
+    });
+    for (int call = 0; call < 3; ++call) {
+        auto [pb, p] = h(a);
+        CHECK(values(pb) == std::vector<double>{-1, 2.5, -2, 7.5});
+        CHECK(values(p) == std::vector<double>{1, 2, 0, 7});
+    }
+    CHECK(h.compiled(a)->plan()->fused_epilogues() == 0);
+
+    // A large layer (split over the threads) gives what node-by-node replay gives, bit for bit, in float32.
+    kiln::generator gen(5);
+    const kiln::tensor xs = kiln::randn({300, 70}, kiln::float32, gen), ws = kiln::randn({70, 90}, kiln::float32, gen),
+                       bs = kiln::randn({90}, kiln::float32, gen);
+    auto layer = [&](const kiln::tensor& x) { return kiln::tanh(kiln::matmul(x, ws) + bs) * 3.0f; };
+    auto planned = kiln::function(layer);
+    auto plain = kiln::function(layer, kiln::function_options{.plan = false});
+    for (int call = 0; call < 3; ++call) CHECK(values(planned(xs)) == values(plain(xs)));
+    CHECK(planned.compiled(xs)->plan()->fused_epilogues() == 1);
 }
 
 TEST_CASE("planned calls return results of their own, views of arguments, and fall back for other layouts") {

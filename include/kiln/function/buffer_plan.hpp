@@ -43,6 +43,10 @@ struct buffer_plan {
         std::int32_t node = -1;   // group: its index in `groups`
         // matmul: C (m x n) = A (m x k) B (k x n), A[i, j] at i * ars + j * acs (B likewise)
         std::ptrdiff_t m = 0, n = 0, k = 0, ars = 0, acs = 0, brs = 0, bcs = 0;
+        // matmul's epilogue (the matmul + bias + activation fusion): C[i, j] += bias[j % period] in place, which
+        // is then the value of the add node `add`; with `act`, that unary elementwise op of C into its own buffer.
+        std::int32_t bias = -1, add = -1, act = -1;
+        std::ptrdiff_t period = 0;
         // sum: the operand's shape with the reduced axes set to 1
         dims keep;
         std::vector<std::int32_t> release;  // owned values (fallback results) that die after this step
@@ -61,6 +65,43 @@ struct buffer_plan {
         std::size_t c = 0;
         for (const step& s : steps) c += s.kind == k;
         return c;
+    }
+    // Matrix products that add a bias (and apply an activation) as they store their result.
+    std::size_t fused_epilogues() const {
+        std::size_t c = 0;
+        for (const step& s : steps) c += s.kind == step::matmul && s.bias >= 0;
+        return c;
+    }
+    // The steps, one a line: "matmul %3 (32x10 * 10x64) + bias %4 -> %5, relu -> %6", "group 1: %10 %11 %12", ...
+    std::string describe(const function_graph& g) const {
+        if (!ok) return "not planned: " + why_not + "\n";
+        std::string out;
+        auto v = [](std::int32_t i) { return "%" + std::to_string(i); };
+        for (const step& s : steps) {
+            switch (s.kind) {
+                case step::view:
+                    if (s.node < 0) continue;
+                    out += "view " + v(s.node);
+                    break;
+                case step::group: {
+                    out += "group " + std::to_string(s.node) + ":";
+                    for (std::int32_t m : groups[static_cast<std::size_t>(s.node)].members)
+                        out += " " + v(m) + " " + g.nodes[static_cast<std::size_t>(m)].op;
+                    break;
+                }
+                case step::matmul:
+                    out += "matmul " + v(s.node) + " (" + std::to_string(s.m) + "x" + std::to_string(s.k) + " * " +
+                           std::to_string(s.k) + "x" + std::to_string(s.n) + ")";
+                    if (s.bias >= 0) out += " + bias " + v(s.bias) + " -> " + v(s.add);
+                    if (s.act >= 0) out += ", " + g.nodes[static_cast<std::size_t>(s.act)].op + " -> " + v(s.act);
+                    break;
+                case step::sum: out += "sum " + v(s.node); break;
+                case step::op: out += "op " + v(s.node) + " " + g.nodes[static_cast<std::size_t>(s.node)].op; break;
+                case step::effect: out += "effect " + v(s.node) + " " + g.nodes[static_cast<std::size_t>(s.node)].op; break;
+            }
+            out += "\n";
+        }
+        return out;
     }
 
     const std::int64_t* params_of(const function_graph& g, std::int32_t node) const {
@@ -366,6 +407,76 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
         }
     }
 
+    // Matmul + bias + activation: a group whose first member adds a bias along the rows of a planned matrix product
+    // that nothing else reads takes that add into the product's step, which adds the bias in place as it finishes
+    // (the same additions, so the same bits); a unary op of the sum that comes next in the group, with a buffer of
+    // its own, follows it there (relu of a hidden layer). What remains of the group runs as before.
+    std::vector<std::int32_t> readers(n, 0);
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::int32_t in : graph.nodes[i].inputs) ++readers[static_cast<std::size_t>(in)];
+    for (std::int32_t o : graph.outputs) ++readers[static_cast<std::size_t>(o)];
+    std::vector<char> absorbed(n, 0);
+    std::vector<buffer_plan::step> epilogue(n);  // per matmul node: its bias, add and act
+    for (std::size_t gi = 0; gi < plan->groups.size(); ++gi) {
+        fused_group& g = plan->groups[gi];
+        if (g.members.empty() || g.inputs[0].size() != 2) continue;
+        const std::int32_t a = g.members[0];
+        const graph_node& an = graph.nodes[static_cast<std::size_t>(a)];
+        if (an.op != "add" || an.inputs.size() != 2) continue;
+        for (int side = 0; side < 2; ++side) {
+            const fused_group::operand& pm = g.inputs[0][static_cast<std::size_t>(side)];
+            const fused_group::operand& pb = g.inputs[0][static_cast<std::size_t>(1 - side)];
+            if (pm.kind != fused_group::operand::full || pb.kind != fused_group::operand::periodic) continue;
+            const std::int32_t mm = pm.index;
+            const graph_node& mn = graph.nodes[static_cast<std::size_t>(mm)];
+            const buffer_plan::value& mv = values[static_cast<std::size_t>(mm)];
+            if (mn.kind != node_kind::op || mn.op != "matmul" || mn.group >= 0 || singleton[static_cast<std::size_t>(mm)] >= 0 ||
+                mv.kind != buffer_plan::value::arena || mv.dtype != g.dtype || mv.shape.rank != 2 ||
+                readers[static_cast<std::size_t>(mm)] != 1 || epilogue[static_cast<std::size_t>(mm)].bias >= 0)
+                break;
+            const std::ptrdiff_t cols = mv.shape[1];
+            if (pb.period <= 0 || cols % pb.period != 0) break;
+            // The next member: a unary op of the sum with a buffer of its own.
+            const bool act = g.members.size() > 1 && g.inputs[1].size() == 1 &&
+                             g.inputs[1][0].kind == fused_group::operand::member && g.inputs[1][0].index == 0 &&
+                             g.exported[1] && graph.nodes[static_cast<std::size_t>(g.members[1])].params.tile;
+            const std::size_t taken = act ? 2 : 1;
+            if (g.jit && g.members.size() > taken) break;  // (its compiled kernel computes the whole group)
+            buffer_plan::step& e = epilogue[static_cast<std::size_t>(mm)];
+            e.bias = pb.index;
+            e.period = pb.period;
+            e.add = a;
+            e.act = act ? g.members[1] : -1;
+            // The sum lives in the product's buffer.
+            buffer_plan::value& av = values[static_cast<std::size_t>(a)];
+            av.kind = buffer_plan::value::view;
+            av.source = mm;
+            av.offset = 0;
+            av.root = mm;
+            av.result = false;
+            av.dtype = mv.dtype;
+            av.shape = mv.shape;
+            av.strides = mv.strides;
+            const std::vector<std::int32_t> gone(g.members.begin(), g.members.begin() + static_cast<std::ptrdiff_t>(taken));
+            for (std::int32_t x : gone) {
+                absorbed[static_cast<std::size_t>(x)] = 1;
+                position[static_cast<std::size_t>(x)] = mm;
+            }
+            g.members.erase(g.members.begin(), g.members.begin() + static_cast<std::ptrdiff_t>(taken));
+            g.inputs.erase(g.inputs.begin(), g.inputs.begin() + static_cast<std::ptrdiff_t>(taken));
+            g.exported.erase(g.exported.begin(), g.exported.begin() + static_cast<std::ptrdiff_t>(taken));
+            for (auto& ins : g.inputs)
+                for (auto& op : ins)
+                    if (op.kind == fused_group::operand::member) {
+                        if (op.index < static_cast<std::int32_t>(taken)) op = {fused_group::operand::full, gone[static_cast<std::size_t>(op.index)]};
+                        else op.index -= static_cast<std::int32_t>(taken);
+                    }
+            if (g.members.empty()) g.jit.reset();
+            break;
+        }
+    }
+    // A group emptied by this runs nowhere; the others run at their last member, as before.
+
     // Liveness of each buffer (root): the last position that reads it or any view of it.
     constexpr std::int32_t forever = std::numeric_limits<std::int32_t>::max();
     std::vector<std::int32_t> last(n, -1);
@@ -406,11 +517,11 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
         bool emit = true;
         if (node.kind == node_kind::effect) {
             st.kind = buffer_plan::step::effect;
-        } else if (node.kind != node_kind::op) {
-            emit = false;
+        } else if (node.kind != node_kind::op || absorbed[i]) {
+            emit = false;  // (an absorbed add or activation runs in its product's step)
         } else if (node.group >= 0) {
-            const fused_group& g = groups[static_cast<std::size_t>(node.group)];
-            if (g.members.back() != static_cast<std::int32_t>(i)) {
+            const fused_group& g = plan->groups[static_cast<std::size_t>(node.group)];
+            if (g.members.empty() || g.members.back() != static_cast<std::int32_t>(i)) {
                 emit = false;
             } else {
                 st.kind = buffer_plan::step::group;
@@ -438,6 +549,14 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
             st.ars = a.strides()[0], st.acs = a.strides()[1];
             st.brs = b.strides()[0], st.bcs = b.strides()[1];
             place(val);
+            const buffer_plan::step& e = epilogue[i];
+            if (e.bias >= 0) {
+                st.bias = e.bias;
+                st.period = e.period;
+                st.add = e.add;
+                st.act = e.act;
+                if (e.act >= 0) place(values[static_cast<std::size_t>(e.act)]);
+            }
         } else {
             st.kind = buffer_plan::step::sum;
             const tensor& x = *observed(node.inputs[0]);

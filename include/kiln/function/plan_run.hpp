@@ -2,6 +2,7 @@
 // Running a buffer plan (function/buffer_plan.hpp): each call takes its thread's arena and call state from a
 // thread-local pool, so a planned call allocates only what its replayed ops allocate themselves, and calls from
 // many threads never share one.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -100,6 +101,33 @@ tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_fr
     return tensor(*s, val.dtype, val.shape, val.strides, bytes / static_cast<std::ptrdiff_t>(size_of(val.dtype)));
 }
 
+// A matrix product's epilogue in a plan (buffer_plan::step::bias): c[i] += bias[i % period] over `total` elements,
+// then `act` (a unary tile kernel) of c into `out` where given, a block of rows at a time while it is in cache,
+// split over the threads as a fused group is. The additions are the add op's own, so the bits are.
+template <class T>
+void add_bias_rows(T* c, std::ptrdiff_t total, const T* bias, std::ptrdiff_t period, tile_kernel act, T* out,
+                   const std::int64_t* act_params) {
+    const std::ptrdiff_t block = period * std::max<std::ptrdiff_t>(1, 2048 / period);
+    split_tiles(total, block, [&](std::ptrdiff_t first, std::ptrdiff_t last) {
+        for (std::ptrdiff_t at = first; at < last; at += block) {
+            const std::ptrdiff_t end = std::min(last, at + block);
+            if (period == 1) {
+                const T b = bias[0];
+                for (std::ptrdiff_t i = at; i < end; ++i) c[i] = c[i] + b;
+            } else {
+                for (std::ptrdiff_t row = at; row < end; row += period) {
+                    T* r = c + row;
+                    for (std::ptrdiff_t j = 0; j < period; ++j) r[j] = r[j] + bias[j];
+                }
+            }
+            if (act) {
+                const void* in[1] = {c + at};
+                act(in, out + at, end - at, act_params);
+            }
+        }
+    });
+}
+
 // Runs a planned call; the results as the executor returns them (`copy[k]`: result k is the caller's own copy).
 template <int N = 0>
 std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args,
@@ -191,6 +219,21 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                 };
                 if (node.dtype == kiln::float32) product.template operator()<float>();
                 else product.template operator()<double>();
+                if (st.bias >= 0) {
+                    const std::size_t item = size_of(node.dtype);
+                    const std::int32_t act = st.act;
+                    const std::int64_t* act_params = act >= 0 ? plan.params_of(graph, act) : nullptr;
+                    std::byte* act_out = act >= 0 ? f.ptr[static_cast<std::size_t>(act)] : nullptr;
+                    const std::byte* bias = f.ptr[static_cast<std::size_t>(st.bias)];
+                    auto finish = [&]<class T>() {
+                        add_bias_rows(reinterpret_cast<T*>(c), st.m * st.n, reinterpret_cast<const T*>(bias), st.period,
+                                      act >= 0 ? graph.nodes[static_cast<std::size_t>(act)].params.tile : nullptr,
+                                      reinterpret_cast<T*>(act_out), act_params);
+                    };
+                    if (item == sizeof(float)) finish.template operator()<float>();
+                    else finish.template operator()<double>();
+                    f.ptr[static_cast<std::size_t>(st.add)] = c;
+                }
                 break;
             }
             case buffer_plan::step::sum: {
