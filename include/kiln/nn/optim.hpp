@@ -127,6 +127,13 @@ void for_each_parameter(const std::vector<variable*>& params, const std::vector<
 // then the gradients as inputs; `run` takes the step with real gradients each time the function runs.
 // With `host` and `device` (see kiln::detail::op_params::host_part), a CUDA graph may record the step: `host` moves
 // the step count on at each call, `device(grads)` queues the update that reads what `host` wrote.
+// Empties a vector when the scope ends (an exception included). (A class at namespace scope: clang 19 reports a
+// local class's destructor inside a generic lambda as an undefined inline function, -Wundefined-inline.)
+struct clear_on_exit {
+    std::vector<tensor>& v;
+    ~clear_on_exit() { v.clear(); }
+};
+
 template <class Run>
 void trace_step(const std::vector<variable*>& params, const std::vector<tensor>& grads, const char* op, std::string attrs,
                 Run run, std::function<void()> host = nullptr,
@@ -139,9 +146,7 @@ void trace_step(const std::vector<variable*>& params, const std::vector<tensor>&
         return [f, n](std::span<const tensor> in, auto) {
             thread_local std::vector<tensor> grads;  // (kept: a replayed step allocates nothing here)
             grads.assign(in.begin() + static_cast<std::ptrdiff_t>(n), in.end());
-            struct clear_after {
-                ~clear_after() { grads.clear(); }
-            } clear;
+            const clear_on_exit clear{grads};
             f(grads);
         };
     };
