@@ -1155,6 +1155,25 @@ TEST_CASE("the buffer plan adds a bias and applies an activation in a matrix pro
     }
     CHECK(h.compiled(a)->plan()->fused_epilogues() == 0);
 
+    // A bias made after the product, or written between the product and the add, keeps the add where it was.
+    auto late = kiln::function([&](const kiln::tensor& x, const kiln::tensor& c) {
+        kiln::tensor p = kiln::matmul(x, w);
+        kiln::tensor twice = c * 2.0;  // (of an argument: computed at each call, after the product)
+        return p + twice;
+    });
+    for (int call = 0; call < 3; ++call) CHECK(values(late(a, b)) == std::vector<double>{-3, 3, -4, 8});
+    CHECK(late.compiled(a, b)->plan()->fused_epilogues() == 0);
+    kiln::variable vb(f64({-2, 0.5}, {2}));
+    auto between = kiln::function([&](const kiln::tensor& x) {
+        kiln::tensor p = kiln::matmul(x, w);
+        vb.assign(vb * 3.0);
+        return p + vb;
+    });
+    CHECK(values(between(a)) == std::vector<double>{-5, 3.5, -6, 8.5});    // vb = [-6, 1.5]
+    CHECK(values(between(a)) == std::vector<double>{-17, 6.5, -18, 11.5});  // [-18, 4.5], planned
+    CHECK(values(between(a)) == std::vector<double>{-53, 15.5, -54, 20.5});  // [-54, 13.5]
+    CHECK(between.compiled(a)->plan()->fused_epilogues() == 0);
+
     // A large layer (split over the threads) gives what node-by-node replay gives, bit for bit, in float32.
     kiln::generator gen(5);
     const kiln::tensor xs = kiln::randn({300, 70}, kiln::float32, gen), ws = kiln::randn({70, 90}, kiln::float32, gen),

@@ -121,6 +121,10 @@ TEST_CASE("sort and argsort are stable, put NaN last and pass gradients to where
     CHECK(values(kiln::sort(m, 0)) == vec{0, 1, 2, 3, 5, 4});
     CHECK(kiln::argsort(m).dtype() == kiln::int64);
     check_tape_gradient([](const kiln::tensor& v) { return kiln::sort(v, 1, true); }, f64({3, 1, 2, 0, 5, 4}, {2, 3}));
+    // An axis out of range names the op called (sort is take_along_axis of argsort underneath).
+    CHECK_THROWS_WITH_AS(kiln::sort(m, 2), "kiln: value_error in 'sort': axis 2 is out of range for shape (2, 3)", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::sort(kiln::tensor(1.0)), "kiln: value_error in 'sort': axis -1 is out of range for shape ()",
+                         kiln::value_error);
 }
 
 TEST_CASE("cumsum and cumprod along an axis, with their gradients") {

@@ -24,6 +24,7 @@ tensor argsort(const tensor& x, int axis = -1, bool descending = false) {
 // x sorted along `axis`: take_along_axis of argsort, so the gradient flows back to where each value came from.
 template <int N = 0>
 tensor sort(const tensor& x, int axis = -1, bool descending = false) {
+    (void)ops::detail_gather::axis_in(axis, x.shape(), "sort");  // (an error names the op called)
     return take_along_axis<N>(x, argsort<N>(x, axis, descending), axis);
 }
 

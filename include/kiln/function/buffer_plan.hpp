@@ -436,6 +436,14 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
                 break;
             const std::ptrdiff_t cols = mv.shape[1];
             if (pb.period <= 0 || cols % pb.period != 0) break;
+            // The add moves up to the product's step: the bias must be made by then, and nothing may write between.
+            const buffer_plan::value::kind_t bk = values[static_cast<std::size_t>(pb.index)].kind;
+            if (bk != buffer_plan::value::argument && bk != buffer_plan::value::fixed && position[static_cast<std::size_t>(pb.index)] >= mm)
+                break;
+            bool written_between = false;
+            for (std::int32_t k = mm + 1; k < a && !written_between; ++k)
+                written_between = graph.nodes[static_cast<std::size_t>(k)].kind == node_kind::effect;
+            if (written_between) break;
             // The next member: a unary op of the sum with a buffer of its own.
             const bool act = g.members.size() > 1 && g.inputs[1].size() == 1 &&
                              g.inputs[1][0].kind == fused_group::operand::member && g.inputs[1][0].index == 0 &&
