@@ -1108,6 +1108,11 @@ TEST_CASE("the buffer plan runs the reference training step exactly as node-by-n
     const std::string steps = plan->describe(planned.graph(x, y));
     CAPTURE(steps);
     CHECK(steps.find("+ bias %4 -> %5, relu -> %6") != std::string::npos);
+    // relu's gradient is written over the product it reads, which dies there.
+    CHECK(plan->in_place() >= 1);
+    const std::size_t at = steps.find("relu_backward");
+    REQUIRE(at != std::string::npos);
+    CHECK(steps.substr(at, steps.find('\n', at) - at).find(" in place of %") != std::string::npos);
     // Buffers are reused: the arena is smaller than the values it holds laid end to end.
     std::size_t all = 0;
     for (const auto& v : plan->values)
@@ -1183,6 +1188,40 @@ TEST_CASE("the buffer plan adds a bias and applies an activation in a matrix pro
     auto plain = kiln::function(layer, kiln::function_options{.plan = false});
     for (int call = 0; call < 3; ++call) CHECK(values(planned(xs)) == values(plain(xs)));
     CHECK(planned.compiled(xs)->plan()->fused_epilogues() == 1);
+}
+
+TEST_CASE("the buffer plan writes an elementwise result over an operand that dies there, never over one read later") {
+    kiln::generator gen(8);
+    const kiln::tensor x = kiln::randn({64, 48}, kiln::float64, gen), w = kiln::randn({48, 40}, kiln::float64, gen);
+    // One product %2 (the second is merged into it) and one fused group reading it twice:
+    //   %3 = %2 * 0.01, %4 = exp(%3), %5 = %4 * 2 (a result's sum reads it), %6 = %2 * 3 (read by a sum and %8),
+    //   %7 = tanh(%6), %8 = %7 + %6.
+    // %5 may not take %2's buffer (%6 reads %2 after it); %6 may (no later member reads %2, and %2 dies there).
+    auto body = [&](const kiln::tensor& a) {
+        kiln::tensor p = kiln::matmul(a, w);
+        kiln::tensor q = kiln::exp(p * 0.01) * 2.0;
+        kiln::tensor r = kiln::matmul(a, w) * 3.0;
+        kiln::tensor s = kiln::tanh(r) + r;
+        return std::make_tuple(kiln::sum(q, {0}), kiln::sum(s, {1}), kiln::sum(r));
+    };
+    auto planned = kiln::function(body);
+    auto plain = kiln::function(body, kiln::function_options{.plan = false});
+    for (int call = 0; call < 3; ++call) {
+        CAPTURE(call);
+        auto [q1, s1, r1] = planned(x);
+        auto [q2, s2, r2] = plain(x);
+        CHECK(values(q1) == values(q2));
+        CHECK(values(s1) == values(s2));
+        CHECK(values(r1) == values(r2));
+    }
+    const kiln::detail::buffer_plan* plan = planned.compiled(x)->plan();
+    REQUIRE(plan != nullptr);
+    REQUIRE(plan->ok);
+    const std::string steps = plan->describe(planned.graph(x));
+    CAPTURE(steps);
+    CHECK(plan->in_place() == 1);
+    CHECK(steps.find("%6 in place of %2") != std::string::npos);
+    CHECK(steps.find("%5 in place") == std::string::npos);
 }
 
 TEST_CASE("planned calls return results of their own, views of arguments, and fall back for other layouts") {

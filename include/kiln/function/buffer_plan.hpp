@@ -7,7 +7,8 @@
 // arena (the results of fused groups, single elementwise ops, 2-D matrix products and contiguous sums, which the
 // plan runs itself from raw pointers); or the tensor that the op's own replay function returns (every other op).
 // A result is written into a new tensor of its own rather than into the arena.
-// Arena buffers are reused once the values in them, and every view of them, are dead (first fit by liveness).
+// Arena buffers are reused once the values in them, and every view of them, are dead (first fit by liveness), and
+// an elementwise result takes over its operand's buffer when that operand dies there (in place).
 //
 // A call runs the plan when its arguments have the layouts (dtype, shape, strides) of the watched call; any other
 // call runs node by node, as before. This header makes plans; function/plan_run.hpp runs them.
@@ -50,6 +51,7 @@ struct buffer_plan {
         // sum: the operand's shape with the reduced axes set to 1
         dims keep;
         std::vector<std::int32_t> release;  // owned values (fallback results) that die after this step
+        std::vector<std::pair<std::int32_t, std::int32_t>> in_place;  // group: (member, operand buffer it took over)
     };
 
     std::uint64_t id = 0;
@@ -64,6 +66,12 @@ struct buffer_plan {
     std::size_t planned(step::kind_t k) const {
         std::size_t c = 0;
         for (const step& s : steps) c += s.kind == k;
+        return c;
+    }
+    // Values written over a buffer of their own operand that died there (in-place execution).
+    std::size_t in_place() const {
+        std::size_t c = 0;
+        for (const step& s : steps) c += s.in_place.size();
         return c;
     }
     // Matrix products that add a bias (and apply an activation) as they store their result.
@@ -87,6 +95,7 @@ struct buffer_plan {
                     out += "group " + std::to_string(s.node) + ":";
                     for (std::int32_t m : groups[static_cast<std::size_t>(s.node)].members)
                         out += " " + v(m) + " " + g.nodes[static_cast<std::size_t>(m)].op;
+                    for (const auto& [m, over] : s.in_place) out += ", " + v(m) + " in place of " + v(over);
                     break;
                 }
                 case step::matmul:
@@ -504,7 +513,7 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
     for (std::size_t i = 0; i < n; ++i)
         if (last[i] >= 0 && last[i] != forever) dies[static_cast<std::size_t>(last[i])].push_back(static_cast<std::int32_t>(i));
 
-    // Steps in program order; arena offsets first fit, a step's results never over its operands.
+    // Steps in program order; arena offsets first fit, a step's results over its operands only in place (below).
     arena_allocator arena;
     auto bytes_of = [&](const buffer_plan::value& v) {
         return static_cast<std::size_t>(v.shape.size()) * size_of(v.dtype);
@@ -516,6 +525,43 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
     }
     auto place = [&](buffer_plan::value& v) {
         if (!v.result) v.offset = static_cast<std::ptrdiff_t>(arena.allocate(bytes_of(v)));
+    };
+    // In place: a group's exported member may take the buffer of one of its own full operands that dies at this
+    // step, when no later member of the group reads that buffer (tile by tile, a member reads each element of its
+    // operands before it writes the same element of its result, and earlier members have read the tile by then).
+    // Not for a group with a compiled kernel, which may read an operand again after storing a result.
+    std::vector<char> handed(n, 0);  // buffers taken over at this step: not released here
+    auto place_group = [&](const fused_group& g, std::size_t at, buffer_plan::step& st) {
+        for (std::size_t j = 0; j < g.members.size(); ++j) {
+            if (!g.exported[j]) continue;
+            buffer_plan::value& out = values[static_cast<std::size_t>(g.members[j])];
+            if (out.result) continue;
+            std::int32_t taken = -1;
+            if (!g.jit)
+                for (const fused_group::operand& op : g.inputs[j]) {
+                    if (op.kind != fused_group::operand::full) continue;
+                    const std::int32_t x = values[static_cast<std::size_t>(op.index)].root;
+                    const buffer_plan::value& xv = values[static_cast<std::size_t>(x)];
+                    if (xv.kind != buffer_plan::value::arena || xv.result || handed[static_cast<std::size_t>(x)] ||
+                        last[static_cast<std::size_t>(x)] != static_cast<std::int32_t>(at) || bytes_of(xv) != bytes_of(out))
+                        continue;
+                    bool read_later = false;
+                    for (std::size_t k = j + 1; k < g.members.size() && !read_later; ++k)
+                        for (const fused_group::operand& later : g.inputs[k])
+                            read_later = read_later || (later.kind != fused_group::operand::member &&
+                                                        values[static_cast<std::size_t>(later.index)].root == x);
+                    if (read_later) continue;
+                    taken = x;
+                    break;
+                }
+            if (taken < 0) {
+                place(out);
+                continue;
+            }
+            out.offset = values[static_cast<std::size_t>(taken)].offset;
+            handed[static_cast<std::size_t>(taken)] = 1;
+            st.in_place.push_back({g.members[j], taken});
+        }
     };
     for (std::size_t i = 0; i < n; ++i) {
         const graph_node& node = graph.nodes[i];
@@ -534,10 +580,7 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
             } else {
                 st.kind = buffer_plan::step::group;
                 st.node = node.group;
-                for (std::size_t j = 0; j < g.members.size(); ++j)
-                    if (g.exported[j]) {
-                        place(values[static_cast<std::size_t>(g.members[j])]);
-                    }
+                place_group(g, i, st);
             }
         } else if (val.kind == buffer_plan::value::view) {
             st.kind = buffer_plan::step::view;
@@ -546,7 +589,7 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
         } else if (singleton[i] >= 0) {
             st.kind = buffer_plan::step::group;
             st.node = singleton[i];
-            place(val);
+            place_group(plan->groups[static_cast<std::size_t>(singleton[i])], i, st);
         } else if (node.op == "matmul") {
             st.kind = buffer_plan::step::matmul;
             const tensor& a = *observed(node.inputs[0]);
@@ -577,7 +620,8 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
         // Buffers whose last reader ran at this position.
         for (std::int32_t d : dies[i]) {
             const buffer_plan::value& v = values[static_cast<std::size_t>(d)];
-            if (v.kind == buffer_plan::value::arena && !v.result) arena.release(static_cast<std::size_t>(v.offset), bytes_of(v));
+            if (v.kind == buffer_plan::value::arena && !v.result && !handed[static_cast<std::size_t>(d)])
+                arena.release(static_cast<std::size_t>(v.offset), bytes_of(v));
             else if (v.kind == buffer_plan::value::owned) st.release.push_back(d);
         }
         if (emit) {
