@@ -129,7 +129,8 @@ inline std::uint64_t next_plan_id() {
 }
 
 // "axes=0,1 keepdims=true" -> {0, 1}, true (false when the text is not a reduction's).
-inline bool parse_reduction_attrs(const std::string& attrs, std::vector<int>& axes, bool& keepdims) {
+template <int = 0>
+bool parse_reduction_attrs(const std::string& attrs, std::vector<int>& axes, bool& keepdims) {
     const std::size_t a = attrs.find("axes="), k = attrs.find("keepdims=");
     if (a != 0 || k == std::string::npos) return false;
     axes.clear();
@@ -150,7 +151,8 @@ inline bool parse_reduction_attrs(const std::string& attrs, std::vector<int>& ax
 // How many elements at x's first element repeat along it when x is a broadcast of a contiguous tail (leading axes of
 // stride 0, then contiguous trailing axes: a bias broadcast over rows, a number broadcast over a shape); x.numel()
 // for a contiguous x; 0 for other layouts.
-inline std::ptrdiff_t repeating_period(const tensor& x) {
+template <int = 0>
+std::ptrdiff_t repeating_period(const tensor& x) {
     std::ptrdiff_t period = 1;
     int d = x.dim() - 1;
     for (; d >= 0; --d) {

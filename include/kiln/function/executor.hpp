@@ -16,7 +16,9 @@ namespace kiln {
 namespace detail {
 
 // A graph ready to run: the optimized graph and, for each node, the values that die after it.
-struct executable {
+// (A class template on an unused int: its member functions compile only in the programs that run a function.)
+template <int = 0>
+struct basic_executable {
     function_graph traced;     // as traced, before the passes
     function_graph graph;      // after them
     passes::pass_report report;
@@ -754,6 +756,7 @@ struct executable {
         return out;
     }
 };
+using executable = basic_executable<>;
 
 }  // namespace detail
 }  // namespace kiln

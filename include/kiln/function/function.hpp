@@ -104,7 +104,8 @@ namespace detail {
 // compared node by node. Where they agree except for parameters that follow an extent linearly (a reshape's
 // target, a mean's count, a fill's shape), those parameters are marked in `g` as dynamic and the answer is empty;
 // otherwise it says where the traces part.
-inline std::string mark_dynamic(function_graph& g, const function_graph& h,
+template <int = 0>
+std::string mark_dynamic(function_graph& g, const function_graph& h,
                                 const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& extents) {
     auto where = [&](std::size_t i) {
         const graph_node& n = g.nodes[i];

@@ -75,7 +75,8 @@ void split_tiles(std::ptrdiff_t total, std::ptrdiff_t L, const F& tiles) {
 
 // Runs group g's compiled kernel: in one range split over the threads like graph mode's loop, or tile by tile
 // where an operand repeats along the group (each tile then reads one laid-out tile of it, as the ops do).
-inline void run_compiled(const fused_group& g, group_kernel fn, const std::size_t* first_operand,
+template <int = 0>
+void run_compiled(const fused_group& g, group_kernel fn, const std::size_t* first_operand,
                          const std::byte* const* base, std::byte* const* outs, std::ptrdiff_t total) {
     const std::size_t nin = g.jit->operands.size();
     const std::size_t item = size_of(g.dtype);
@@ -121,7 +122,8 @@ inline void run_compiled(const fused_group& g, group_kernel fn, const std::size_
 // operand starts or where one tile of a periodic operand (laid out over the whole tile) starts (member operands'
 // entries are unused); `outs[j]` is where exported member j goes; `params[j]` are member j's parameters.
 // At most 64 members of at most 8 operands each.
-inline void run_tiles(const function_graph& graph, const fused_group& g, const std::byte* const* base,
+template <int = 0>
+void run_tiles(const function_graph& graph, const fused_group& g, const std::byte* const* base,
                       std::byte* const* outs, std::ptrdiff_t total, const std::int64_t* const* params) {
     const std::size_t m = g.members.size();
     const std::ptrdiff_t L = g.tile;

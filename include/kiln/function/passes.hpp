@@ -32,7 +32,8 @@ inline std::int32_t view_root(const function_graph& g, std::int32_t v) {
 }
 
 // The values whose storage an effect writes: its written inputs and what they are views of.
-inline std::vector<char> written_values(const function_graph& g) {
+template <int = 0>
+std::vector<char> written_values(const function_graph& g) {
     std::vector<char> w(g.nodes.size(), 0);
     auto mark = [&](std::int32_t v) {
         while (v >= 0 && !w[static_cast<std::size_t>(v)]) {
@@ -60,7 +61,8 @@ inline std::vector<char> written_values(const function_graph& g) {
     return w;
 }
 
-inline void remap(function_graph& g, const std::vector<std::int32_t>& to) {
+template <int = 0>
+void remap(function_graph& g, const std::vector<std::int32_t>& to) {
     for (graph_node& n : g.nodes)
         for (std::int32_t& in : n.inputs) in = to[static_cast<std::size_t>(in)];
     for (std::int32_t& o : g.outputs) o = to[static_cast<std::size_t>(o)];
@@ -84,7 +86,8 @@ decltype(auto) untraced(F&& f) {
 // Results above this many elements stay ops (folding them would keep their memory for the function's life).
 inline constexpr std::ptrdiff_t max_folded_elements = std::ptrdiff_t{1} << 22;
 
-inline std::size_t fold_constants(function_graph& g) {
+template <int = 0>
+std::size_t fold_constants(function_graph& g) {
     const std::vector<char> written = detail::written_values(g);
     std::size_t folded = 0;
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
@@ -106,7 +109,8 @@ inline std::size_t fold_constants(function_graph& g) {
     return folded;
 }
 
-inline std::size_t eliminate_common_subexpressions(function_graph& g) {
+template <int = 0>
+std::size_t eliminate_common_subexpressions(function_graph& g) {
     const std::vector<char> written = detail::written_values(g);
     std::vector<std::int32_t> to(g.nodes.size());
     std::unordered_map<std::string, std::int32_t> seen;
@@ -135,7 +139,8 @@ inline std::size_t eliminate_common_subexpressions(function_graph& g) {
     return merged;
 }
 
-inline std::size_t remove_dead_code(function_graph& g) {
+template <int = 0>
+std::size_t remove_dead_code(function_graph& g) {
     const std::size_t n = g.nodes.size();
     std::vector<char> live(n, 0);
     for (std::int32_t o : g.outputs) live[static_cast<std::size_t>(o)] = 1;
@@ -161,7 +166,8 @@ inline std::size_t remove_dead_code(function_graph& g) {
 // Exact identities of the vocabulary, each true for every value NaN and infinity included: a reshape or
 // broadcast_to to the input's own shape, x * 1, x / 1 and x - 0 where the result keeps x's dtype and shape. (x + 0
 // is not one: -0 + 0 is +0.) Returns how many nodes were replaced by their input.
-inline std::size_t simplify_identities(function_graph& g) {
+template <int = 0>
+std::size_t simplify_identities(function_graph& g) {
     const std::vector<char> written = detail::written_values(g);
     std::vector<std::int32_t> to(g.nodes.size());
     std::size_t simplified = 0;
@@ -196,7 +202,8 @@ struct pass_report {
 };
 
 // The passes in order: folding, identities, merging, then removing what became dead.
-inline pass_report optimize(function_graph& g) {
+template <int = 0>
+pass_report optimize(function_graph& g) {
     pass_report r;
     r.folded = fold_constants(g);
     r.simplified = simplify_identities(g);

@@ -70,7 +70,8 @@ private:
 };
 
 // Whether a call's arguments have the layouts the plan was made for.
-inline bool plan_fits(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args) {
+template <int = 0>
+bool plan_fits(const buffer_plan& plan, const function_graph& graph, std::span<const tensor> args) {
     for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
         const graph_node& node = graph.nodes[i];
         if (node.kind != node_kind::argument) continue;

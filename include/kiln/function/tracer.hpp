@@ -42,18 +42,20 @@ struct finished_trace final : tracer_base {
 };
 
 // Records one trace: the nodes of its graph, and the values of the tensors it has seen.
-class tracer final : public tracer_base {
+// (A class template on an unused int: its member functions compile only in the programs that trace.)
+template <int = 0>
+class basic_tracer final : public tracer_base {
 public:
-    explicit tracer(std::string function_name, tracer* parent = nullptr)
+    explicit basic_tracer(std::string function_name, basic_tracer* parent = nullptr)
         : name_(std::move(function_name)), first_id_(next_tensor_id()), parent_(parent) {}
 
     const std::string& name() const noexcept { return name_; }
     // A sub-trace's arguments after its own: the enclosing traces' values it uses.
     const std::vector<tensor>& captures() const noexcept { return captures_; }
     void set_first_capture(int position) noexcept { next_capture_ = position; }
-    tracer(const tracer&) = delete;
-    tracer& operator=(const tracer&) = delete;
-    ~tracer() override {
+    basic_tracer(const basic_tracer&) = delete;
+    basic_tracer& operator=(const basic_tracer&) = delete;
+    ~basic_tracer() override {
         for (const std::weak_ptr<storage>& w : made_)
             if (const std::shared_ptr<storage> s = w.lock()) s->trace_owner = &finished_trace::instance();
     }
@@ -76,7 +78,7 @@ public:
         const storage& s = *t.storage_handle();
         if (s.trace_owner && s.trace_owner != this) {
             // A value of an enclosing trace (a while_loop's body using the function's tensors): an argument here.
-            for (tracer* p = parent_; p; p = p->parent_)
+            for (basic_tracer* p = parent_; p; p = p->parent_)
                 if (p == s.trace_owner) {
                     const auto found = captured_symbols_.find(&s);
                     if (found != captured_symbols_.end()) return found->second;
@@ -238,11 +240,12 @@ private:
     std::map<key, std::int32_t> captured_;
     std::set<const storage*> written_storage_;  // captured tensors' storage that the function writes into
     std::vector<std::weak_ptr<storage>> made_;
-    tracer* parent_ = nullptr;
+    basic_tracer* parent_ = nullptr;
     std::vector<tensor> captures_;
     std::map<const storage*, std::int32_t> captured_symbols_;
     int next_capture_ = 0;
 };
+using tracer = basic_tracer<>;
 
 // Sets the thread's tracer for a scope.
 struct tracing_scope {
