@@ -15,7 +15,8 @@ The layers, lowest first (a folder, or a header at the top of include/kiln):
   7 function/                    function mode (traces eager code and graph-mode expressions)
   8 registry/, registry.hpp      ops by name at run time
   9 io/                          files
- 10 the umbrella headers (kiln.hpp, graph.hpp, function.hpp, io.hpp, distributed.hpp)
+ 10 the umbrella headers (kiln.hpp, graph.hpp, function.hpp, io.hpp, distributed.hpp) and distributed/,
+                                which stands on kiln.hpp
 Headers in one layer may include each other.
 """
 import os
@@ -34,6 +35,7 @@ LAYERS = {
     "function": 7,
     "registry": 8,
     "io": 9,
+    "distributed": 10,
 }
 TOP = 10
 FILES = {"registry.hpp": 8}  # a header at the top of include/kiln that is a layer's own, not an umbrella
