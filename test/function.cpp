@@ -831,6 +831,74 @@ TEST_CASE("a while_loop's body may write into variables, at every trip and every
     CHECK(f.trace_count() == 1);
 }
 
+TEST_CASE("gradients flow through a traced while_loop: to its state, the function's tensors and the variables it reads") {
+    // A recurrence h <- tanh(h * w + u) + c-style accumulator c <- c + h, for n trips (n is an argument, so the trip
+    // count is a value); the loss reads both floating state tensors. The same lambda runs eagerly (a C++ loop that
+    // the tape records op by op) and traced (one effect; the gradient runs the loop again and the body's
+    // vector-Jacobian product backwards).
+    kiln::variable w(f64({0.5, -0.3}, {2}));
+    auto step = [&](const kiln::tensor& h0, const kiln::tensor& x, const kiln::tensor& n) {
+        kiln::gradient_tape tape;
+        tape.watch(h0);
+        tape.watch(x);
+        const kiln::tensor u = x * 2.0;  // a value of the trace that the body reads
+        auto [k, h, c] = kiln::while_loop(
+            [&](const kiln::tensor& i, const kiln::tensor&, const kiln::tensor&) { return i < n; },
+            [&](const kiln::tensor& i, const kiln::tensor& v, const kiln::tensor& acc) {
+                const kiln::tensor next = kiln::tanh(v * w + u);
+                return std::make_tuple(i + 1, next, acc + next * next);
+            },
+            kiln::zeros({}, kiln::int64), h0, kiln::zeros({2}, kiln::float64));
+        const kiln::tensor loss = kiln::sum(h * h) + kiln::sum(c) * 0.5;
+        const std::vector<kiln::tensor> g = tape.gradient(loss, {h0, x, w});
+        return std::make_tuple(loss, k, g[0], g[1], g[2]);
+    };
+    auto f = kiln::function(step);
+    const kiln::tensor h0 = f64({0.2, -0.7}, {2}), x = f64({0.1, 0.4}, {2});
+    for (std::int64_t trips : {3, 0, 1, 6}) {
+        const kiln::tensor n(trips);
+        auto [loss, k, gh, gx, gw] = f(h0, x, n);
+        auto [eloss, ek, egh, egx, egw] = step(h0, x, n);
+        CHECK(k.item<std::int64_t>() == trips);
+        CHECK(loss.item<double>() == doctest::Approx(eloss.item<double>()).epsilon(1e-12));
+        for (int i = 0; i < 2; ++i) {
+            CHECK(gh.at<double>({i}) == doctest::Approx(egh.at<double>({i})).epsilon(1e-12));
+            CHECK(gx.at<double>({i}) == doctest::Approx(egx.at<double>({i})).epsilon(1e-12));
+            CHECK(gw.at<double>({i}) == doctest::Approx(egw.at<double>({i})).epsilon(1e-12));
+        }
+        if (trips == 0) {  // no trip: the loss is sum(h0^2), so only h0 has a gradient
+            CHECK(values(gh) == std::vector<double>{0.4, -1.4});
+            CHECK(values(gx) == std::vector<double>{0, 0});
+            CHECK(values(gw) == std::vector<double>{0, 0});
+        }
+    }
+    CHECK(f.trace_count() == 1);
+    CHECK(f.graph(h0, x, kiln::tensor(std::int64_t{3})).count("while_loop_gradient") == 2);  // one per floating state
+    // One trip by hand: h1 = tanh(h0 w + 2x), loss = h1^2 + h1^2 / 2, d loss / d w = 3 h1 (1 - h1^2) h0.
+    auto [l1, k1, gh1, gx1, gw1] = f(h0, x, kiln::tensor(std::int64_t{1}));
+    for (int i = 0; i < 2; ++i) {
+        const double h1 = std::tanh(h0.at<double>({i}) * w.at<double>({i}) + 2 * x.at<double>({i}));
+        CHECK(gw1.at<double>({i}) == doctest::Approx(3 * h1 * (1 - h1 * h1) * h0.at<double>({i})).epsilon(1e-12));
+        CHECK(gx1.at<double>({i}) == doctest::Approx(3 * h1 * (1 - h1 * h1) * 2).epsilon(1e-12));
+    }
+    // A body that writes into a variable cannot be run again for the gradient: a clear error, not a wrong answer.
+    kiln::variable total(f64({0}, {1}));
+    auto writes = kiln::function([&](const kiln::tensor& v0) {
+        kiln::gradient_tape tape;
+        tape.watch(v0);
+        const kiln::tensor v = kiln::while_loop([](const kiln::tensor& v) { return kiln::sum(v) < 10.0; },
+                                                [&](const kiln::tensor& v) {
+                                                    total.assign(total + 1.0);
+                                                    return v * 2.0;
+                                                },
+                                                v0);
+        return tape.gradient(kiln::sum(v), v0);
+    });
+    CHECK_THROWS_WITH_AS(writes(f64({1, 2}, {2})),
+                         doctest::Contains("gradients through a traced while_loop whose body writes into tensors"),
+                         kiln::value_error);
+}
+
 TEST_CASE("fused groups: elementwise chains run tile by tile and give eager mode's values bit for bit") {
     // A chain over (300, 70) with a bias that repeats along rows, a number, and an operand that is a transposed view
     // (copied before the tiles); 21000 elements is several tiles, with a last partial one.

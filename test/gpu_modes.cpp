@@ -113,6 +113,34 @@ TEST_CASE("a traced function runs on the device where its arguments live") {
     }
 }
 
+TEST_CASE("gradients through a traced while_loop on the device match eager mode's on the CPU") {
+    // h <- tanh(h * w + x) for n trips (n a value); d sum(h^2) / d (h0, x, w), traced on the device, eagerly on the CPU.
+    auto run = [](const kiln::device& dev, bool traced) {
+        kiln::variable w(kiln::from_values<float>({0.5f, -0.3f, 0.8f}, {3}).to(dev));
+        auto body = [&](const kiln::tensor& h0, const kiln::tensor& x, const kiln::tensor& n) {
+            kiln::gradient_tape tape;
+            tape.watch(h0);
+            tape.watch(x);
+            auto [k, h] = kiln::while_loop([&](const kiln::tensor& i, const kiln::tensor&) { return i < n; },
+                                           [&](const kiln::tensor& i, const kiln::tensor& v) {
+                                               return std::make_tuple(i + 1, kiln::tanh(v * w + x));
+                                           },
+                                           kiln::zeros({}, kiln::int64, dev), h0);
+            const std::vector<kiln::tensor> g = tape.gradient(kiln::sum(h * h), {h0, x, w});
+            return std::make_tuple(g[0], g[1], g[2]);
+        };
+        auto f = kiln::function(body);
+        const kiln::tensor h0 = kiln::from_values<float>({0.2f, -0.7f, 0.1f}, {3}).to(dev);
+        const kiln::tensor x = kiln::from_values<float>({0.1f, 0.4f, -0.2f}, {3}).to(dev);
+        const kiln::tensor n = kiln::tensor(std::int64_t{4}).to(dev);
+        auto [gh, gx, gw] = traced ? f(h0, x, n) : body(h0, x, n);
+        if (traced) CHECK(gh.device() == dev);
+        return std::vector<kiln::tensor>{gh.to(kiln::cpu), gx.to(kiln::cpu), gw.to(kiln::cpu)};
+    };
+    const auto eager_cpu = run(kiln::cpu, false), traced_gpu = run(kiln::cuda, true);
+    for (std::size_t i = 0; i < eager_cpu.size(); ++i) same_tensor(traced_gpu[i], eager_cpu[i], 1e-5);
+}
+
 TEST_CASE("a traced function's fused groups run on the device as one compiled kernel each") {
     // kiln/function/jit.hpp: on the emulated device the kernel is built by g++ on Thrust's OpenMP system (nvcc for a
     // GPU); it computes what the group's ops compute one by one there, bit for bit.

@@ -75,6 +75,25 @@ struct loop_part {
     std::vector<tensor> captures;
 };
 
+// A sub-trace made ready to run: its graph optimized and prepared, with the enclosing traces' values it reads.
+template <int N = 0>
+loop_part finish_loop_part(tracer& tr) {
+    loop_part part;
+    part.exe = std::make_shared<executable>();
+    function_graph g = std::move(tr.graph);
+    // The enclosing trace is still recording: copying the captured constants (and anything the passes compute)
+    // must not become ops of it, or the sub-graph's constants would be that trace's symbolic tensors.
+    passes::detail::untraced([&] {
+        capture_constants(g);
+        part.exe->traced = g;
+        part.exe->graph = std::move(g);
+        part.exe->report = passes::optimize(part.exe->graph);
+        part.exe->prepare();
+    });
+    part.captures = tr.captures();
+    return part;
+}
+
 template <bool IsCond, class F>
 loop_part trace_loop_part(tracer& outer, const std::vector<tensor>& state, F&& fn) {
     tracer tr(outer.name(), &outer);
@@ -104,20 +123,162 @@ loop_part trace_loop_part(tracer& outer, const std::vector<tensor>& state, F&& f
             tr.set_outputs(next);
         }
     }
-    loop_part part;
-    part.exe = std::make_shared<executable>();
-    function_graph g = std::move(tr.graph);
-    // The enclosing trace is still recording: copying the captured constants (and anything the passes compute)
-    // must not become ops of it, or the sub-graph's constants would be that trace's symbolic tensors.
-    passes::detail::untraced([&] {
-        capture_constants(g);
-        part.exe->traced = g;
-        part.exe->graph = std::move(g);
-        part.exe->report = passes::optimize(part.exe->graph);
-        part.exe->prepare();
-    });
-    part.captures = tr.captures();
-    return part;
+    return finish_loop_part(tr);
+}
+
+// Hides every gradient tape of this thread for a scope (a sub-trace's own tape must be the only one recording).
+struct tapes_hidden {
+    std::vector<gradient_tape*> saved;
+    int saved_count = recording_tapes;
+    tapes_hidden() noexcept {
+        saved.swap(tape_stack());
+        recording_tapes = 0;
+    }
+    ~tapes_hidden() {
+        tape_stack().swap(saved);
+        recording_tapes = saved_count;
+    }
+    tapes_hidden(const tapes_hidden&) = delete;
+    tapes_hidden& operator=(const tapes_hidden&) = delete;
+};
+
+// The body's vector-Jacobian product traced on its own: arguments (state..., g...) with one g per floating state
+// tensor (its gradient after the trip), then the enclosing traces' values it uses; results: the gradients of
+// sum_k <next_k, g_k> with respect to every floating state tensor, then to each of `sources` (tensors of the
+// enclosing trace, or variables and watched tensors read where they live).
+template <class F>
+loop_part trace_loop_vjp(tracer& outer, const std::vector<tensor>& state, const std::vector<tensor>& sources, F&& body) {
+    tracer tr(outer.name(), &outer);
+    std::vector<tensor> args, gs;
+    std::vector<std::size_t> floating;
+    for (std::size_t k = 0; k < state.size(); ++k) args.push_back(tr.argument(state[k].dtype(), state[k].shape(), static_cast<int>(k), state[k].device()));
+    for (std::size_t k = 0; k < state.size(); ++k)
+        if (is_floating(state[k].dtype())) {
+            floating.push_back(k);
+            gs.push_back(tr.argument(state[k].dtype(), state[k].shape(), static_cast<int>(state.size() + gs.size()), state[k].device()));
+        }
+    tr.set_first_capture(static_cast<int>(state.size() + gs.size()));
+    {
+        const tracing_scope scope(&tr);
+        const tapes_hidden hidden;
+        std::vector<tensor> grads;
+        {
+            gradient_tape tape;
+            std::vector<tensor> wrt;
+            for (std::size_t k : floating) {
+                tape.watch(args[k]);
+                wrt.push_back(args[k]);
+            }
+            for (const tensor& t : sources) {
+                tape.watch(t);
+                wrt.push_back(t);
+            }
+            const std::vector<tensor> next = body(args);
+            tensor total = zeros({}, dtype::float64, state[floating[0]].device());
+            for (std::size_t j = 0; j < floating.size(); ++j) total = total + sum(next[floating[j]] * gs[j]).to(dtype::float64);
+            grads = tape.gradient(total, wrt);
+        }
+        for (std::size_t j = 0; j < grads.size(); ++j) {
+            const tensor& like = j < floating.size() ? state[floating[j]] : sources[j - floating.size()];
+            grads[j] = grads[j].to(like.dtype());
+        }
+        tr.set_outputs(grads);
+    }
+    return finish_loop_part(tr);
+}
+
+// What the gradient of a traced loop needs: its condition, body and the body's vector-Jacobian product, and the
+// values each reads.
+struct loop_gradient {
+    std::shared_ptr<executable> cond, body, vjp;
+    std::vector<tensor> state, cond_captures, body_captures, vjp_captures;
+    std::vector<tensor> inputs;              // the tape entry's inputs: floating state tensors watched, then sources
+    std::vector<std::size_t> state_inputs;   // the state position of each of the first inputs
+    std::size_t floating = 0;                // how many state tensors are floating
+};
+
+// Records, in the trace that computes a gradient, the effect that computes the gradients of a loop's inputs from
+// the gradient `g` of its floating state tensor `k` (the j-th floating one): the loop runs again from its first
+// state, keeping each trip's state, then the body's vector-Jacobian product runs backwards over the trips.
+template <int N = 0>
+gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std::size_t j, const tensor& g) {
+    auto* tr = dynamic_cast<tracer*>(active_tracer);
+    if (!tr)
+        throw value_error(error_prefix("value_error", "while_loop") + "the gradient of a traced while_loop must be "
+                          "computed inside the function that traced it");
+    if (recording_tapes > 0 && watched_by_a_tape(g))
+        throw value_error(error_prefix("value_error", "while_loop") + "second derivatives through a traced while_loop "
+                          "are not supported (run the function eagerly, or unroll the loop in C++)");
+    std::vector<tensor> ins;
+    for (const tensor& t : lg->inputs) ins.push_back(zeros(t.shape(), t.dtype(), t.device()));
+    const std::size_t m = ins.size(), n = lg->state.size();
+    const std::vector<tensor> outs = ins;
+    ins.insert(ins.end(), lg->state.begin(), lg->state.end());
+    ins.insert(ins.end(), lg->cond_captures.begin(), lg->cond_captures.end());
+    ins.insert(ins.end(), lg->body_captures.begin(), lg->body_captures.end());
+    ins.insert(ins.end(), lg->vjp_captures.begin(), lg->vjp_captures.end());
+    ins.push_back(g);
+    // The product's position and a digest of the sub-graphs: traces at other extents of a dynamic dimension must
+    // have the same loop.
+    const std::string text = to_string(lg->cond->graph) + to_string(lg->body->graph) + to_string(lg->vjp->graph);
+    std::uint64_t h = 1469598103934665603ull;
+    for (const unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    op_params params;
+    params.add(static_cast<std::int64_t>(j));
+    params.add(static_cast<std::int64_t>(h));
+    params.opaque = 3;
+    for (const executable* e : {lg->cond.get(), lg->body.get(), lg->vjp.get()})
+        for (const auto& v : e->variables) params.reads.push_back({v.where, v.dtype, v.shape});
+    tr->record_effect(
+        "while_loop_gradient", "output=" + std::to_string(j) + " trips run again, then " +
+                                   std::to_string(lg->vjp->graph.size()) + " nodes each backwards",
+        ins,
+        [lg, j, m, n](std::span<const tensor> in, auto) {
+            const tape_pause pause;
+            const std::size_t nc = lg->cond_captures.size(), nb = lg->body_captures.size(), nv = lg->vjp_captures.size();
+            const auto cap_c = in.subspan(m + n, nc), cap_b = in.subspan(m + n + nc, nb), cap_v = in.subspan(m + n + nc + nb, nv);
+            // The trips, from the first state.
+            std::vector<std::vector<tensor>> trips{std::vector<tensor>(in.begin() + static_cast<std::ptrdiff_t>(m),
+                                                                       in.begin() + static_cast<std::ptrdiff_t>(m + n))};
+            std::vector<tensor> args;
+            while (true) {
+                args.assign(trips.back().begin(), trips.back().end());
+                args.insert(args.end(), cap_c.begin(), cap_c.end());
+                if (!lg->cond->run(args)[0].template item<bool>()) break;
+                args.assign(trips.back().begin(), trips.back().end());
+                args.insert(args.end(), cap_b.begin(), cap_b.end());
+                trips.push_back(lg->body->run(args));
+            }
+            // Backwards: gs holds the gradient of each floating state tensor after trip t, acc the sources'.
+            std::vector<tensor> gs;
+            std::size_t f = 0;
+            for (std::size_t k = 0; k < n; ++k)
+                if (is_floating(trips[0][k].dtype())) gs.push_back(f++ == j ? tensor(in[m + n + nc + nb + nv]) : zeros(trips[0][k].shape(), trips[0][k].dtype(), trips[0][k].device()));
+            const std::size_t ns = lg->inputs.size() - lg->state_inputs.size();
+            std::vector<tensor> acc;
+            for (std::size_t s = 0; s < ns; ++s) acc.push_back(zeros(in[lg->state_inputs.size() + s].shape(), in[lg->state_inputs.size() + s].dtype(), in[lg->state_inputs.size() + s].device()));
+            for (std::size_t t = trips.size() - 1; t-- > 0;) {
+                args.assign(trips[t].begin(), trips[t].end());
+                args.insert(args.end(), gs.begin(), gs.end());
+                args.insert(args.end(), cap_v.begin(), cap_v.end());
+                const std::vector<tensor> r = lg->vjp->run(args);
+                for (std::size_t q = 0; q < gs.size(); ++q) gs[q] = r[q];
+                for (std::size_t s = 0; s < ns; ++s) acc[s] = acc[s] + r[gs.size() + s];
+            }
+            // The floating state tensors' gradients, in the order of the floating ones, then the sources'.
+            std::vector<std::size_t> position(n, 0);
+            f = 0;
+            for (std::size_t k = 0; k < n; ++k)
+                if (is_floating(trips[0][k].dtype())) position[k] = f++;
+            for (std::size_t i = 0; i < m; ++i) {
+                tensor o = in[i];
+                copy_into(o, i < lg->state_inputs.size() ? gs[position[lg->state_inputs[i]]] : acc[i - lg->state_inputs.size()]);
+            }
+        },
+        m, std::move(params));
+    gradient_list out;
+    for (const tensor& t : outs) out.push_back(t);
+    return out;
 }
 
 // The loop on vectors of tensors: eagerly, a C++ loop; traced, one effect that runs the traced condition and body
@@ -140,16 +301,48 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
             state = std::move(next);
         }
     }
-    if (recording_tapes > 0)
-        for (const tensor& t : state)
-            if (watched_by_a_tape(t))
-                throw value_error(error_prefix("value_error", "while_loop") + "gradients through a traced while_loop are "
-                                  "not supported yet (run the function eagerly, or unroll the loop in C++)");
     const loop_part c = trace_loop_part<true>(*outer, state, cond);
     const loop_part b = trace_loop_part<false>(*outer, state, body);
+    // Under a gradient tape: the inputs the tape follows into the loop (floating state tensors and, of the values
+    // the body reads, the enclosing trace's and variables or watched tensors read where they live).
+    std::shared_ptr<loop_gradient> lg;
+    if (recording_tapes > 0) {
+        auto grad = std::make_shared<loop_gradient>();
+        for (std::size_t k = 0; k < state.size(); ++k)
+            if (is_floating(state[k].dtype())) {
+                ++grad->floating;
+                if (watched_by_a_tape(state[k])) {
+                    grad->inputs.push_back(state[k]);
+                    grad->state_inputs.push_back(k);
+                }
+            }
+        std::vector<tensor> sources;
+        auto add_source = [&](const tensor& t) {  // (each tensor once: the tape sums an entry's inputs by id)
+            if (!is_floating(t.dtype()) || !watched_by_a_tape(t)) return;
+            for (const tensor& seen : sources)
+                if (seen.id() == t.id()) return;
+            sources.push_back(t);
+        };
+        for (const tensor& t : b.captures) add_source(t);
+        for (const graph_node& node : b.exe->traced.nodes)
+            if ((node.kind == node_kind::variable || node.kind == node_kind::constant) && node.op.empty() && node.value.valid())
+                add_source(node.value);
+        grad->inputs.insert(grad->inputs.end(), sources.begin(), sources.end());
+        if (grad->floating > 0 && !grad->inputs.empty()) {
+            if (b.exe->traced.count(node_kind::effect) > 0)
+                throw value_error(error_prefix("value_error", "while_loop") + "gradients through a traced while_loop "
+                                  "whose body writes into tensors are not supported (its gradient runs the body again); "
+                                  "run the function eagerly, or unroll the loop in C++");
+            const loop_part v = trace_loop_vjp(*outer, state, sources, body);
+            v.exe->collect_variables();
+            grad->vjp = v.exe;
+            grad->vjp_captures = v.captures;
+            lg = std::move(grad);
+        }
+    }
     const std::size_t n = state.size(), nc = c.captures.size(), nb = b.captures.size();
     std::vector<tensor> outs, ins;
-    for (const tensor& t : state) outs.push_back(zeros(t.shape(), t.dtype()));
+    for (const tensor& t : state) outs.push_back(zeros(t.shape(), t.dtype(), t.device()));
     ins = outs;
     ins.insert(ins.end(), state.begin(), state.end());
     ins.insert(ins.end(), c.captures.begin(), c.captures.end());
@@ -188,6 +381,19 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
             }
         },
         n, std::move(params));
+    if (lg) {
+        // One tape entry per floating state tensor: its gradient gives the inputs' through the loop run backwards.
+        lg->cond = c.exe;
+        lg->body = b.exe;
+        lg->state = state;
+        lg->cond_captures = c.captures;
+        lg->body_captures = b.captures;
+        const std::shared_ptr<const loop_gradient> shared = lg;
+        std::size_t j = 0;
+        for (std::size_t k = 0; k < n; ++k)
+            if (is_floating(state[k].dtype()))
+                record_entry({tensor_list(lg->inputs), outs[k], [shared, at = j++](const tensor& g) { return loop_backward<>(shared, at, g); }});
+    }
     return outs;
 }
 
@@ -197,8 +403,9 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
 // returns a one-element tensor; body_fn returns the next state (a tensor for one state tensor, a std::tuple of
 // tensors for several) with the same dtypes and shapes. Eagerly it is a C++ loop. Traced, the condition and the
 // body are traced once each into sub-graphs, and the loop runs them when the function runs, as many times as the
-// values say; the body may use the function's tensors and write into variables. Gradients through a traced loop
-// are not supported yet.
+// values say; the body may use the function's tensors and write into variables. Gradients flow through a traced
+// loop to its state, the function's tensors it reads and the variables it reads: the loop runs again from its first
+// state and the body's vector-Jacobian product runs backwards over the trips.
 template <class Cond, class Body, class... T>
     requires(sizeof...(T) > 0 && (std::is_same_v<T, tensor> && ...))
 auto while_loop(Cond&& cond_fn, Body&& body_fn, const T&... state) {
