@@ -881,6 +881,19 @@ TEST_CASE("gradients flow through a traced while_loop: to its state, the functio
         CHECK(gw1.at<double>({i}) == doctest::Approx(3 * h1 * (1 - h1 * h1) * h0.at<double>({i})).epsilon(1e-12));
         CHECK(gx1.at<double>({i}) == doctest::Approx(3 * h1 * (1 - h1 * h1) * 2).epsilon(1e-12));
     }
+    // A second derivative through the loop (an outer tape recording the inner tape's gradient) is refused, not zero.
+    auto second = kiln::function([&](const kiln::tensor& v0) {
+        kiln::gradient_tape outer;
+        outer.watch(v0);
+        kiln::gradient_tape inner;
+        inner.watch(v0);
+        const kiln::tensor v = kiln::while_loop([](const kiln::tensor& v) { return kiln::sum(v) < 10.0; },
+                                                [](const kiln::tensor& v) { return v * v + 1.0; }, v0);
+        const kiln::tensor g = inner.gradient(kiln::sum(v), v0);
+        return outer.gradient(kiln::sum(g), v0);
+    });
+    CHECK_THROWS_WITH_AS(second(f64({1, 2}, {2})), doctest::Contains("second derivatives through a traced while_loop"),
+                         kiln::value_error);
     // A body that writes into a variable cannot be run again for the gradient: a clear error, not a wrong answer.
     kiln::variable total(f64({0}, {1}));
     auto writes = kiln::function([&](const kiln::tensor& v0) {

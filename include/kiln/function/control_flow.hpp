@@ -206,7 +206,11 @@ gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std:
     if (!tr)
         throw value_error(error_prefix("value_error", "while_loop") + "the gradient of a traced while_loop must be "
                           "computed inside the function that traced it");
-    if (recording_tapes > 0 && watched_by_a_tape(g))
+    // A tape recording this gradient's computation (a second derivative) would need the backward effect's
+    // dependence on the loop's inputs, which an effect does not record.
+    bool followed = recording_tapes > 0 && watched_by_a_tape(g);
+    for (const tensor& t : lg->inputs) followed = followed || (recording_tapes > 0 && watched_by_a_tape(t));
+    if (followed)
         throw value_error(error_prefix("value_error", "while_loop") + "second derivatives through a traced while_loop "
                           "are not supported (run the function eagerly, or unroll the loop in C++)");
     std::vector<tensor> ins;
