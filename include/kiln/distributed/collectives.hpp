@@ -199,11 +199,8 @@ inline void broadcast_parameters(session& s, int root = 0) {
     constexpr const char* entry = "distributed::broadcast_parameters";
     detail::ensure_initialized();
     const std::vector<std::string> names = s.parameter_names();  // (sorted: the same order on every rank)
-    std::uint64_t digest = 1469598103934665603ull;
-    for (const std::string& n : names) {
-        for (char c : n) digest = (digest ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-        digest = (digest ^ 0xff) * 1099511628211ull;
-    }
+    std::uint64_t digest = kiln::detail::fnv1a({});
+    for (const std::string& n : names) digest = kiln::detail::fnv1a("\xff", kiln::detail::fnv1a(n, digest));  // (0xff ends a name)
     detail::signature sig;
     sig.v[0] = 4;
     sig.v[3] = static_cast<std::int64_t>(names.size());

@@ -126,6 +126,23 @@ loop_part trace_loop_part(tracer& outer, const std::vector<tensor>& state, F&& f
     return finish_loop_part(tr);
 }
 
+// Runs a traced loop from `state`: while the condition holds, the body gives the next state; `trip(state)` sees each
+// state the body makes. Returns the last state.
+template <class Trip>
+std::vector<tensor> run_trips(const executable& cond, const executable& body, std::vector<tensor> state,
+                              std::span<const tensor> cond_captures, std::span<const tensor> body_captures, Trip&& trip) {
+    std::vector<tensor> args;
+    while (true) {
+        args.assign(state.begin(), state.end());
+        args.insert(args.end(), cond_captures.begin(), cond_captures.end());
+        if (!cond.run(args)[0].template item<bool>()) return state;
+        args.assign(state.begin(), state.end());
+        args.insert(args.end(), body_captures.begin(), body_captures.end());
+        state = body.run(args);
+        trip(state);
+    }
+}
+
 // Hides every gradient tape of this thread for a scope (a sub-trace's own tape must be the only one recording).
 struct tapes_hidden {
     std::vector<gradient_tape*> saved;
@@ -193,7 +210,7 @@ struct loop_gradient {
     std::shared_ptr<executable> cond, body, vjp;
     std::vector<tensor> state, cond_captures, body_captures, vjp_captures;
     std::vector<tensor> inputs;              // the tape entry's inputs: floating state tensors watched, then sources
-    std::vector<std::size_t> state_inputs;   // the state position of each of the first inputs
+    std::vector<std::size_t> state_inputs;   // for each of the first inputs, its place among the floating state tensors
     std::size_t floating = 0;                // how many state tensors are floating
 };
 
@@ -208,9 +225,7 @@ gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std:
                           "computed inside the function that traced it");
     // A tape recording this gradient's computation (a second derivative) would need the backward effect's
     // dependence on the loop's inputs, which an effect does not record.
-    bool followed = recording_tapes > 0 && watched_by_a_tape(g);
-    for (const tensor& t : lg->inputs) followed = followed || (recording_tapes > 0 && watched_by_a_tape(t));
-    if (followed)
+    if (recording_tapes > 0 && (watched_by_a_tape(g) || std::ranges::any_of(lg->inputs, watched_by_a_tape)))
         throw value_error(error_prefix("value_error", "while_loop") + "second derivatives through a traced while_loop "
                           "are not supported (run the function eagerly, or unroll the loop in C++)");
     std::vector<tensor> ins;
@@ -224,9 +239,7 @@ gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std:
     ins.push_back(g);
     // The product's position and a digest of the sub-graphs: traces at other extents of a dynamic dimension must
     // have the same loop.
-    const std::string text = to_string(lg->cond->graph) + to_string(lg->body->graph) + to_string(lg->vjp->graph);
-    std::uint64_t h = 1469598103934665603ull;
-    for (const unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    const std::uint64_t h = fnv1a(to_string(lg->cond->graph) + to_string(lg->body->graph) + to_string(lg->vjp->graph));
     op_params params;
     params.add(static_cast<std::int64_t>(j));
     params.add(static_cast<std::int64_t>(h));
@@ -244,15 +257,8 @@ gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std:
             // The trips, from the first state.
             std::vector<std::vector<tensor>> trips{std::vector<tensor>(in.begin() + static_cast<std::ptrdiff_t>(m),
                                                                        in.begin() + static_cast<std::ptrdiff_t>(m + n))};
+            run_trips(*lg->cond, *lg->body, trips[0], cap_c, cap_b, [&](const std::vector<tensor>& s) { trips.push_back(s); });
             std::vector<tensor> args;
-            while (true) {
-                args.assign(trips.back().begin(), trips.back().end());
-                args.insert(args.end(), cap_c.begin(), cap_c.end());
-                if (!lg->cond->run(args)[0].template item<bool>()) break;
-                args.assign(trips.back().begin(), trips.back().end());
-                args.insert(args.end(), cap_b.begin(), cap_b.end());
-                trips.push_back(lg->body->run(args));
-            }
             // Backwards: gs holds the gradient of each floating state tensor after trip t, acc the sources'.
             std::vector<tensor> gs;
             std::size_t f = 0;
@@ -269,14 +275,10 @@ gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std:
                 for (std::size_t q = 0; q < gs.size(); ++q) gs[q] = r[q];
                 for (std::size_t s = 0; s < ns; ++s) acc[s] = acc[s] + r[gs.size() + s];
             }
-            // The floating state tensors' gradients, in the order of the floating ones, then the sources'.
-            std::vector<std::size_t> position(n, 0);
-            f = 0;
-            for (std::size_t k = 0; k < n; ++k)
-                if (is_floating(trips[0][k].dtype())) position[k] = f++;
+            // The watched state tensors' gradients, then the sources'.
             for (std::size_t i = 0; i < m; ++i) {
                 tensor o = in[i];
-                copy_into(o, i < lg->state_inputs.size() ? gs[position[lg->state_inputs[i]]] : acc[i - lg->state_inputs.size()]);
+                copy_into(o, i < lg->state_inputs.size() ? gs[lg->state_inputs[i]] : acc[i - lg->state_inputs.size()]);
             }
         },
         m, std::move(params));
@@ -314,11 +316,11 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
         auto grad = std::make_shared<loop_gradient>();
         for (std::size_t k = 0; k < state.size(); ++k)
             if (is_floating(state[k].dtype())) {
-                ++grad->floating;
                 if (watched_by_a_tape(state[k])) {
                     grad->inputs.push_back(state[k]);
-                    grad->state_inputs.push_back(k);
+                    grad->state_inputs.push_back(grad->floating);
                 }
+                ++grad->floating;
             }
         std::vector<tensor> sources;
         auto add_source = [&](const tensor& t) {  // (each tensor once: the tape sums an entry's inputs by id)
@@ -352,9 +354,7 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
     ins.insert(ins.end(), c.captures.begin(), c.captures.end());
     ins.insert(ins.end(), b.captures.begin(), b.captures.end());
     // A digest of the two sub-graphs: traces at other extents of a dynamic dimension must have the same loop.
-    const std::string text = to_string(c.exe->graph) + to_string(b.exe->graph);
-    std::uint64_t h = 1469598103934665603ull;
-    for (const unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    const std::uint64_t h = fnv1a(to_string(c.exe->graph) + to_string(b.exe->graph));
     op_params params;
     params.add(static_cast<std::int64_t>(h));
     params.opaque = 1;
@@ -368,17 +368,9 @@ std::vector<tensor> while_vectors(CondV&& cond, BodyV&& body, std::vector<tensor
                           " body=" + std::to_string(b.exe->graph.size()) + " nodes",
         ins,
         [cexe = c.exe, bexe = b.exe, n, nc, nb](std::span<const tensor> in, auto) {
-            std::vector<tensor> cur(in.begin() + static_cast<std::ptrdiff_t>(n), in.begin() + static_cast<std::ptrdiff_t>(2 * n));
-            const auto cap_c = in.subspan(2 * n, nc), cap_b = in.subspan(2 * n + nc, nb);
-            std::vector<tensor> args;
-            while (true) {
-                args.assign(cur.begin(), cur.end());
-                args.insert(args.end(), cap_c.begin(), cap_c.end());
-                if (!cexe->run(args)[0].template item<bool>()) break;
-                args.assign(cur.begin(), cur.end());
-                args.insert(args.end(), cap_b.begin(), cap_b.end());
-                cur = bexe->run(args);
-            }
+            const std::vector<tensor> cur =
+                run_trips(*cexe, *bexe, std::vector<tensor>(in.begin() + static_cast<std::ptrdiff_t>(n), in.begin() + static_cast<std::ptrdiff_t>(2 * n)),
+                          in.subspan(2 * n, nc), in.subspan(2 * n + nc, nb), [](const std::vector<tensor>&) {});
             for (std::size_t k = 0; k < n; ++k) {
                 tensor o = in[k];
                 copy_into(o, cur[k]);
