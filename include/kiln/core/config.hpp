@@ -61,3 +61,14 @@
 #define KILN_FP_CONTRACT 0
 #endif
 #endif
+
+// KILN_DETAIL_KERNEL_GUARD(T, allowed): a test's guard (test/CMakeLists.txt, "headers_compile_no_kernels"). The
+// headers' inline code must not compile an eager kernel: every translation unit would pay for it (0.2 to 0.4 s of
+// CPU per op). Defining KILN_DETAIL_NO_HEADER_KERNELS turns each kernel's instantiation into a compile error, so
+// that a translation unit that includes kiln and calls nothing compiles only where no header does so.
+#ifdef KILN_DETAIL_NO_HEADER_KERNELS
+#define KILN_DETAIL_KERNEL_GUARD(T, allowed)                                                                      \
+    static_assert(sizeof(T) == 0 || (allowed), "kiln: an eager kernel was instantiated by code in kiln's headers")
+#else
+#define KILN_DETAIL_KERNEL_GUARD(T, allowed) static_assert(true)
+#endif

@@ -591,6 +591,7 @@ struct op_builder<operand_mode::eager> {
 
 template <class Op, class... Args>
 tensor eager_apply(const Args&... args) {
+    KILN_DETAIL_KERNEL_GUARD(Op, false);
     tensor y = op_builder<operand_mode::eager>::compute<Op>(args...);
     record_op<Op>(y, args...);
     return y;

@@ -44,6 +44,7 @@ tensor matmul(const tensor& a_in, const tensor& b_in) {
 // matmul without recording: what the recorded form and its gradient use.
 template <int N>
 tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
+    KILN_DETAIL_KERNEL_GUARD(detail::dependent_tensor<N>, false);
     a_in.check_valid("matmul");
     b_in.check_valid("matmul");
     detail::check_same_device("matmul", {&a_in, &b_in});

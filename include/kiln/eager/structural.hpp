@@ -46,6 +46,9 @@ strided<const typename structural_operand_type<Op, I, T>::type> structural_opera
 // Op's values on its operands, not recorded on tapes (recorded in a trace while one is being made).
 template <class Op, class... More>
 tensor structural_values(const typename Op::attributes& a, const tensor& x, const More&... more) {
+    // (The one exception: the sum that reduces a broadcast operand's gradient, detail::reduce_to, which the
+    // non-template tape code needs.)
+    KILN_DETAIL_KERNEL_GUARD(Op, (std::is_same_v<Op, ops::reduce<ops::reduction::sum>>));
     x.check_valid(Op::name.data());
     (more.check_valid(Op::name.data()), ...);
     const dims shape = [&] {

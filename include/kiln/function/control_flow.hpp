@@ -190,7 +190,7 @@ loop_part trace_loop_vjp(tracer& outer, const std::vector<tensor>& state, const 
                 tape.watch(t);
                 wrt.push_back(t);
             }
-            const std::vector<tensor> next = body(args);
+            const auto next = body(args);  // (auto: the ops below stay dependent, compiled only where a loop is traced)
             tensor total = zeros({}, dtype::float64, state[floating[0]].device());
             for (std::size_t j = 0; j < floating.size(); ++j) total = total + sum(next[floating[j]] * gs[j]).to(dtype::float64);
             grads = tape.gradient(total, wrt);
@@ -273,7 +273,10 @@ gradient_list loop_backward(const std::shared_ptr<const loop_gradient>& lg, std:
                 args.insert(args.end(), cap_v.begin(), cap_v.end());
                 const std::vector<tensor> r = lg->vjp->run(args);
                 for (std::size_t q = 0; q < gs.size(); ++q) gs[q] = r[q];
-                for (std::size_t s = 0; s < ns; ++s) acc[s] = acc[s] + r[gs.size() + s];
+                for (std::size_t s = 0; s < ns; ++s) {
+                    const dependent_tensor<N>& sum_so_far = acc[s];  // (dependent: the sum is compiled only where a loop is differentiated)
+                    acc[s] = sum_so_far + r[gs.size() + s];
+                }
             }
             // The watched state tensors' gradients, then the sources'.
             for (std::size_t i = 0; i < m; ++i) {

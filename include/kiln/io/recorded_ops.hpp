@@ -179,8 +179,11 @@ replay_fn structural_replay(const typename Op::attributes& at, std::size_t input
     };
 }
 
-inline std::optional<replay_fn> rebuild_layout_op(const std::string& op, const std::map<std::string, std::string>& a,
-                                                  std::size_t inputs) {
+// (A template on an unused int, as rebuild_op: the kernels of every op a file may hold compile only in the
+// translation units that load a function.)
+template <int N = 0>
+std::optional<replay_fn> rebuild_layout_op(const std::string& op, const std::map<std::string, std::string>& a,
+                                           std::size_t inputs) {
     auto axis_op = [&]<class Op>() {
         attrs_only(a, {"axis"});
         return structural_replay<Op>(ops::axis_attrs{attr_axis(a, "axis")}, inputs);
@@ -258,7 +261,7 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
         if (np != nparams)
             throw value_error("takes " + std::to_string(nparams) + " parameters, not " + std::to_string(np));
     };
-    if (auto f = rebuild_layout_op(op, a, inputs)) {
+    if (auto f = rebuild_layout_op<N>(op, a, inputs)) {
         if (np != 0) throw value_error("takes no parameters, not " + std::to_string(np));
         return *f;
     }
