@@ -1,7 +1,7 @@
 // Function mode against graph mode and eager mode in one run, each pair interleaved (best of 9 rounds; the machine
 // drifts, so read the ratios): the chain relu(x*y + 0.5*x - y)*2 + y at 2^16, 2^20 and 2^25 elements (graph mode's
 // run_into, a traced function, eager ops), the per-call cost of a traced a + b on 4 elements against eager a + b,
-// and the first call of the reference training step (tracing twice for its dynamic batch, the passes, one run)
+// and the first call of the reference training step (tracing three times for its dynamic batch, the passes, one run)
 // against a replayed call. The chain also runs as the traced function with its fused group compiled
 // (kiln::jit_mode: kiln/function/jit.hpp); its kernels are cached under $KILN_JIT_CACHE or ~/.cache/kiln/jit.
 //   cmake --build build-bench --target bench_function_mode && build-bench/bench/bench_function_mode
@@ -84,7 +84,7 @@ void first_call() {
         first = std::min(first, seconds_per_call([&] { step(x.data(), y.data(), mlp::batch_size); }, 1));
         replay = std::min(replay, seconds_per_call([&] { step(x.data(), y.data(), mlp::batch_size); }, 200));
     }
-    std::printf("reference step: first call (two traces, passes, one run) %.0f us, a replayed call %.1f us\n", first * 1e6,
+    std::printf("reference step: first call (three traces, passes, one run) %.0f us, a replayed call %.1f us\n", first * 1e6,
                 replay * 1e6);
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "../examples/mlp_eager.hpp"
 #include "../examples/mlp_graph.hpp"
 #include "check.hpp"
+#include "random_programs.hpp"
 #include "tensor_check.hpp"
 
 using kiln_test::f64;
@@ -637,6 +639,64 @@ TEST_CASE("dynamic dimensions that the code turns into other numbers fall back t
     REQUIRE(r.size() == 2);
     CHECK(r[0].find("the spec's dynamic dimensions cannot share one trace (node %") == 0);
     CHECK(r[0].find("'slice'") != std::string::npos);
+}
+
+TEST_CASE("a parameter that two traces put on a line but that grows as the extent squared falls back per extent") {
+    // The mean of x x^T divides by n^2: 9 at n = 3 and 49 at n = 7 fit the line 10n - 21, which the third trace
+    // (121 at n = 11) is not on. Taking the line gave 29 for n = 5, and a wrong mean, before the third trace.
+    const auto body = [](const kiln::tensor& x) { return kiln::mean(kiln::matmul(x, x.transpose(0, 1))); };
+    auto f = kiln::function(body, {kiln::spec(kiln::float64, {kiln::dyn, 2})});
+    kiln::generator g(5);
+    for (std::ptrdiff_t n : {3, 5, 1, 8, 3}) {
+        const kiln::tensor x = kiln::randn({n, 2}, kiln::float64, g);
+        CHECK(f(x).item<double>() == doctest::Approx(body(x).item<double>()).epsilon(1e-12));
+    }
+    CHECK(f.trace_count() == 4);  // one per extent: 3, 5, 1, 8
+    const std::vector<std::string> r = f.retrace_reasons();
+    REQUIRE(!r.empty());
+    CHECK(r[0].find("the spec's dynamic dimensions cannot share one trace (") == 0);
+    CHECK(r[0].find("not linearly") != std::string::npos);
+}
+
+TEST_CASE("a planned fused group whose operands all repeat along it computes its whole extent") {
+    // The gradient of sum(square(x broadcast to (8, 1))) for x of shape (1,) is one group, 2 * view * ones, whose
+    // operands are both broadcasts of one element: the plan once took the group's extent from an operand of the
+    // group's shape, found none, and computed one element of eight (and 2x, not 16x, from the second call on).
+    auto f = kiln::function([](kiln::tensor x, const kiln::tensor& y) {
+        kiln::gradient_tape tape;
+        tape.watch(x);
+        const kiln::tensor loss = kiln::sum(kiln::square(x.broadcast_to(y.shape())));
+        return tape.gradient(loss, x);
+    });
+    for (double v : {1.0, 2.0, 3.0, -0.5}) {
+        const kiln::tensor g = f(f64({v}, {1}), kiln::zeros({8, 1}, kiln::float64));
+        CHECK(values(g) == std::vector<double>{16 * v});
+    }
+    REQUIRE(f.compiled(f64({1}, {1}), kiln::zeros({8, 1}, kiln::float64))->plan() != nullptr);
+}
+
+TEST_CASE("random programs give eager mode's values traced, planned, under a tape and with a dynamic batch") {
+    // Programs of 4 to 15 ops of the vocabulary (elementwise, broadcasts, views, reductions, products, concat and
+    // stack, casts, in-place writes, indexing: test/random_programs.hpp) drawn from seeds; each runs as a
+    // kiln::function on five calls (new values, a new batch, back) in four ways: plain, under a gradient tape
+    // with the gradients as results, with the batch dynamic in its specs, and both. Two bugs found this way
+    // have tests of their own above. KILN_RANDOM_PROGRAMS sets how many seeds (default 200).
+    namespace rp = kiln_test::random_programs;
+    const char* env = std::getenv("KILN_RANDOM_PROGRAMS");
+    const std::uint32_t count = env ? static_cast<std::uint32_t>(std::atoi(env)) : 200;
+    std::size_t ops = 0;
+    for (std::uint32_t seed = 0; seed < count; ++seed) {
+        rp::setup su{};
+        const std::vector<rp::step> program = rp::make(seed, su);
+        ops += program.size();
+        for (int mode = 0; mode < 4; ++mode) {
+            CAPTURE(seed);
+            CAPTURE(mode);
+            CAPTURE(rp::describe(program));
+            CHECK(rp::check(seed, su, program, (mode & 1) != 0, (mode & 2) != 0) == "");
+        }
+    }
+    CHECK(ops >= 4 * count);
 }
 
 TEST_CASE("calls that contradict the specs name the argument and the spec") {

@@ -157,6 +157,22 @@ std::string mark_dynamic(function_graph& g, const function_graph& h,
     return {};
 }
 
+// A third trace `h3` (extents `extents[k].second`) against `g`, whose dynamic parameters mark_dynamic found from two
+// traces: h3 must be the same program with each of those parameters on its line (and no other parameter moved).
+template <int N = 0>
+std::string check_dynamic(const function_graph& g, const function_graph& h3,
+                          const std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>& extents) {
+    function_graph again = g;
+    for (graph_node& n : again.nodes) n.dynamic.clear();
+    std::string why = mark_dynamic<N>(again, h3, extents);
+    if (!why.empty()) return why + " (in a third trace)";
+    for (std::size_t i = 0; i < g.nodes.size(); ++i)
+        if (again.nodes[i].dynamic != g.nodes[i].dynamic)
+            return "node %" + std::to_string(i) + " ('" + g.nodes[i].op + "') has a parameter that follows a dynamic extent, "
+                   "but not linearly";
+    return {};
+}
+
 }  // namespace detail
 
 // A traced function: f with tensor arguments (and static ones: numbers, bools, enums, strings) and a tensor, a
@@ -527,19 +543,23 @@ private:
         std::shared_ptr<detail::executable> exe;
         if (!info2.extents.empty() && key == &info2.key) {
             // Trace again with other extents (2e + 1: equal extents stay equal, others stay apart) and keep what
-            // follows them.
-            std::vector<dims> other = shapes;
-            std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> extents;
+            // follows them; then a third time (3e + 2), where every parameter marked dynamic must be on the line
+            // the first two traces drew (two traces alone take 2e^2, say 18 and 98, for the line 20e - 42).
+            std::vector<dims> other = shapes, third = shapes;
+            std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> extents, extents3;
             for (std::size_t d = 0; d < info2.dynamic.size(); ++d) {
                 const auto [arg, axis] = info2.dynamic[d];
-                const std::ptrdiff_t e = info2.extents[d], e2 = 2 * e + 1;
+                const std::ptrdiff_t e = info2.extents[d], e2 = 2 * e + 1, e3 = 3 * e + 2;
                 other[arg][axis] = e2;
+                third[arg][axis] = e3;
                 extents.emplace_back(e, e2);
+                extents3.emplace_back(e, e3);
             }
             std::string why;
             try {
                 const function_graph h = trace<R>(info2, other, args...);
                 why = detail::mark_dynamic(g, h, extents);
+                if (why.empty()) why = detail::check_dynamic(g, trace<R>(info2, third, args...), extents3);
             } catch (const error& e) {
                 why = std::string("tracing with other extents failed: ") + e.what();
             }

@@ -36,6 +36,7 @@ struct dynamic_param {
     std::uint32_t index = 0;  // into the node's parameters
     int dim = 0;              // which dynamic dimension (in the order of the arguments and their axes)
     std::int64_t scale = 1, offset = 0;
+    friend bool operator==(const dynamic_param&, const dynamic_param&) = default;
 };
 
 struct graph_node {

@@ -189,12 +189,16 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                 std::byte* outs[64];
                 const std::int64_t* params[64];
                 std::size_t at = 0, next_repeated = 0;
-                dims shape;
+                // The group's extent is its exported members' own (every operand may repeat along it, with none of
+                // the group's shape: a broadcast view times a broadcast constant). The plan has the layout of each
+                // exported member, and a group exports at least one.
+                std::size_t shown = 0;
+                while (!g.exported[shown]) ++shown;
+                const std::ptrdiff_t total = plan.values[static_cast<std::size_t>(g.members[shown])].shape.size();
                 for (std::size_t j = 0; j < m; ++j) {
                     for (const auto& op : g.inputs[j]) {
                         if (op.kind == fused_group::operand::full) {
                             f.bases[at] = f.ptr[static_cast<std::size_t>(op.index)];
-                            shape = plan.values[static_cast<std::size_t>(op.index)].shape;
                         } else if (op.kind == fused_group::operand::periodic) {
                             std::byte* r = f.repeated.data() + next_repeated++ * static_cast<std::size_t>(g.tile) * item;
                             repeat_over_tile(r, f.ptr[static_cast<std::size_t>(op.index)], op.period, g.tile, item);
@@ -205,7 +209,7 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                     outs[j] = g.exported[j] ? f.ptr[static_cast<std::size_t>(g.members[j])] : nullptr;
                     params[j] = plan.params_of(graph, g.members[j]);
                 }
-                run_tiles(graph, g, f.bases.data(), outs, shape.size(), params);
+                run_tiles(graph, g, f.bases.data(), outs, total, params);
                 break;
             }
             case buffer_plan::step::matmul: {
