@@ -356,9 +356,39 @@ TEST_CASE("a traced function mixes devices only as eager mode does") {
     // A captured device tensor with a device argument is read where it lives; numbers join any device.
     auto h = kiln::function([d](const kiln::tensor& x) { return (x + d) * 3.0f; });
     same_tensor(h(d).to(kiln::cpu), kiln::full({4}, 6.0f), 0);
-    // Moving a tensor between devices inside the traced code is refused while tracing.
-    auto m = kiln::function([](const kiln::tensor& x) { return x.to(kiln::cuda); });
-    CHECK_THROWS_AS((void)m(kiln::ones({4})), kiln::trace_error);
+}
+
+TEST_CASE("tensor::to(device) inside a traced function copies at every call, and its gradient copies back") {
+    // A host argument moved to the device and back, with values that change from call to call.
+    auto m = kiln::function([](const kiln::tensor& x) {
+        const kiln::tensor on_device = x.to(kiln::cuda) * 2.0f;
+        return std::make_tuple(on_device, (on_device + 1.0f).to(kiln::cpu));
+    });
+    for (float v : {1.0f, 3.0f, -2.0f}) {
+        const auto [d, h] = m(kiln::full({4}, v));
+        CHECK(d.device() == kiln::cuda);
+        CHECK(h.device() == kiln::cpu);
+        same_tensor(d.to(kiln::cpu), kiln::full({4}, 2.0f * v), 0);
+        same_tensor(h, kiln::full({4}, 2.0f * v + 1.0f), 0);
+    }
+    CHECK(m.trace_count() == 1);
+    // An index made on the host while tracing (a constant) and moved to the device for a device gather.
+    auto pick = kiln::function([](const kiln::tensor& x) {
+        return kiln::index_select(x, 0, kiln::from_vector(std::vector<std::int64_t>{2, 0}).to(x.device()));
+    });
+    const kiln::tensor x = kiln::from_vector(std::vector<float>{5, 6, 7}).to(kiln::cuda);
+    same_tensor(pick(x).to(kiln::cpu), kiln::from_vector(std::vector<float>{7, 5}), 0);
+    same_tensor(pick(x * 2.0f).to(kiln::cpu), kiln::from_vector(std::vector<float>{14, 10}), 0);
+    // The gradient of a host argument through device ops: a tape inside the function, as eagerly.
+    auto grad = kiln::function([](kiln::tensor x) {
+        kiln::gradient_tape tape;
+        tape.watch(x);
+        const kiln::tensor loss = kiln::sum(kiln::square(x.to(kiln::cuda)));
+        return tape.gradient(loss, x);
+    });
+    const kiln::tensor g = grad(kiln::from_vector(std::vector<float>{1, -2, 3}));
+    CHECK(g.device() == kiln::cpu);
+    same_tensor(g, kiln::from_vector(std::vector<float>{2, -4, 6}), 0);
 }
 
 

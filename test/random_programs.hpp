@@ -95,7 +95,7 @@ inline tensor apply_step(const step& s, const std::vector<tensor>& pool) {
         case 42: {
             need(a.dim() > 0);
             const std::int64_t n = a.shape()[ax];
-            return kiln::index_select(a, ax, kiln::from_vector(std::vector<std::int64_t>{n - 1, 0, n / 2}));
+            return kiln::index_select(a, ax, kiln::from_vector(std::vector<std::int64_t>{n - 1, 0, n / 2}).to(a.device()));
         }
         case 43: need(a.dim() > 0); return kiln::prod(kiln::tanh(a) + 1, {ax}, keep);
         case 44: need(a.dim() > 0); return kiln::var(a, {ax}, 0, keep);
@@ -120,7 +120,7 @@ inline tensor apply_step(const step& s, const std::vector<tensor>& pool) {
         case 53: need(a.dim() == 2 && b.dim() == 2); return kiln::matmul(kiln::stack({a, a * 2}), b.transpose(0, 1));
         case 54: {
             need(a.dim() > 0);
-            tensor c = kiln::zeros(a.shape(), a.dtype());
+            tensor c = kiln::zeros(a.shape(), a.dtype(), a.device());
             c.slice(ax, 0, 1) = a.slice(ax, 0, 1) * 3;
             return c + a;
         }
@@ -136,9 +136,10 @@ struct setup {
     int outputs;  // how many of the last values are results
 };
 
-inline std::vector<tensor> arguments(const setup& su, std::int64_t batch, kiln::generator& g) {
-    return {kiln::randn({batch, su.features}, g).to(su.dtype), kiln::randn({su.features}, g).to(su.dtype),
-            kiln::randn({batch, 1}, g).to(su.dtype), kiln::randn({batch, su.features}, g).to(su.dtype)};
+inline std::vector<tensor> arguments(const setup& su, std::int64_t batch, kiln::generator& g,
+                                     const kiln::device& where = kiln::cpu) {
+    return {kiln::randn({batch, su.features}, g).to(su.dtype).to(where), kiln::randn({su.features}, g).to(su.dtype).to(where),
+            kiln::randn({batch, 1}, g).to(su.dtype).to(where), kiln::randn({batch, su.features}, g).to(su.dtype).to(where)};
 }
 
 inline std::vector<tensor> run(const std::vector<step>& program, std::vector<tensor> values) {
@@ -193,7 +194,7 @@ inline std::vector<tensor> results(const std::vector<step>& program, const setup
     kiln::gradient_tape tape;
     for (tensor& t : args) tape.watch(t);
     std::vector<tensor> r = last(run(program, args));
-    tensor loss = kiln::zeros({}, kiln::float64);
+    tensor loss = kiln::zeros({}, kiln::float64, args[0].device());
     for (const tensor& t : r)
         if (kiln::detail::is_floating(t.dtype())) loss = loss + kiln::sum(kiln::square(t).to(kiln::float64));
     const std::vector<tensor> gs = tape.gradient(loss, args);

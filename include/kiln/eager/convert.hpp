@@ -149,9 +149,13 @@ inline tensor tensor::to(const kiln::device& d) const {
     check_valid("to");
     const kiln::device from = device();
     if (from == d) return *this;
-    if (detail::active_tracer) [[unlikely]]
-        throw trace_error("kiln: trace_error in 'tensor::to': moving a tensor between devices inside a traced function "
-                          "is not supported yet; move the arguments before calling the function");
+    if (detail::active_tracer) [[unlikely]] {
+        // A node that copies its input to `d` at every call (its gradient copies back, as eagerly).
+        const tensor in[1] = {*this};
+        tensor y = detail::active_tracer->record("to_device", "device=" + to_string(d), in,
+                                                 [d](std::span<const tensor> x, auto) { return x[0].to(d); });
+        return recorded(std::move(y), [from](const tensor& g) { return g.to(from); });
+    }
     check_not_symbolic("tensor::to");
     const tensor src = contiguous();
     tensor out(dtype_, shape_, d);
