@@ -392,6 +392,22 @@ TEST_CASE("save: what cannot be saved is refused with the reason") {
     auto one = kiln::function([](const kiln::tensor& x) { return x + 1; });
     CHECK_THROWS_WITH_AS(kiln::save(one, {kiln::spec(kiln::float32, {2}), kiln::spec(kiln::float32, {2})}, temp_path("w.kfn")),
                          doctest::Contains("cannot be called with 2 tensors"), kiln::value_error);
+    // Dynamic dimensions that one trace cannot serve (n / 2 is not linear in n): function mode traces per extent;
+    // a file cannot, so save refuses instead of writing a file that load would then reject.
+    auto halves = kiln::function([](const kiln::tensor& x) { return x.slice(0, 0, x.shape()[0] / 2) * 2.0; });
+    const std::string path = temp_path("halves.kfn");
+    std::remove(path.c_str());
+    CHECK_THROWS_WITH_AS(kiln::save(halves, {kiln::spec(kiln::float64, {kiln::dyn})}, path),
+                         doctest::Contains("cannot be saved with dynamic dimensions"), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::export_onnx(halves, {kiln::spec(kiln::float64, {kiln::dyn})}, temp_path("halves.onnx")),
+                         doctest::Contains("cannot be saved with dynamic dimensions"), kiln::value_error);
+    CHECK(!std::ifstream(path).good());
+    kiln::save(halves, {kiln::spec(kiln::float64, {6})}, path);  // static extents: one trace, one file
+    CHECK(values(kiln::load(path)(f64({1, 2, 3, 4, 5, 6}, {6}))[0]) == std::vector<double>{2, 4, 6});
+    // A function that holds only for some extents: the op's shape_error says which extents save traces with.
+    auto rows_of_three = kiln::function([](const kiln::tensor& x) { return x + f64({1, 2, 3}, {3, 1}); });
+    CHECK_THROWS_WITH_AS(kiln::save(rows_of_three, {kiln::spec(kiln::float64, {kiln::dyn, 2})}, path),
+                         doctest::Contains("traces the function with each kiln::dyn extent at 2"), kiln::shape_error);
 }
 
 TEST_CASE("load: a damaged file is refused, naming the file and the node or offset") {

@@ -27,6 +27,7 @@
 // shapes against the payload, which must hold exactly the captured tensors; then each op's dtype and shape as its
 // own rule gives them (the op run on inputs of stride 0, so no input takes memory) against the file's. A result
 // larger than `load_options::max_node_bytes` is refused before anything is allocated for it.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -185,11 +186,23 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
         for (std::size_t i = 0; i < s.shape.size(); ++i) d[static_cast<int>(i)] = s.shape[i] == dyn ? 2 : s.shape[i];
         ex.push_back(zeros(d, s.dtype));
     }
+    bool dynamic = false;
+    for (const spec& s : signature) dynamic = dynamic || std::find(s.shape.begin(), s.shape.end(), dyn) != s.shape.end();
     std::shared_ptr<const executable> exe;
     auto call = [&](auto&&... ts) {
-        if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) exe = traced.compiled(ts...);
-        else throw value_error(error_prefix("value_error", entry) + "the function cannot be called with " +
-                               std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
+        if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) {
+            try {
+                exe = traced.compiled(ts...);
+            } catch (const shape_error& e) {
+                if (!dynamic) throw;
+                throw shape_error(std::string(e.what()) + " (" + entry + " traces the function with each kiln::dyn "
+                                  "extent at 2, then at 5 and 8: a function that holds only for some extents must be "
+                                  "saved with those extents in its signature)");
+            }
+        } else {
+            throw value_error(error_prefix("value_error", entry) + "the function cannot be called with " +
+                              std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
+        }
     };
     switch (ex.size()) {
         case 0: call(); break;
@@ -200,6 +213,14 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
         case 5: call(ex[0], ex[1], ex[2], ex[3], ex[4]); break;
         case 6: call(ex[0], ex[1], ex[2], ex[3], ex[4], ex[5]); break;
         default: throw value_error(error_prefix("value_error", entry) + "functions of at most 6 tensor arguments can be written");
+    }
+    // A signature whose dynamic dimensions cannot share one trace gives a trace for one extent only (function mode
+    // then traces per extent): a file could not serve the others.
+    if (dynamic && exe->traced_extents.empty()) {
+        const std::vector<std::string> why = traced.retrace_reasons();
+        throw value_error(error_prefix("value_error", entry) + "the function cannot be saved with dynamic dimensions: " +
+                          (why.empty() ? std::string("one trace does not serve every extent") : why.back()) +
+                          "; save it with static extents in its signature");
     }
     return exe;
 }
