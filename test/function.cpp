@@ -680,10 +680,22 @@ TEST_CASE("random programs give eager mode's values traced, planned, under a tap
     // stack, casts, in-place writes, indexing: test/random_programs.hpp) drawn from seeds; each runs as a
     // kiln::function on five calls (new values, a new batch, back) in four ways: plain, under a gradient tape
     // with the gradients as results, with the batch dynamic in its specs, and both. Two bugs found this way
-    // have tests of their own above. KILN_RANDOM_PROGRAMS sets how many seeds (default 200).
+    // have tests of their own above. KILN_RANDOM_PROGRAMS sets how many seeds (default 200; 50 under
+    // AddressSanitizer, whose build runs about 8x slower).
     namespace rp = kiln_test::random_programs;
     const char* env = std::getenv("KILN_RANDOM_PROGRAMS");
-    const std::uint32_t count = env ? static_cast<std::uint32_t>(std::atoi(env)) : 200;
+#if defined(__SANITIZE_ADDRESS__)
+    constexpr std::uint32_t default_count = 50;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    constexpr std::uint32_t default_count = 50;
+#else
+    constexpr std::uint32_t default_count = 200;
+#endif
+#else
+    constexpr std::uint32_t default_count = 200;
+#endif
+    const std::uint32_t count = env ? static_cast<std::uint32_t>(std::atoi(env)) : default_count;
     std::size_t ops = 0;
     for (std::uint32_t seed = 0; seed < count; ++seed) {
         rp::setup su{};
