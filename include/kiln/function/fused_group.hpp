@@ -134,8 +134,8 @@ void run_tiles(const function_graph& graph, const fused_group& g, const std::byt
     if (g.jit)
         if (const group_kernel fn = g.jit->fn.load(std::memory_order_acquire)) return run_compiled(g, fn, first_operand, base, outs, total);
     auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
-        thread_local std::vector<std::byte> scratch;
-        scratch.resize(m * static_cast<std::size_t>(L) * item);
+        thread_local std::vector<std::byte> scratch;  // (grown only: a resize down and up again zero-fills)
+        if (const std::size_t need = m * static_cast<std::size_t>(L) * item; scratch.size() < need) scratch.resize(need);
         const void* ptrs[8];
         for (std::ptrdiff_t at = first; at < last; at += L) {
             const std::ptrdiff_t len = std::min(L, last - at);
@@ -159,8 +159,9 @@ void run_tiles(const function_graph& graph, const fused_group& g, const std::byt
     split_tiles(total, L, tiles);
 }
 
-// Lays one period of a periodic operand (`period` elements of `item` bytes at `from`) over a whole tile of
-// `tile` elements at `to` (the tile is a multiple of the period): one copy, then the filled part doubled.
+// Lays one period of a periodic operand (`period` elements of `item` bytes at `from`) over `tile` elements at `to`
+// (a whole tile, a multiple of the period, or the group's extent where that is less): one copy, then the filled
+// part doubled.
 inline void repeat_over_tile(std::byte* to, const std::byte* from, std::ptrdiff_t period, std::ptrdiff_t tile,
                              std::size_t item) {
     const std::size_t bytes = static_cast<std::size_t>(tile) * item;
