@@ -400,7 +400,9 @@ struct basic_executable {
         std::size_t periodic = 0;
         for (const auto& ins : g.inputs)
             for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
-        su.repeated.resize(periodic * static_cast<std::size_t>(L) * item);
+        // (Grown only: a resize down and up would zero-fill it again between groups.)
+        if (su.repeated.size() < periodic * static_cast<std::size_t>(L) * item)
+            su.repeated.resize(periodic * static_cast<std::size_t>(L) * item);
         std::size_t next_repeated = 0;
         for (std::size_t j = 0; j < m; ++j) {
             for (const auto& op : g.inputs[j]) {
@@ -414,7 +416,7 @@ struct basic_executable {
                     b = static_cast<const std::byte*>(t->raw_data());
                     if (op.kind == fused_group::operand::periodic) {
                         std::byte* r = su.repeated.data() + next_repeated++ * static_cast<std::size_t>(L) * item;
-                        repeat_over_tile(r, b, op.period, L, item);
+                        repeat_over_tile(r, b, op.period, L, shape.size(), item);
                         b = r;
                     }
                 }

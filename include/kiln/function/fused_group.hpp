@@ -159,12 +159,12 @@ void run_tiles(const function_graph& graph, const fused_group& g, const std::byt
     split_tiles(total, L, tiles);
 }
 
-// Lays one period of a periodic operand (`period` elements of `item` bytes at `from`) over `tile` elements at `to`
-// (a whole tile, a multiple of the period, or the group's extent where that is less): one copy, then the filled
-// part doubled.
+// Lays one period of a periodic operand (`period` elements of `item` bytes at `from`) over as much of a tile as a
+// group of `total` elements reads: `tile` elements (a multiple of the period), or `total` where that is less (the
+// extent is a multiple of the period too). One copy, then the filled part doubled.
 inline void repeat_over_tile(std::byte* to, const std::byte* from, std::ptrdiff_t period, std::ptrdiff_t tile,
-                             std::size_t item) {
-    const std::size_t bytes = static_cast<std::size_t>(tile) * item;
+                             std::ptrdiff_t total, std::size_t item) {
+    const std::size_t bytes = static_cast<std::size_t>(std::min(tile, total)) * item;
     std::size_t done = static_cast<std::size_t>(period) * item;
     std::memcpy(to, from, done);
     while (done < bytes) {

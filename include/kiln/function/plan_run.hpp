@@ -197,16 +197,13 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                 std::size_t shown = 0;
                 while (!g.exported[shown]) ++shown;
                 const std::ptrdiff_t total = plan.values[static_cast<std::size_t>(g.members[shown])].shape.size();
-                // A repeating operand is laid out over as much of a tile as the group reads: a group smaller than
-                // its tile reads `total` elements (a tile is a multiple of each period, and so is the extent).
-                const std::ptrdiff_t laid = std::min<std::ptrdiff_t>(g.tile, total);
                 for (std::size_t j = 0; j < m; ++j) {
                     for (const auto& op : g.inputs[j]) {
                         if (op.kind == fused_group::operand::full) {
                             f.bases[at] = f.ptr[static_cast<std::size_t>(op.index)];
                         } else if (op.kind == fused_group::operand::periodic) {
                             std::byte* r = f.repeated.data() + next_repeated++ * static_cast<std::size_t>(g.tile) * item;
-                            repeat_over_tile(r, f.ptr[static_cast<std::size_t>(op.index)], op.period, laid, item);
+                            repeat_over_tile(r, f.ptr[static_cast<std::size_t>(op.index)], op.period, g.tile, total, item);
                             f.bases[at] = r;
                         }
                         ++at;
