@@ -40,22 +40,18 @@
 #include "plan.hpp"
 #include "rules.hpp"
 #include "run.hpp"
+#include "session_parameters.hpp"
+#include "session_update.hpp"
 #include "training_step.hpp"
 
 namespace kiln {
 
-
-
-class session {
+class session : public detail::session_parameters {
 public:
-    explicit session(std::uint64_t seed = 0) : gen_(seed) {}
+    explicit session(std::uint64_t seed = 0) : detail::session_parameters(seed) {}
     // A session on a device: its parameters are made on the CPU from the seed (the same values as a CPU session's)
     // and kept on `where`; its runs take feeds that live there.
-    session(std::uint64_t seed, kiln::device where) : gen_(seed), dev_(where) {
-        if (where.type != device_type::cpu) (void)tensor(float32, dims{0}, where);  // a device_error when it does not exist
-    }
-    // The device the session's parameters and runs live on.
-    kiln::device device() const noexcept { return dev_; }
+    session(std::uint64_t seed, kiln::device where) : detail::session_parameters(seed, where) {}
     // Moves the session to another device: its parameters and every training step's optimizer slots are copied
     // there, and its workspaces are made again there on their next run (a trained model moved to the CPU for
     // inference, or back). Nothing happens when it is already there. A function traced from the session
@@ -116,79 +112,6 @@ public:
         }
     }
 
-    // A parameter's tensor (created from its initializer by the first run that uses it, or by set()).
-    tensor& parameter(std::string_view name) {
-        auto it = params_.find(name);
-        if (it == params_.end()) throw_unknown_parameter("kiln::session::parameter", name);
-        return it->second;
-    }
-    const tensor& parameter(std::string_view name) const {
-        auto it = params_.find(name);
-        if (it == params_.end()) throw_unknown_parameter("kiln::session::parameter", name);
-        return it->second;
-    }
-    bool has_parameter(std::string_view name) const { return params_.find(name) != params_.end(); }
-    std::vector<std::string> parameter_names() const {
-        std::vector<std::string> out;
-        for (const auto& kv : params_) out.push_back(kv.first);
-        return out;
-    }
-    // Sets a parameter's value (copied). The name must be a parameter the session knows: one it holds, or one of
-    // an expression it has run or initialized (session::initialize(expr), or declare(expr) to learn the names
-    // without creating anything). A name it does not know is a kiln::value_error naming the closest known ones,
-    // so a typo cannot create a parameter that nothing uses. The shape may change only before a plan has used the
-    // parameter; the dtype must be the declared one.
-    void set(std::string_view name, const tensor& value) {
-        auto it = params_.find(name);
-        if (it == params_.end()) {
-            const auto d = declared_.find(name);
-            if (d == declared_.end()) throw_unknown_parameter("kiln::session::set", name);
-            if (d->second.dt != value.dtype())
-                throw dtype_error("kiln: dtype_error in 'session::set': parameter '" + std::string(name) + "' is declared " +
-                                  std::string(kiln::name(d->second.dt)) + " but the value's dtype is " +
-                                  std::string(kiln::name(value.dtype())) + " (convert it with .to())");
-            d->second.check_shape(value.shape(), "session::set");  // its static shape, where it has one
-            params_.emplace(std::string(name), copy_of(value));
-            return;
-        }
-        if (!(it->second.shape() == value.shape()) || it->second.dtype() != value.dtype())
-            throw shape_error("kiln: shape_error in 'session::set': parameter '" + std::string(name) + "' has shape " +
-                              to_string(it->second.shape()) + " and dtype " + std::string(kiln::name(it->second.dtype())) +
-                              ", the new value " + to_string(value.shape()) + " and " + std::string(kiln::name(value.dtype())));
-        detail::eager_copy(it->second, value);
-    }
-    // The same with the parameter itself (kiln::param<"w", ...>): its name cannot be misspelled, so it needs no
-    // earlier declaration.
-    template <fixed_string Name, class T, class S, class Kind>
-        requires is_param_v<detail::leaf<Name, T, S, Kind>>
-    void set(const detail::leaf<Name, T, S, Kind>& p, const tensor& value) {
-        declare_leaves<detail::types<detail::leaf<Name, T, S, Kind>>>();
-        set(p.name.view(), value);
-    }
-    // Creates every parameter of an expression that does not exist yet, from its initializer (a parameter without
-    // a static shape is only declared: set it with set()).
-    template <class E>
-    void initialize(const E&) {
-        using leaves = detail::leaves_t<detail::unique_nodes_t<E>>;
-        declare_leaves<leaves>();
-        [&]<class... L>(detail::types<L...>) {
-            ((is_param_v<L> ? (void)initialize_one<L>() : void()), ...);
-        }(leaves{});
-    }
-    // Learns the names and dtypes of an expression's (or a training step's loss's) parameters, creating nothing.
-    template <class E>
-    void declare(const E&) {
-        declare_leaves<detail::leaves_t<detail::unique_nodes_t<E>>>();
-    }
-    // The names the session knows: the parameters it holds and those of the expressions it has seen.
-    std::vector<std::string> known_parameter_names() const {
-        std::vector<std::string> out;
-        for (const auto& kv : declared_) out.push_back(kv.first);
-        for (const auto& kv : params_)
-            if (!declared_.count(kv.first)) out.push_back(kv.first);
-        return out;
-    }
-    generator& rng() noexcept { return gen_; }
 
     // A training step's gradient, as on_gradients() hands it over: the parameter's name and its gradient's
     // contiguous, writable memory (`numel` elements of `dtype`).
@@ -258,7 +181,7 @@ public:
         on_backend_of<int>([&]<class Device>() {
             if constexpr (!std::is_same_v<Device, backend::cpu_device> && requires(const Rule& r) { r.template roots_read<T>(); }) {
                 [&]<std::size_t... I>(std::index_sequence<I...>) {
-                    (update<Device, Params, I, true>(st), ...);
+                    (detail::session_update<Device, Params, I, true>(st), ...);
                 }(std::index_sequence_for<Params...>{});
             }
             return 0;
@@ -350,34 +273,6 @@ public:
     }
 
 private:
-    template <class L>
-    void initialize_one() {
-        if constexpr (detail::fully_static_v<typename L::shape_type>) (void)parameter_for<L>();
-    }
-
-    template <class LeafList>
-    void declare_leaves() {
-        [&]<class... L>(detail::types<L...>) {
-            ((is_param_v<L> ? (void)declared_.emplace(std::string(L::name.view()),
-                                                      declared_param{dtype_of<typename L::value_type>(),
-                                                                     &detail::check_static_shape<L>})
-                            : void()),
-             ...);
-        }(LeafList{});
-    }
-
-    [[noreturn]] void throw_unknown_parameter(const char* where, std::string_view name) const {
-        std::vector<std::string> known = known_parameter_names();
-        std::string msg = detail::error_prefix("value_error", where) + "no parameter named '" + std::string(name) + "'";
-        if (known.empty()) {
-            msg += "; the session has seen no expression with parameters yet (run one, or call "
-                   "session::initialize(expr) or session::declare(expr) first, or pass the kiln::param itself)";
-        } else {
-            msg += "; closest known: " + detail::closest_text(name, std::move(known));
-        }
-        throw value_error(msg);
-    }
-
     // The state of `step` in this session, created (parameters, zero slots, a pending checkpoint's state) on first use.
     template <class Loss, class Rule, class... Params>
     auto& state_of(const training_step<Loss, Rule, detail::types<Params...>>& step) {
@@ -450,7 +345,7 @@ private:
         }
         // Every gradient is computed before any parameter changes.
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (compute_gradient<Device, plan_t, Params, I>(detail::grad_at<I>(grads), users, st), ...);
+            (detail::session_compute_gradient<Device, plan_t, Params, I>(detail::grad_at<I>(grads), users, st), ...);
         }(std::index_sequence_for<Params...>{});
 
         finish_step<Device, T, Params...>(st);
@@ -472,7 +367,7 @@ private:
         }
         st.rule.next_step(++st.t);
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (update<Device, Params, I>(st), ...);
+            (detail::session_update<Device, Params, I>(st), ...);
         }(std::index_sequence_for<Params...>{});
     }
 
@@ -504,36 +399,6 @@ private:
         last_key_ = key;
         last_ = slot.get();
         return static_cast<State&>(*slot);
-    }
-
-    tensor copy_of(const tensor& src) const {
-        tensor t = dev_.type == device_type::cpu ? tensor(src.dtype(), src.shape()) : tensor(src.dtype(), src.shape(), dev_);
-        detail::eager_copy(t, src);
-        return t;
-    }
-
-    template <class L>
-    tensor& parameter_for() {
-        const std::string_view name = L::name.view();
-        auto it = params_.find(name);
-        using T = typename L::value_type;
-        if (it != params_.end()) {
-            if (it->second.dtype() != dtype_of<T>())
-                throw dtype_error("kiln: dtype_error in 'session': parameter '" + std::string(name) + "' is declared " +
-                                  std::string(dtype_name<T>()) + " but holds " + std::string(kiln::name(it->second.dtype())));
-            return it->second;
-        }
-        using S = typename L::shape_type;
-        if constexpr (!detail::fully_static_v<S>) {
-            throw value_error("kiln: value_error in 'session': parameter '" + std::string(name) +
-                              "' has no static shape to initialize from; declare one (kiln::param<\"w\", float, "
-                              "kiln::shape<10, 64>>) or set it with session::set");
-        } else {
-            using Init = typename L::kind::initializer;
-            tensor t = Init::make(detail::shape_dims_of<S>::get(), dtype_of<T>(), gen_);
-            t = detail::session_on_device(t, dev_);  // the CPU's numbers, on the session's device
-            return params_.emplace(std::string(name), std::move(t)).first->second;
-        }
     }
 
     // Binds feeds to the plan's leaves; parameters that are not fed come from the session.
@@ -617,112 +482,6 @@ private:
         }(std::index_sequence_for<Roots...>{});
     }
 
-    template <class Device, class Plan, class P, std::size_t I, class G, class Users, class State>
-    void compute_gradient(const G& g, const Users& users, State& st) {
-        constexpr bool on_cpu = std::is_same_v<Device, backend::cpu_device>;
-        using T = typename P::value_type;
-        tensor& p = *st.params[I];
-        const dims& ps = p.shape();
-        const auto r = Plan::rewritten(g);
-        using R = std::remove_cvref_t<decltype(r)>;
-        if constexpr (detail::is_slot<R>::value) {
-            // A gradient that a structural op computed into its own buffer (a matmul, a sum) is used in place: no
-            // other step of this run writes that buffer. (A view may alias a parameter, so it is copied.)
-            constexpr std::size_t k = detail::slot_index<R>::value;
-            const auto& v = std::get<k>(st.ws.slots);
-            const void* own = on_cpu ? static_cast<const void*>(std::get<k>(st.ws.buffers).data()) : st.ws.on_device[k].p;
-            if (v.shape == ps && static_cast<const void*>(v.data) == own && detail::is_row_major(v)) {
-                st.grads[I] = v;
-                return;
-            }
-        }
-        T* buf = nullptr;
-        if constexpr (on_cpu) {
-            auto& b = st.grad_buffers[I];
-            if (b.size() != static_cast<std::size_t>(ps.size())) b.resize(static_cast<std::size_t>(ps.size()));
-            buf = b.data();
-        } else {
-            buf = static_cast<T*>(st.grad_blocks[I].template grow<Device>(static_cast<std::size_t>(ps.size()) * sizeof(T)));
-        }
-        const dims gs = st.ws.same ? ps : Plan::shape_of_expression(r, users, st.ws);  // checked on new shapes
-        dims b;
-        if (!detail::broadcast_into(gs, ps, b) || !(b == ps))
-            throw shape_error("kiln: shape_error in 'session': the gradient of parameter '" + std::string(P::name.view()) +
-                              "' has shape " + to_string(gs) + ", which does not fit the parameter's " + to_string(ps));
-        const dims rs = detail::contiguous_strides(ps);
-        Plan::template run_elementwise<Device>(r, users, st.ws, detail::strided<T>(buf, ps, rs), ps);
-        st.grads[I] = detail::strided<const T>(buf, ps, rs);
-    }
-
-    // The update of parameter I and its slots. `Reading` (on a device only): the rule's roots_read, with the step's
-    // numbers read from st.coef_block (leaves after the slots, broadcast over the parameter).
-    template <class Device, class P, std::size_t I, bool Reading = false, class State>
-    void update(State& st) {
-        using T = typename P::value_type;
-        tensor& p = *st.params[I];
-        const dims& ps = p.shape();
-        const auto roots = [&] {
-            if constexpr (Reading) return st.rule.template roots_read<T>();
-            else return st.rule.template roots<T>();
-        }();
-        if (!p.is_contiguous()) throw value_error("kiln: value_error in 'session': parameter '" + std::string(P::name.view()) + "' is not contiguous");
-        using roots_t = std::remove_cvref_t<decltype(roots)>;
-        std::apply([&](const auto&... r) {
-            using list = detail::unique_nodes_t<std::remove_cvref_t<decltype(r)>...>;
-            using loop = detail::fused_loop<list, std::remove_cvref_t<decltype(r)>...>;
-            // Every operand is dense and of the parameter's shape (the gradient is a row-major slot or buffer):
-            // one flat loop over pointers. Leaves: 0 the parameter, 1 the gradient, 2... the slots; outputs: the
-            // parameter, then the slots.
-            constexpr std::size_t nroots = std::tuple_size_v<roots_t>;
-            std::array<T*, nroots> out;
-            out[0] = p.template data<T>();
-            for (std::size_t s = 0; s + 1 < nroots; ++s) out[1 + s] = st.slots[I][s].template data<T>();
-            std::array<const T*, nroots + 3> in{};
-            in[0] = out[0];
-            in[1] = st.grads[I].data;
-            for (std::size_t s = 0; s + 1 < nroots; ++s) in[2 + s] = out[1 + s];
-            if constexpr (Reading) {
-                in[nroots + 1] = static_cast<const T*>(st.coef_block.p);
-                in[nroots + 2] = static_cast<const T*>(st.coef_block.p) + 1;
-            }
-            const auto lp = [&]<class... L>(detail::types<L...>) {
-                return std::tuple<const typename L::value_type*...>{in[leaf_number<L>::value]...};
-            }(detail::leaves_t<list>{});
-            if constexpr (std::is_same_v<Device, backend::cpu_device>) {
-                const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
-                    return std::tuple<decltype((void)J, static_cast<T*>(nullptr))...>{out[J]...};
-                }(std::make_index_sequence<nroots>{});
-                loop::run_flat_ptrs(typename loop::roots_t(r...), lp, op, ps.size());
-            } else {
-                // One kernel for the parameter and its slots, every root evaluated before any is stored.
-                const dims cs = detail::contiguous_strides(ps);
-                dims zero = cs;  // (a read number, broadcast)
-                for (int d = 0; d < zero.rank; ++d) zero[d] = 0;
-                const auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
-                    return std::tuple<decltype((void)J, detail::strided<T>{})...>{detail::strided<T>(out[J], ps, cs)...};
-                }(std::make_index_sequence<nroots>{});
-                const auto ins = [&]<class... L>(detail::types<L...>) {
-                    return std::tuple<detail::strided<const typename L::value_type>...>{detail::strided<const typename L::value_type>(
-                        in[leaf_number<L>::value], ps, leaf_number<L>::value > nroots ? zero : cs)...};
-                }(detail::leaves_t<list>{});
-                Device::run_elementwise_roots(outs, ins, r...);
-            }
-        }, roots);
-    }
-
-    template <class L>
-    struct leaf_number;
-    template <std::size_t K, class T>
-    struct leaf_number<detail::indexed_leaf<K, T>> : std::integral_constant<std::size_t, K> {};
-
-    generator gen_;
-    kiln::device dev_ = kiln::cpu;
-    std::map<std::string, tensor, std::less<>> params_;
-    struct declared_param {
-        dtype dt;
-        void (*check_shape)(const dims&, const char*);  // a shape_error unless the shape fits the static one
-    };
-    std::map<std::string, declared_param, std::less<>> declared_;  // parameters of the expressions seen, with their dtypes
     std::unordered_map<std::type_index, std::unique_ptr<detail::session_cache>> cache_;
     std::type_index last_key_{typeid(void)};
     detail::session_cache* last_ = nullptr;
