@@ -28,7 +28,7 @@ fi
 clangxx="${KILN_TEST_CLANG:-clang++}"
 if [ "$clangxx" = 0 ] || ! command -v "$clangxx" > /dev/null; then clangxx=""; fi
 sanitize=ON
-[ -n "$clangxx" ] && sanitize=OFF  # (the clang build runs every test under the sanitizers)
+[ -n "$clangxx" ] && sanitize=OFF  # (the clang build runs the tests under the sanitizers)
 # Programs are linked by lld where it is installed (install-deps.sh test installs it): the sanitizer builds' programs
 # are about 300 MB each, and GNU ld took 5x lld's CPU to link one.
 link=()
