@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile time and peak compiler memory at -O2: what a program pays for kiln's headers, against xtensor's own
-# <xtensor/xarray.hpp> compiled in the same run (the baseline), and the 50-node expression and the graph-mode
-# training example. Each translation unit is compiled ROUNDS times (default 3), interleaved; the median is shown.
+# <xtensor/xarray.hpp> compiled in the same run (the baseline), what kiln.hpp includes from outside kiln alone (the
+# floor under kiln.hpp), the 50-node expression and the graph-mode training example. Each translation unit is
+# compiled ROUNDS times (default 3), interleaved; the median is shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=${CXX:-g++}
@@ -12,14 +13,16 @@ trap 'rm -rf "$tmp"' EXIT
 printf '#include <xtensor/xarray.hpp>\nint main() {}\n' > "$tmp/xtensor_only.cpp"
 printf '#include <kiln/kiln.hpp>\nint main() {}\n' > "$tmp/kiln_all.cpp"
 printf '#include <kiln/graph.hpp>\nint main() {}\n' > "$tmp/kiln_graph.cpp"
-units=("$tmp/xtensor_only.cpp" "$tmp/kiln_all.cpp" "$tmp/kiln_graph.cpp" bench/compile_time/fifty_nodes.cpp
+units=("$tmp/xtensor_only.cpp" bench/compile_time/dependencies_only.cpp "$tmp/kiln_all.cpp" "$tmp/kiln_graph.cpp" bench/compile_time/fifty_nodes.cpp
        examples/03_train_graph.cpp bench/compile_time/eager_ops.cpp bench/compile_time/eager_ops.cpp)
-labels=("include <xtensor/xarray.hpp> only (baseline)" "include <kiln/kiln.hpp> only (both modes)"
+labels=("include <xtensor/xarray.hpp> only (baseline)"
+        "kiln.hpp's dependencies only: std, xsimd, xtensor (bench/compile_time/dependencies_only.cpp)"
+        "include <kiln/kiln.hpp> only (both modes)"
         "include <kiln/graph.hpp> only (graph mode)" "50-node expression, planned and run"
         "graph-mode training example (examples/03_train_graph.cpp)"
         "twelve eager ops (bench/compile_time/eager_ops.cpp)"
         "the same with -DKILN_SEPARATE_KERNELS (kernels compiled in another unit)")
-extra=("" "" "" "" "" "" "-DKILN_SEPARATE_KERNELS")
+extra=("" "" "" "" "" "" "" "-DKILN_SEPARATE_KERNELS")
 declare -A secs mem
 for ((r = 0; r < rounds; r++)); do
   for i in "${!units[@]}"; do
