@@ -166,12 +166,8 @@ struct basic_executable {
                     const std::ptrdiff_t period = x.shape.size();
                     if (!periodic || period == 0 || period > 4096) return false;
                     // The tile: about 1,024 elements, a multiple of every period.
-                    if (tile % period != 0) {
-                        const std::ptrdiff_t base = tile == 1024 && !cur.periodic ? period * ((1024 + period - 1) / period)
-                                                                                  : tile / std::gcd(tile, period) * period;
-                        if (base > 8192) return false;
-                        tile = base;
-                    }
+                    tile = tile_with_period(tile, period, cur.periodic);
+                    if (tile == 0) return false;
                     ins.push_back({fused_group::operand::periodic, v, period});
                 }
                 for (const auto& op : ins) cur.periodic = cur.periodic || op.kind == fused_group::operand::periodic;
@@ -390,20 +386,14 @@ struct basic_executable {
         struct setup {
             std::vector<tensor> keep;                // contiguous copies of strided operands
             std::vector<const std::byte*> base;      // per operand of each member, in order
-            std::vector<std::byte> repeated;         // periodic operands laid out over one tile each
+            repeat_buffer repeated;                  // periodic operands laid out over one tile each
             std::vector<std::byte*> outs;
         };
         thread_local setup su;
         su.keep.clear();
         su.base.clear();
         su.outs.assign(m, nullptr);
-        std::size_t periodic = 0;
-        for (const auto& ins : g.inputs)
-            for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
-        // (Grown only: a resize down and up would zero-fill it again between groups.)
-        if (su.repeated.size() < periodic * static_cast<std::size_t>(L) * item)
-            su.repeated.resize(periodic * static_cast<std::size_t>(L) * item);
-        std::size_t next_repeated = 0;
+        su.repeated.prepare(g, L, item);
         for (std::size_t j = 0; j < m; ++j) {
             for (const auto& op : g.inputs[j]) {
                 const std::byte* b = nullptr;
@@ -414,11 +404,7 @@ struct basic_executable {
                         t = &su.keep.back();
                     }
                     b = static_cast<const std::byte*>(t->raw_data());
-                    if (op.kind == fused_group::operand::periodic) {
-                        std::byte* r = su.repeated.data() + next_repeated++ * static_cast<std::size_t>(L) * item;
-                        repeat_over_tile(r, b, op.period, L, shape.size(), item);
-                        b = r;
-                    }
+                    if (op.kind == fused_group::operand::periodic) b = su.repeated.lay(b, op.period, shape.size());
                 }
                 su.base.push_back(b);
             }

@@ -174,5 +174,33 @@ inline void repeat_over_tile(std::byte* to, const std::byte* from, std::ptrdiff_
     }
 }
 
+// A group's periodic operands, each laid out over one tile (repeat_over_tile), in bytes kept from call to call. They
+// only grow: a resize that shrinks for one group and grows for the next zero-filled them again.
+class repeat_buffer {
+public:
+    // Room for `g`'s periodic operands over tiles of `tile` elements of `item` bytes; the next lay() is the first.
+    void prepare(const fused_group& g, std::ptrdiff_t tile, std::size_t item) {
+        std::size_t periodic = 0;
+        for (const auto& ins : g.inputs)
+            for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
+        stride_ = static_cast<std::size_t>(tile) * item;
+        tile_ = tile;
+        item_ = item;
+        next_ = 0;
+        if (bytes_.size() < periodic * stride_) bytes_.resize(periodic * stride_);
+    }
+    // The next periodic operand (`period` elements at `from`) laid out over the tile of a group of `total` elements.
+    std::byte* lay(const std::byte* from, std::ptrdiff_t period, std::ptrdiff_t total) {
+        std::byte* to = bytes_.data() + next_++ * stride_;
+        repeat_over_tile(to, from, period, tile_, total, item_);
+        return to;
+    }
+
+private:
+    std::vector<std::byte> bytes_;
+    std::size_t stride_ = 0, next_ = 0, item_ = 0;
+    std::ptrdiff_t tile_ = 0;
+};
+
 }  // namespace detail
 }  // namespace kiln

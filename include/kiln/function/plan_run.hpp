@@ -24,7 +24,7 @@ struct plan_frame {
     std::vector<std::byte*> ptr;                // per value: its first element
     std::vector<std::optional<tensor>> owned;   // per value: a replayed op's result
     std::vector<const std::byte*> bases;
-    std::vector<std::byte> repeated;
+    repeat_buffer repeated;                     // a group's periodic operands, laid out over its tile
     std::vector<tensor> in;
 
     void reserve(std::size_t need) {
@@ -179,18 +179,13 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                 const fused_group& g = plan.groups[static_cast<std::size_t>(st.node)];
                 const std::size_t m = g.members.size();
                 const std::size_t item = size_of(g.dtype);
-                std::size_t periodic = 0, operands = 0;
-                for (const auto& ins : g.inputs) {
-                    operands += ins.size();
-                    for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
-                }
-                // (Grown only: a resize that shrinks and grows again between groups zero-filled the buffer.)
-                if (const std::size_t need = periodic * static_cast<std::size_t>(g.tile) * item; f.repeated.size() < need)
-                    f.repeated.resize(need);
+                std::size_t operands = 0;
+                for (const auto& ins : g.inputs) operands += ins.size();
+                f.repeated.prepare(g, g.tile, item);
                 f.bases.assign(operands, nullptr);
                 std::byte* outs[64];
                 const std::int64_t* params[64];
-                std::size_t at = 0, next_repeated = 0;
+                std::size_t at = 0;
                 // The group's extent is its exported members' own (every operand may repeat along it, with none of
                 // the group's shape: a broadcast view times a broadcast constant). The plan has the layout of each
                 // exported member, and a group exports at least one.
@@ -202,9 +197,7 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                         if (op.kind == fused_group::operand::full) {
                             f.bases[at] = f.ptr[static_cast<std::size_t>(op.index)];
                         } else if (op.kind == fused_group::operand::periodic) {
-                            std::byte* r = f.repeated.data() + next_repeated++ * static_cast<std::size_t>(g.tile) * item;
-                            repeat_over_tile(r, f.ptr[static_cast<std::size_t>(op.index)], op.period, g.tile, total, item);
-                            f.bases[at] = r;
+                            f.bases[at] = f.repeated.lay(f.ptr[static_cast<std::size_t>(op.index)], op.period, total);
                         }
                         ++at;
                     }
