@@ -1,11 +1,13 @@
 #pragma once
-// A fused elementwise group of a traced function and the loop that runs it tile by tile: used by the executor
-// (function/executor.hpp) and by its buffer plan (function/buffer_plan.hpp).
+// A fused elementwise group of a traced function and the loops that run it tile by tile: used by the executor
+// (function/executor.hpp, on values held as tensors) and by its buffer plan (function/buffer_plan.hpp).
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <cstdint>
@@ -201,6 +203,90 @@ private:
     std::size_t stride_ = 0, next_ = 0, item_ = 0;
     std::ptrdiff_t tile_ = 0;
 };
+
+// A group's ops one by one, as without fusion, on values held as tensors (`slots`, one per node); `params_of(node)`
+// gives a node's parameters for this call.
+template <class ParamsOf>
+void run_group_members(const function_graph& graph, const fused_group& g, std::vector<std::optional<tensor>>& slots,
+                       const ParamsOf& params_of) {
+    std::vector<tensor> in;
+    for (std::int32_t node : g.members) {
+        const graph_node& nd = graph.nodes[static_cast<std::size_t>(node)];
+        in.clear();
+        for (std::int32_t v : nd.inputs) in.push_back(*slots[static_cast<std::size_t>(v)]);
+        const std::int64_t* p = params_of(node);
+        slots[static_cast<std::size_t>(node)] = nd.fn(in, std::span<const std::int64_t>(p, nd.params.values.size()));
+    }
+}
+
+// A group on the CPU from values held as tensors (the executor's node-by-node run, where no buffer plan applies):
+// its shape comes from a full operand (dynamic extents included); operands that are not contiguous are copied first;
+// each exported member gets a new tensor; a call whose operands do not fit the group's pattern runs its ops one by
+// one.
+template <class ParamsOf>
+void run_group_from_slots(const function_graph& graph, const fused_group& g, std::vector<std::optional<tensor>>& slots,
+                          const ParamsOf& params_of) {
+    const std::size_t m = g.members.size();
+    dims shape;
+    bool have = false, fits = true;
+    for (const auto& ins : g.inputs)
+        for (const auto& op : ins)
+            if (op.kind == fused_group::operand::full) {
+                const tensor& t = *slots[static_cast<std::size_t>(op.index)];
+                if (!have) shape = t.shape(), have = true;
+                fits = fits && t.shape() == shape && t.dtype() == g.dtype;
+            }
+    for (const auto& ins : g.inputs)
+        for (const auto& op : ins)
+            if (op.kind == fused_group::operand::periodic) {
+                const tensor& t = *slots[static_cast<std::size_t>(op.index)];
+                fits = fits && t.numel() == op.period && t.dtype() == g.dtype && t.dim() <= shape.rank;
+                for (int d = 0; fits && d < t.dim(); ++d)
+                    fits = t.shape()[d] == shape[shape.rank - t.dim() + d] || t.shape()[d] == 1;
+            }
+    bool narrow = m <= 64;
+    for (const auto& ins : g.inputs) narrow = narrow && ins.size() <= 8;
+    if (!fits || !narrow || shape.rank != g.rank) {
+        run_group_members(graph, g, slots, params_of);  // as without fusion
+        return;
+    }
+    const std::ptrdiff_t L = g.tile;
+    const std::size_t item = size_of(g.dtype);
+    // This thread's buffers, kept from call to call (a replay allocates them once).
+    struct setup {
+        std::vector<tensor> keep;                // contiguous copies of strided operands
+        std::vector<const std::byte*> base;      // per operand of each member, in order
+        repeat_buffer repeated;                  // periodic operands laid out over one tile each
+        std::vector<std::byte*> outs;
+    };
+    thread_local setup su;
+    su.keep.clear();
+    su.base.clear();
+    su.outs.assign(m, nullptr);
+    su.repeated.prepare(g, L, item);
+    for (std::size_t j = 0; j < m; ++j) {
+        for (const auto& op : g.inputs[j]) {
+            const std::byte* b = nullptr;
+            if (op.kind != fused_group::operand::member) {
+                const tensor* t = &*slots[static_cast<std::size_t>(op.index)];
+                if (!t->is_contiguous()) {
+                    su.keep.push_back(t->clone());
+                    t = &su.keep.back();
+                }
+                b = static_cast<const std::byte*>(t->raw_data());
+                if (op.kind == fused_group::operand::periodic) b = su.repeated.lay(b, op.period, shape.size());
+            }
+            su.base.push_back(b);
+        }
+        if (g.exported[j]) {
+            slots[static_cast<std::size_t>(g.members[j])] = tensor(g.dtype, shape);
+            su.outs[j] = static_cast<std::byte*>(slots[static_cast<std::size_t>(g.members[j])]->raw_data());
+        }
+    }
+    const std::int64_t* member_params[64];
+    for (std::size_t j = 0; j < m; ++j) member_params[j] = params_of(g.members[j]);
+    run_tiles(graph, g, su.base.data(), su.outs.data(), shape.size(), member_params);
+}
 
 }  // namespace detail
 }  // namespace kiln
