@@ -62,6 +62,10 @@ struct op_params {
     // An effect that computes what it writes from its inputs and parameters alone (an assignment, an in-place op),
     // with no host state of its own: a CUDA graph may record it once and replay it (function/executor.hpp).
     bool pure_effect = false;
+    // An effect that keeps none of its input tensors once it returns (an optimizer's step): a planned call may hand
+    // it views that share no ownership of their storage, which then lives at least as long as the call (the arena,
+    // a variable, an argument), so that a replayed step counts no references per input.
+    bool borrows_inputs = false;
     // An effect with host code that must run at each call (an optimizer's step count) whose device work can still be
     // recorded once: `host_part` runs at each replay of a CUDA graph, before the graph (it may queue device work of
     // its own, such as writing this step's numbers into device memory), and `device_part` queues the device work that

@@ -83,12 +83,18 @@ bool plan_fits(const buffer_plan& plan, const function_graph& graph, std::span<c
     return true;
 }
 
-// The tensor of value v in a planned call (a view of the arena for arena values).
+// The tensor of value v in a planned call (a view of the arena for arena values), appended to `to` (built in
+// place: a tensor returned and then moved in was read back whole before its fields were stored, a stall per
+// input). `borrow`: a view that shares no ownership of the storage (for an effect that keeps no input:
+// op_params::borrows_inputs), which the call keeps alive; copying it then counts no references.
 template <int N = 0>
-tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_frame& f, std::span<const tensor> args,
-                          std::int32_t v) {
+void append_plan_tensor(std::vector<tensor>& to, const buffer_plan& plan, const function_graph& graph, plan_frame& f,
+                        std::span<const tensor> args, std::int32_t v, bool borrow = false) {
     const buffer_plan::value& val = plan.values[static_cast<std::size_t>(v)];
-    if (val.kind == buffer_plan::value::owned || val.result) return *f.owned[static_cast<std::size_t>(v)];
+    if (val.kind == buffer_plan::value::owned || val.result) {
+        to.push_back(*f.owned[static_cast<std::size_t>(v)]);
+        return;
+    }
     const buffer_plan::value& root = plan.values[static_cast<std::size_t>(val.root)];
     const graph_node& rn = graph.nodes[static_cast<std::size_t>(val.root)];
     const std::shared_ptr<storage>* s = nullptr;
@@ -99,7 +105,9 @@ tensor plan_tensor(const buffer_plan& plan, const function_graph& graph, plan_fr
         default: s = root.result ? &f.owned[static_cast<std::size_t>(val.root)]->storage_handle() : &f.arena_storage; break;
     }
     const std::ptrdiff_t bytes = f.ptr[static_cast<std::size_t>(v)] - (*s)->data;
-    return tensor(*s, val.dtype, val.shape, val.strides, bytes / static_cast<std::ptrdiff_t>(size_of(val.dtype)));
+    const std::ptrdiff_t offset = bytes / static_cast<std::ptrdiff_t>(size_of(val.dtype));
+    if (borrow) to.emplace_back(std::shared_ptr<storage>(std::shared_ptr<storage>(), s->get()), val.dtype, val.shape, val.strides, offset);
+    else to.emplace_back(*s, val.dtype, val.shape, val.strides, offset);
 }
 
 // A matrix product's epilogue in a plan (buffer_plan::step::bias): c[i] += bias[i % period] over `total` elements,
@@ -162,9 +170,9 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
             f.ptr[i] = arena + v.offset;
         }
     }
-    auto inputs_of = [&](const graph_node& node) -> std::span<const tensor> {
+    auto inputs_of = [&](const graph_node& node, bool borrow = false) -> std::span<const tensor> {
         f.in.clear();
-        for (std::int32_t v : node.inputs) f.in.push_back(plan_tensor<N>(plan, graph, f, args, v));
+        for (std::int32_t v : node.inputs) append_plan_tensor<N>(f.in, plan, graph, f, args, v, borrow);
         return f.in;
     };
     for (const buffer_plan::step& st : plan.steps) {
@@ -263,7 +271,7 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
             }
             case buffer_plan::step::effect: {
                 const graph_node& node = graph.nodes[static_cast<std::size_t>(st.node)];
-                node.effect(inputs_of(node), plan.param_span(graph, st.node));
+                node.effect(inputs_of(node, node.params.borrows_inputs), plan.param_span(graph, st.node));
                 break;
             }
         }
@@ -276,8 +284,8 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
         const buffer_plan::value& v = plan.values[static_cast<std::size_t>(o)];
         const buffer_plan::value& root = plan.values[static_cast<std::size_t>(v.root)];
         const bool in_arena = root.kind == buffer_plan::value::arena && !root.result;
-        tensor r = plan_tensor<N>(plan, graph, f, args, o);
-        out.push_back(copy_result[k] || in_arena ? r.clone() : std::move(r));
+        append_plan_tensor<N>(out, plan, graph, f, args, o);
+        if (copy_result[k] || in_arena) out.back() = out.back().clone();
     }
     return out;
 }

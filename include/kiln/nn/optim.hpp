@@ -151,6 +151,7 @@ void trace_step(const std::vector<variable*>& params, const std::vector<tensor>&
         };
     };
     kiln::detail::op_params params_;
+    params_.borrows_inputs = true;  // (the step reads the gradients and lets them go: with_grads clears its copies)
     if (host && device) {
         params_.host_part = std::move(host);
         params_.device_part = with_grads(std::move(device));

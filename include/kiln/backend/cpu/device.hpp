@@ -34,8 +34,8 @@ struct cpu_device {
     }
 
     template <class T>
-    static void gemm(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, detail::matrix_ref<T> a,
-                     detail::matrix_ref<T> b) {
+    static void gemm(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const detail::matrix_ref<T>& a,
+                     const detail::matrix_ref<T>& b) {
         detail::gemm(c, m, n, k, a, b);
     }
 

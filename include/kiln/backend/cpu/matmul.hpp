@@ -111,7 +111,7 @@ KILN_INLINE void dot_rows(T* c, const T* a, std::ptrdiff_t ars, const T* b, std:
 
 // The register-blocked kernel for float and double, by the operands' layouts.
 template <class T>
-void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_ref<T> a, matrix_ref<T> b) {
+void small(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const matrix_ref<T>& a, const matrix_ref<T>& b) {
     using batch = xsimd::batch<T>;
     constexpr std::ptrdiff_t W = static_cast<std::ptrdiff_t>(batch::size);
     const std::ptrdiff_t ars = a.rs, acs = a.cs, brs = b.rs, bcs = b.cs;
@@ -198,9 +198,10 @@ void portable(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix
 
 }  // namespace gemm_kernels
 
-// C (m x n, row-major, leading dimension n) = A (m x k) * B (k x n).
+// C (m x n, row-major, leading dimension n) = A (m x k) * B (k x n). (The operands by reference: built field by
+// field at the call, a copy passed by value was read back whole before its stores were done, a stall per call.)
 template <class T>
-void gemm(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, matrix_ref<T> a, matrix_ref<T> b) {
+void gemm(T* c, std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const matrix_ref<T>& a, const matrix_ref<T>& b) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
         std::fill(c, c + m * n, T(0));
