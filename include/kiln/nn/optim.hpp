@@ -448,18 +448,15 @@ void adam::step_impl(const std::vector<tensor>& grads) {
     std::optional<decltype(rule_.template roots<float>())> roots_f;
     std::optional<decltype(rule_.template roots<double>())> roots_d;
     detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
-        auto& roots = [&]() -> auto& {
-            auto& r = [&]() -> auto& {
-                if constexpr (std::is_same_v<T, float>) return roots_f;
-                else return roots_d;
-            }();
-            if (!r) r.emplace(rule_.template roots<T>());
-            return *r;
+        auto& roots = *[&] {
+            if constexpr (std::is_same_v<T, float>) return &roots_f;
+            else return &roots_d;
         }();
+        if (!roots) roots.emplace(rule_.template roots<T>());
         // The same update graph as graph mode's kiln::optim::minimize with adam_rule.
         std::apply([&](const auto&... rs) { detail::fused_update(std::array<const tensor*, 4>{&p, &g, &m_[i], &v_[i]},
                                                               std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, rs...); },
-                   roots);
+                   *roots);
     });
 }
 
