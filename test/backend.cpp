@@ -159,7 +159,7 @@ TEST_CASE("the CPU device's reduction engine: every axis pattern and layout, NaN
             for (int k = 0; k < 4; ++k) permuted[static_cast<std::size_t>(k * 6 + i * 3 + j)] = flat[static_cast<std::size_t>(i * 12 + j * 4 + k)];
     const strided<const double> perm(permuted.data(), shape, dims{3, 1, 6});
     auto expected = [&](const dims& keep, fold_kind kind) {
-        std::vector<double> out(static_cast<std::size_t>(keep.size()));
+        std::vector<double> out(static_cast<std::size_t>(keep.numel()));
         std::vector<bool> started(out.size(), false);
         for (int i = 0; i < 2; ++i)
             for (int j = 0; j < 3; ++j)
@@ -179,7 +179,7 @@ TEST_CASE("the CPU device's reduction engine: every axis pattern and layout, NaN
     for (const dims& keep : {dims{1, 1, 1}, dims{1, 3, 4}, dims{2, 1, 4}, dims{2, 3, 1}, dims{1, 3, 1}, dims{2, 1, 1}}) {
         for (fold_kind kind : {fold_kind::sum, fold_kind::max, fold_kind::min}) {
             for (const auto* x : {&row, &perm}) {
-                std::vector<double> out(static_cast<std::size_t>(keep.size()), -1.0);
+                std::vector<double> out(static_cast<std::size_t>(keep.numel()), -1.0);
                 dev::reduce(kind, *x, keep, out.data());
                 INFO("keep " << kiln::to_string(keep) << " kind " << int(kind) << (x == &perm ? " (permuted)" : ""));
                 kiln_test::check_all_close(out, expected(keep, kind), 0.0);
@@ -188,7 +188,7 @@ TEST_CASE("the CPU device's reduction engine: every axis pattern and layout, NaN
         // Products of v / 100 + 1 (kept small so that they are exact).
         std::vector<double> scaled(24);
         for (std::size_t q = 0; q < 24; ++q) scaled[q] = flat[q] / 100 + 1;
-        std::vector<double> out(static_cast<std::size_t>(keep.size()));
+        std::vector<double> out(static_cast<std::size_t>(keep.numel()));
         dev::reduce(fold_kind::prod, strided<const double>(scaled.data(), shape, kiln::detail::contiguous_strides(shape)), keep,
                     out.data());
         kiln_test::check_all_close(out, expected(keep, fold_kind::prod), 1e-15);

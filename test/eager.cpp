@@ -62,6 +62,32 @@ TEST_CASE("factories") {
     CHECK(mem == std::vector<float>{10, 20, 30, 40});
 }
 
+TEST_CASE("a shape reads as a container of extents: size() is the rank, numel() the element count") {
+    const auto t = kiln::zeros({2, 3, 4});
+    CHECK(t.shape().size() == 3);
+    CHECK(t.shape().numel() == 24);
+    CHECK(t.dim() == 3);
+    CHECK(t.ndim() == 3);
+    CHECK(t.numel() == 24);
+    CHECK(t.size(-1) == 4);
+    std::vector<std::ptrdiff_t> extents(t.shape().begin(), t.shape().end());
+    CHECK(extents == std::vector<std::ptrdiff_t>{2, 3, 4});
+    std::ptrdiff_t product = 1;
+    for (std::ptrdiff_t e : t.shape()) product *= e;
+    CHECK(product == 24);
+    CHECK(t.strides().size() == 3);
+    CHECK(t.strides()[0] == 12);
+    // A rank-0 tensor has an empty shape and one element; a zero extent gives no elements.
+    const kiln::tensor s = 2.0f;
+    CHECK(s.shape().size() == 0);
+    CHECK(s.shape().begin() == s.shape().end());
+    CHECK(s.numel() == 1);
+    CHECK(kiln::zeros({3, 0}).shape().size() == 2);
+    CHECK(kiln::zeros({3, 0}).numel() == 0);
+    // The same reading as a graph-mode result's (xtensor) shape.
+    CHECK(kiln::sum(kiln::ones({2, 3}), {0}).shape().size() == 1);
+}
+
 TEST_CASE("random numbers are seedable and have the right moments") {
     kiln::generator g1(42), g2(42), g3(43);
     const auto a = kiln::rand({1000}, kiln::float64, g1), b = kiln::rand({1000}, kiln::float64, g2),

@@ -1269,7 +1269,7 @@ TEST_CASE("the buffer plan runs the reference training step exactly as node-by-n
     // Buffers are reused: the arena is smaller than the values it holds laid end to end.
     std::size_t all = 0;
     for (const auto& v : plan->values)
-        if (v.kind == kiln::detail::buffer_plan::value::arena) all += static_cast<std::size_t>(v.shape.size()) * kiln::size_of(v.dtype);
+        if (v.kind == kiln::detail::buffer_plan::value::arena) all += static_cast<std::size_t>(v.shape.numel()) * kiln::size_of(v.dtype);
     CHECK(plan->arena_bytes < all);
     CHECK(node_by_node.compiled(x, y)->plan() == nullptr);
     // The tape differentiates only what it follows: the batch x is not watched, so the trace holds the two forward

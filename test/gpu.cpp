@@ -42,7 +42,7 @@ void check_close(const kiln::tensor& a, const kiln::tensor& b, double rel = 0) {
 }
 
 kiln::tensor seq(kiln::dims shape, double scale = 0.37) {
-    const std::ptrdiff_t n = shape.size();
+    const std::ptrdiff_t n = shape.numel();
     std::vector<float> v(static_cast<std::size_t>(n));
     for (std::ptrdiff_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(scale * static_cast<double>(i + 1)) * 3);
     return kiln::from_vector(v, shape);

@@ -514,7 +514,7 @@ struct roll {
     static void compute(const roll_attrs& a, U* out, const X& x, std::string_view = {}) {
         const std::ptrdiff_t n = x.shape[a.axis];
         const kiln::dims cs = kiln::detail::contiguous_strides(x.shape);
-        if (n == 0 || x.shape.size() == 0) return;
+        if (n == 0 || x.shape.numel() == 0) return;
         const std::ptrdiff_t s = ((a.shift % n) + n) % n;
         auto part = [&](std::ptrdiff_t to, std::ptrdiff_t from, std::ptrdiff_t len) {
             kiln::dims shape = x.shape;

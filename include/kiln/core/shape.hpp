@@ -53,10 +53,18 @@ struct dims {
     constexpr std::ptrdiff_t operator[](int i) const noexcept { return d[i]; }
     constexpr std::ptrdiff_t& operator[](int i) noexcept { return d[i]; }
 
+    // A shape reads as a container of its extents, as xtensor's shapes and std::vector do: size() is the rank (the
+    // element count is numel()), and a range-for visits the extents.
+    constexpr std::size_t size() const noexcept { return static_cast<std::size_t>(rank); }
+    constexpr const std::ptrdiff_t* begin() const noexcept { return d.data(); }
+    constexpr const std::ptrdiff_t* end() const noexcept { return d.data() + rank; }
+    constexpr std::ptrdiff_t* begin() noexcept { return d.data(); }
+    constexpr std::ptrdiff_t* end() noexcept { return d.data() + rank; }
+
     // The element count. Computed in unsigned arithmetic: a shape with a zero extent has no elements even when the
     // product of its other extents would overflow ((2^42, 2^25, 0) is a valid empty shape), and shapes that kiln
     // accepts (detail::checked_numel) have at most 2^62 elements, so the result is exact for them.
-    constexpr std::ptrdiff_t size() const noexcept {
+    constexpr std::ptrdiff_t numel() const noexcept {
         std::size_t n = 1;
         for (int i = 0; i < rank; ++i) n *= static_cast<std::size_t>(d[i]);
         return static_cast<std::ptrdiff_t>(n);

@@ -113,7 +113,7 @@ inline void copy_into(tensor& out, const tensor& src_in) {
         const int j = i - (r - src.dim());
         ss[i] = j < 0 || src.shape()[j] == 1 ? 0 : src.strides()[j];
     }
-    if (shape.size() == 0) return;
+    if (shape.numel() == 0) return;
     on_backend(dev, [&]<class Device>() {
         dispatch(out.dtype(), [&]<class T>() {
             Device::copy_strided(strided<T>(static_cast<T*>(out.raw_data()), shape, out.strides()),
@@ -195,7 +195,7 @@ inline dims reshaped(const dims& from, dims target) {
             overflow = true;
         }
     }
-    const std::ptrdiff_t n = from.size();
+    const std::ptrdiff_t n = from.numel();
     bool ok = !overflow || n == 0;
     if (ok && infer >= 0) {
         if (known > 0 && n % known == 0) target[infer] = n / known;

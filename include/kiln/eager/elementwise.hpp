@@ -204,7 +204,7 @@ bool run_eager_flat(tensor& out, const E& expr, const In&... inputs) {
             static_cast<const typename L::value_type*>(std::get<leaf_position<L>::value>(all).raw_data())...);
     }(leaves_t<list>{});
     using R = root_type_t<E>;
-    loop::run_flat_ptrs(root_pack<E>(expr), lp, std::tuple<R*>(static_cast<R*>(out.raw_data())), shape.size());
+    loop::run_flat_ptrs(root_pack<E>(expr), lp, std::tuple<R*>(static_cast<R*>(out.raw_data())), shape.numel());
     return true;
 }
 

@@ -310,7 +310,8 @@ public:
     const dims& strides() const noexcept { return strides_; }
     std::ptrdiff_t offset() const noexcept { return offset_; }
     int dim() const noexcept { return shape_.rank; }
-    std::ptrdiff_t numel() const noexcept { return shape_.size(); }
+    int ndim() const noexcept { return shape_.rank; }  // NumPy's name for dim()
+    std::ptrdiff_t numel() const noexcept { return shape_.numel(); }
     kiln::device device() const {
         check_valid("device");
         return storage_->dev;

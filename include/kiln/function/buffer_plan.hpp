@@ -319,7 +319,7 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
             if (x && x->dtype() == t->dtype() && x->is_contiguous() && parse_reduction_attrs(node.attrs, axes, keepdims)) {
                 try {
                     const reduction_shape r = reduced_shape(*x, axes, keepdims, "sum");
-                    if (r.keep.size() == t->numel()) {
+                    if (r.keep.numel() == t->numel()) {
                         val.kind = buffer_plan::value::arena;
                         continue;
                     }
@@ -518,7 +518,7 @@ std::shared_ptr<buffer_plan> build_buffer_plan(
     // Steps in program order; arena offsets first fit, a step's results over its operands only in place (below).
     arena_allocator arena;
     auto bytes_of = [&](const buffer_plan::value& v) {
-        return static_cast<std::size_t>(v.shape.size()) * size_of(v.dtype);
+        return static_cast<std::size_t>(v.shape.numel()) * size_of(v.dtype);
     };
     // A buffer that a result lives in is the caller's new tensor, written in place (not the arena, then copied).
     for (std::int32_t o : graph.outputs) {

@@ -163,7 +163,7 @@ struct basic_executable {
                         for (int q = 0; q < d; ++q) lead = lead && x.shape[q] == 1;
                         periodic = x.shape[d] == shape[e] || (lead && x.shape[d] == 1);
                     }
-                    const std::ptrdiff_t period = x.shape.size();
+                    const std::ptrdiff_t period = x.shape.numel();
                     if (!periodic || period == 0 || period > 4096) return false;
                     // The tile: about 1,024 elements, a multiple of every period.
                     tile = tile_with_period(tile, period, cur.periodic);

@@ -274,7 +274,7 @@ void run_group_from_slots(const function_graph& graph, const fused_group& g, std
                     t = &su.keep.back();
                 }
                 b = static_cast<const std::byte*>(t->raw_data());
-                if (op.kind == fused_group::operand::periodic) b = su.repeated.lay(b, op.period, shape.size());
+                if (op.kind == fused_group::operand::periodic) b = su.repeated.lay(b, op.period, shape.numel());
             }
             su.base.push_back(b);
         }
@@ -285,7 +285,7 @@ void run_group_from_slots(const function_graph& graph, const fused_group& g, std
     }
     const std::int64_t* member_params[64];
     for (std::size_t j = 0; j < m; ++j) member_params[j] = params_of(g.members[j]);
-    run_tiles(graph, g, su.base.data(), su.outs.data(), shape.size(), member_params);
+    run_tiles(graph, g, su.base.data(), su.outs.data(), shape.numel(), member_params);
 }
 
 }  // namespace detail

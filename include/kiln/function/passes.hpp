@@ -92,7 +92,7 @@ std::size_t fold_constants(function_graph& g) {
     std::size_t folded = 0;
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         graph_node& n = g.nodes[i];
-        if (n.kind != node_kind::op || written[i] || !n.dynamic.empty() || n.shape.size() > max_folded_elements) continue;
+        if (n.kind != node_kind::op || written[i] || !n.dynamic.empty() || n.shape.numel() > max_folded_elements) continue;
         bool all = true;
         for (std::int32_t in : n.inputs) all = all && g.nodes[static_cast<std::size_t>(in)].kind == node_kind::constant;
         if (!all) continue;

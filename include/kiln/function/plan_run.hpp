@@ -199,7 +199,7 @@ std::vector<tensor> run_buffer_plan(const buffer_plan& plan, const function_grap
                 // exported member, and a group exports at least one.
                 std::size_t shown = 0;
                 while (!g.exported[shown]) ++shown;
-                const std::ptrdiff_t total = plan.values[static_cast<std::size_t>(g.members[shown])].shape.size();
+                const std::ptrdiff_t total = plan.values[static_cast<std::size_t>(g.members[shown])].shape.numel();
                 for (std::size_t j = 0; j < m; ++j) {
                     for (const auto& op : g.inputs[j]) {
                         if (op.kind == fused_group::operand::full) {

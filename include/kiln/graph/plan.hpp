@@ -351,7 +351,7 @@ struct plan {
         } else {
             const auto def = rewrite_children<mat>(M{});
             const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = shape_of_expression(def, users, ws));
-            T* p = slot_memory<Device, K>(ws, s.size());
+            T* p = slot_memory<Device, K>(ws, s.numel());
             run_elementwise<Device>(def, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
             set_contiguous(slot, p, s);
         }
@@ -378,7 +378,7 @@ struct plan {
         if constexpr (can_compute<Op, Device, T, std::tuple<A...>>::value) {
             // Same user shapes as the last run: same shapes everywhere (checked then).
             const dims s = ws.same ? ws.shapes[K] : (ws.shapes[K] = Op::shape(a.shape...));
-            T* p = slot_memory<Device, K>(ws, s.size());
+            T* p = slot_memory<Device, K>(ws, s.numel());
             Op::template compute<Device>(p, s, a...);
             set_contiguous(std::get<K>(ws.slots), p, s);
         }

@@ -133,7 +133,7 @@ auto run_roots_on_gpu(kiln::device dev, const root_pack<Roots...>& roots, const 
             const dims s = plan_t::shape_of_expression(r, users, ws);
             R out = allocate_result<R>(s);
             device_block result;
-            const std::size_t bytes = static_cast<std::size_t>(s.size()) * sizeof(T);
+            const std::size_t bytes = static_cast<std::size_t>(s.numel()) * sizeof(T);
             T* p = static_cast<T*>(result.template grow<D>(bytes));
             plan_t::template run_elementwise<D>(r, users, ws, strided<T>(p, s, contiguous_strides(s)), s);
             backend::gpu_memory::to_host(out.data(), p, bytes, dev.index);

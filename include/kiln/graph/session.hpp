@@ -213,7 +213,7 @@ private:
                     continue;
                 }
                 const tensor src = g.to(dtype_of<T>()).to(dev_).contiguous();
-                const std::size_t bytes = static_cast<std::size_t>(ps.size()) * sizeof(T);
+                const std::size_t bytes = static_cast<std::size_t>(ps.numel()) * sizeof(T);
                 T* b = on_backend_of<T*>([&]<class Device>() {
                     T* q = static_cast<T*>(st.grad_blocks[p].template grow<Device>(bytes));
                     Device::copy(q, src.raw_data(), bytes);
@@ -224,7 +224,7 @@ private:
             }
 #endif
             auto& buf = st.grad_buffers[p];
-            if (buf.size() != static_cast<std::size_t>(ps.size())) buf.resize(static_cast<std::size_t>(ps.size()));
+            if (buf.size() != static_cast<std::size_t>(ps.numel())) buf.resize(static_cast<std::size_t>(ps.numel()));
             const tensor src = g.to(dtype_of<T>());  // into the step's own buffer, which the hook may write
             detail::strided<const T> v;
             detail::fill_strided(v, src);
@@ -472,7 +472,7 @@ private:
                     plan_t::run_elementwise(r, users, st.ws, detail::as_strided<T>(out), s);
                 } else {
                     detail::device_block result;
-                    const std::size_t bytes = static_cast<std::size_t>(s.size()) * sizeof(T);
+                    const std::size_t bytes = static_cast<std::size_t>(s.numel()) * sizeof(T);
                     T* p = static_cast<T*>(result.template grow<Device>(bytes));
                     plan_t::template run_elementwise<Device>(r, users, st.ws, detail::strided<T>(p, s, detail::contiguous_strides(s)), s);
                     Device::to_host(out.data(), p, bytes);

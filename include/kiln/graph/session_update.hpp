@@ -45,10 +45,10 @@ void session_compute_gradient(const G& g, const Users& users, State& st) {
     T* buf = nullptr;
     if constexpr (on_cpu) {
         auto& b = st.grad_buffers[I];
-        if (b.size() != static_cast<std::size_t>(ps.size())) b.resize(static_cast<std::size_t>(ps.size()));
+        if (b.size() != static_cast<std::size_t>(ps.numel())) b.resize(static_cast<std::size_t>(ps.numel()));
         buf = b.data();
     } else {
-        buf = static_cast<T*>(st.grad_blocks[I].template grow<Device>(static_cast<std::size_t>(ps.size()) * sizeof(T)));
+        buf = static_cast<T*>(st.grad_blocks[I].template grow<Device>(static_cast<std::size_t>(ps.numel()) * sizeof(T)));
     }
     const dims gs = st.ws.same ? ps : Plan::shape_of_expression(r, users, st.ws);  // checked on new shapes
     dims b;
@@ -98,7 +98,7 @@ void session_update(State& st) {
             const auto op = [&]<std::size_t... J>(std::index_sequence<J...>) {
                 return std::tuple<decltype((void)J, static_cast<T*>(nullptr))...>{out[J]...};
             }(std::make_index_sequence<nroots>{});
-            loop::run_flat_ptrs(typename loop::roots_t(r...), lp, op, ps.size());
+            loop::run_flat_ptrs(typename loop::roots_t(r...), lp, op, ps.numel());
         } else {
             // One kernel for the parameter and its slots, every root evaluated before any is stored.
             const dims cs = detail::contiguous_strides(ps);

@@ -238,13 +238,13 @@ void contract(const einsum_attrs& a, const extents& e, U* out, const detail::str
                 for (int j = 0; j < nkept; ++j) k = k || kept[j] == s[i];
                 if (!k) keep[i] = 1;
             }
-            T* p = sum_buf.get(keep.size());
+            T* p = sum_buf.get(keep.numel());
             Device::reduce(detail::fold_kind::sum, v, keep, p);
             src = detail::strided<const T>(p, keep, detail::contiguous_strides(keep));
         }
         const detail::strided<const T> view = arranged(src, s, n, order, m);
         if (detail::is_row_major(view)) return view.data;
-        T* to = buf.get(shape.size());
+        T* to = buf.get(shape.numel());
         Device::copy_strided(detail::strided<T>(to, shape, detail::contiguous_strides(shape)), view);
         return to;
     };

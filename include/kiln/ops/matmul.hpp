@@ -143,7 +143,7 @@ struct matmul {
             sa[static_cast<std::size_t>(i)] = ia >= 0 && a.shape[ia] != 1 ? a.strides[ia] : 0;
             sb[static_cast<std::size_t>(i)] = ib >= 0 && b.shape[ib] != 1 ? b.strides[ib] : 0;
         }
-        const std::ptrdiff_t batches = s.batch.size();
+        const std::ptrdiff_t batches = s.batch.numel();
         // A device with strided-batched products (cuBLAS) takes the batches in one call when each operand's batch
         // offsets are one stride times the batch's position (every batch layout of one contiguous tensor, and a
         // matrix broadcast over all batches, whose stride is 0).

@@ -309,8 +309,8 @@ struct count {
     static dims result_shape(const reduce_attrs&, const dims&, std::string_view = {}) { return dims{}; }
     static std::ptrdiff_t of(const reduce_attrs& a, const dims& x) {
         const detail::reduction_shape r = reduce_shape(keeping_dims(a), x, name);
-        const std::ptrdiff_t m = r.keep.size();
-        return m == 0 ? 0 : x.size() / m;
+        const std::ptrdiff_t m = r.keep.numel();
+        return m == 0 ? 0 : x.numel() / m;
     }
     // (Written by the device: on a GPU `out` is device memory, which the host cannot store into.)
     template <class Device, class T, class X>

@@ -185,7 +185,7 @@ inline tensor_spec tile_shape_rule(std::span<const tensor_spec> in, const attrib
 }
 inline tensor_spec repeat_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     if (a.has("axis")) return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), int_attr(a, "axis")}, in[0].shape)};
-    return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), 0}, dims{in[0].shape.size()})};
+    return {in[0].dtype, ops::repeat::result_shape({a.integer("repeats"), 0}, dims{in[0].shape.numel()})};
 }
 inline std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> pad_widths_of(const attributes& a) {
     const std::vector<std::int64_t> w = a.integers("widths");
@@ -224,11 +224,11 @@ tensor_spec arg_shape_rule(std::span<const tensor_spec> in, const attributes& a)
     const bool keep = a.boolean("keepdims");
     auto empty = [&] {
         return value_error("kiln: value_error in '" + std::string(Name.view()) + "': cannot reduce over an empty dimension (shape " +
-                           to_string(in[0].shape.rank == 0 || a.has("axis") ? in[0].shape : dims{in[0].shape.size()}) +
+                           to_string(in[0].shape.rank == 0 || a.has("axis") ? in[0].shape : dims{in[0].shape.numel()}) +
                            ", " + std::string(name(in[0].dtype)) + ")");
     };
     if (!a.has("axis")) {
-        if (in[0].shape.size() == 0) throw empty();
+        if (in[0].shape.numel() == 0) throw empty();
         dims out;
         if (keep) {
             out.rank = in[0].shape.rank;

@@ -16,7 +16,7 @@ namespace detail {
 template <class U, class T>
 void strided_copy(const strided<U>& out, const strided<const T>& in) {
     const dims& shape = out.shape;
-    const std::ptrdiff_t n = shape.size();
+    const std::ptrdiff_t n = shape.numel();
     if (n == 0) return;
     const int r = shape.rank;
     if (r == 0) {

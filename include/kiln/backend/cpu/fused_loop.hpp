@@ -130,7 +130,7 @@ struct fused_loop {
 
     template <class Bound, class Rp>
     static void run(const Rp& roots, const Bound& bound, const outs_t& outs, const dims& shape) {
-        const std::ptrdiff_t n = shape.size();
+        const std::ptrdiff_t n = shape.numel();
         if (n == 0) return;
         // The common case, every operand dense and of one shape, is one flat range: no layout to compute.
         const bool flat = [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {

@@ -23,7 +23,7 @@ namespace detail {
 // Calls f(index) for every multi-index of `shape` in row-major order.
 template <class F>
 void for_each_index(const dims& shape, F&& f) {
-    if (shape.size() == 0) return;
+    if (shape.numel() == 0) return;
     std::array<std::ptrdiff_t, max_rank> i{};
     for (;;) {
         f(i);
@@ -59,7 +59,7 @@ std::ptrdiff_t checked_index(I raw, std::ptrdiff_t n, std::string_view op) {
 // offsets of that index in two views of strides sa and sb, kept incrementally (the innermost loop is plain).
 template <class F>
 void walk2(const dims& shape, const dims& sa, const dims& sb, F&& f) {
-    if (shape.size() == 0) return;
+    if (shape.numel() == 0) return;
     const int r = shape.rank;
     if (r == 0) {
         f(std::ptrdiff_t{0}, std::ptrdiff_t{0}, std::ptrdiff_t{0});
@@ -103,7 +103,7 @@ void gather_along_into(const strided<const T>& x, const strided<const I>& index,
 template <class T, class I, class U>
 void scatter_add_along_into(const strided<const T>& g, const strided<const I>& index, int axis, const dims& shape, U* out,
                             std::string_view op) {
-    std::fill(out, out + shape.size(), U(0));
+    std::fill(out, out + shape.numel(), U(0));
     dims cs = contiguous_strides(shape);
     const std::ptrdiff_t n = shape[axis], step = cs[axis];
     cs[axis] = 0;
@@ -152,8 +152,8 @@ void take_into(const strided<const T>& x, const strided<const I>& index, int axi
     for (int d = axis + 1; d < x.shape.rank; ++d) after[d - axis - 1] = x.shape[d];
     std::ptrdiff_t run = 0, step = 1;
     inner_run(x, axis, run, step);
-    const std::ptrdiff_t inner = after.size();
-    if (inner == 0 || index.shape.size() == 0) return;
+    const std::ptrdiff_t inner = after.numel();
+    if (inner == 0 || index.shape.numel() == 0) return;
     std::ptrdiff_t k = 0;
     for_each_index(before, [&](const std::array<std::ptrdiff_t, max_rank>& b) {
         std::ptrdiff_t base = 0;
@@ -185,7 +185,7 @@ void take_into(const strided<const T>& x, const strided<const I>& index, int axi
 template <class T, class I, class U>
 void take_add_into(const strided<const T>& g, const strided<const I>& index, int axis, const dims& shape, U* out,
                    std::string_view op) {
-    std::fill(out, out + shape.size(), U(0));
+    std::fill(out, out + shape.numel(), U(0));
     const dims cs = contiguous_strides(shape);
     const int ri = index.shape.rank;
     const std::ptrdiff_t n = shape[axis];
@@ -205,7 +205,7 @@ template <class T>
 void sort_order_into(const strided<const T>& x, int axis, bool descending, std::int64_t* out) {
     const dims& s = x.shape;
     const std::ptrdiff_t len = s[axis];
-    if (s.size() == 0) return;
+    if (s.numel() == 0) return;
     dims lines = s;
     lines[axis] = 1;
     const dims cs = contiguous_strides(s);

@@ -73,7 +73,7 @@ void fold_blocks(const T* __restrict x, Acc* __restrict acc, std::ptrdiff_t oute
 // f(acc[its output], value).
 template <class T, class Acc, class F>
 void reduce_strided(const strided<const T>& x, const dims& keep, Acc* acc, F f) {
-    const std::ptrdiff_t n = x.shape.size();
+    const std::ptrdiff_t n = x.shape.numel();
     if (n == 0) return;
     const int r = x.shape.rank;
     if (r == 0) {
@@ -116,9 +116,9 @@ void reduce_strided(const strided<const T>& x, const dims& keep, Acc* acc, F f) 
 template <class T, class R>
 void reduce_into(fold_kind kind, const strided<const T>& x, const dims& keep, R* out, bool mean = false,
                  std::ptrdiff_t count = 0) {
-    const std::ptrdiff_t m = keep.size();
+    const std::ptrdiff_t m = keep.numel();
     if (m == 0) return;
-    const bool empty = x.shape.size() == 0;
+    const bool empty = x.shape.numel() == 0;
     std::ptrdiff_t outer = 1, red = 1, inner = 1;
     // (Only with elements: then no product of extents overflows. An empty tensor may have huge extents.)
     const bool blocks = !empty && is_row_major(x) && reduction_blocks(x.shape, keep, outer, red, inner);
@@ -187,7 +187,7 @@ void arg_reduce_into(bool is_max, const strided<const T>& x, const dims& keep, s
         std::int64_t pos;
         std::int64_t seen;
     };
-    const std::ptrdiff_t m = keep.size();
+    const std::ptrdiff_t m = keep.numel();
     best_t* acc = scratch<best_t>(static_cast<std::size_t>(m));
     std::fill(acc, acc + m, best_t{T{}, -1, 0});
     // The walk visits x row-major, so the elements of one output arrive in order along the axis.

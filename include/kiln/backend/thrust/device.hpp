@@ -86,9 +86,9 @@ struct thrust_device {
     static void reduce(detail::fold_kind kind, const detail::strided<const T>& x, const dims& keep, R* out,
                        bool mean = false, std::ptrdiff_t count = 0) {
         const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
-        const std::ptrdiff_t m = keep.size();
+        const std::ptrdiff_t m = keep.numel();
         if (m == 0) return;
-        const std::ptrdiff_t n = x.shape.size();
+        const std::ptrdiff_t n = x.shape.numel();
         const bool extremum = kind == detail::fold_kind::max || kind == detail::fold_kind::min;
         using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
         if (n == 0) {  // an empty sum is 0, an empty product 1 (extrema over nothing are refused by the caller)
@@ -114,7 +114,7 @@ struct thrust_device {
     template <class T>
     static void arg_reduce(bool is_max, const detail::strided<const T>& x, const dims& keep, std::int64_t* out) {
         const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
-        const std::ptrdiff_t m = keep.size(), n = x.shape.size();
+        const std::ptrdiff_t m = keep.numel(), n = x.shape.numel();
         if (m == 0 || n == 0) return;
         const gpu::reduction_order o = gpu::order_for(x, keep);
         const auto keys = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0), gpu::key_of{o.red});
@@ -127,7 +127,7 @@ struct thrust_device {
     template <class T, class U>
     static void scan(bool product, const detail::strided<const T>& x, int axis, bool reverse, U* out) {
         const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
-        const std::ptrdiff_t n = x.shape.size(), len = x.shape[axis];
+        const std::ptrdiff_t n = x.shape.numel(), len = x.shape[axis];
         if (n == 0) return;
         const gpu::lines l = gpu::lines_of(x, axis);
         const auto keys = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::ptrdiff_t>(0), gpu::key_of{len});
@@ -142,7 +142,7 @@ struct thrust_device {
 
     template <class U, class T>
     static void copy_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
-        const std::ptrdiff_t n = out.shape.size();
+        const std::ptrdiff_t n = out.shape.numel();
         if (n == 0) return;
         if constexpr (std::is_same_v<U, T>) {
             if (detail::is_row_major(out) && detail::is_row_major(in)) {
@@ -157,7 +157,7 @@ struct thrust_device {
 
     template <class U>
     static void fill(const detail::strided<U>& out, U v) {
-        gpu::for_each_n(out.shape.size(), gpu::fill_kernel<U>{gpu::walk_of(out.shape), out.data, gpu::steps_of(out.strides), v});
+        gpu::for_each_n(out.shape.numel(), gpu::fill_kernel<U>{gpu::walk_of(out.shape), out.data, gpu::steps_of(out.strides), v});
     }
 
     template <class T, class I, class U>
@@ -166,7 +166,7 @@ struct thrust_device {
         gpu::fault_check fc;
         dims xs = x.strides;
         xs[axis] = 0;
-        gpu::for_each_n(index.shape.size(),
+        gpu::for_each_n(index.shape.numel(),
                         gpu::gather_along_kernel<T, I, U>{x.data, gpu::steps_of(xs), x.shape[axis], x.strides[axis], index.data,
                                                           gpu::walk_of(index.shape), gpu::steps_of(index.strides), out, fc.f.p});
         fc.raise_if_hit(op);
@@ -179,7 +179,7 @@ struct thrust_device {
         dims cs = detail::contiguous_strides(shape);
         const std::ptrdiff_t step = cs[axis];
         cs[axis] = 0;
-        gpu::for_each_n(index.shape.size(),
+        gpu::for_each_n(index.shape.numel(),
                         gpu::scatter_along_kernel<T, I, U>{g.data, gpu::steps_of(g.strides), index.data, gpu::walk_of(index.shape),
                                                            gpu::steps_of(index.strides), gpu::steps_of(cs), shape[axis], step, out,
                                                            fc.f.p});
@@ -196,7 +196,7 @@ struct thrust_device {
         for (int d = axis + 1; d < x.shape.rank; ++d) xs.s[r] = x.strides[d], os[r++] = x.shape[d];
         os.rank = r;
         gpu::fault_check fc;
-        gpu::for_each_n(os.size(), gpu::take_kernel<T, I, U>{x.data, gpu::walk_of(os), xs, axis, index.shape.rank, x.shape[axis],
+        gpu::for_each_n(os.numel(), gpu::take_kernel<T, I, U>{x.data, gpu::walk_of(os), xs, axis, index.shape.rank, x.shape[axis],
                                                              x.strides[axis], index.data, gpu::steps_of(index.strides), out,
                                                              fc.f.p});
         fc.raise_if_hit(op);
@@ -212,7 +212,7 @@ struct thrust_device {
         for (int d = 0; d < index.shape.rank; ++d) os.s[r++] = 0;
         for (int d = axis + 1; d < shape.rank; ++d) os.s[r++] = cs[d];
         gpu::fault_check fc;
-        gpu::for_each_n(g.shape.size(), gpu::take_add_kernel<T, I, U>{g.data, gpu::walk_of(g.shape), gpu::steps_of(g.strides), os,
+        gpu::for_each_n(g.shape.numel(), gpu::take_add_kernel<T, I, U>{g.data, gpu::walk_of(g.shape), gpu::steps_of(g.strides), os,
                                                                       axis, index.shape.rank, shape[axis], cs[axis], index.data,
                                                                       gpu::steps_of(index.strides), out, fc.f.p});
         fc.raise_if_hit(op);
@@ -221,7 +221,7 @@ struct thrust_device {
     template <class T>
     static void sort_order(const detail::strided<const T>& x, int axis, bool descending, std::int64_t* out) {
         const gpu_memory::device_section work;  // (KILN_GPU_GUARD, emulated device)
-        const std::ptrdiff_t n = x.shape.size(), len = x.shape[axis];
+        const std::ptrdiff_t n = x.shape.numel(), len = x.shape[axis];
         if (n == 0) return;
         const gpu::lines l = gpu::lines_of(x, axis);
         gpu::buffer<std::int64_t> pos(n);
@@ -271,7 +271,7 @@ private:
         using list = detail::unique_nodes_t<Roots...>;
         constexpr std::size_t NL = sizeof...(L);
         const dims& shape = std::get<0>(outs).shape;
-        const std::ptrdiff_t n = shape.size();
+        const std::ptrdiff_t n = shape.numel();
         if (n == 0) return;
         gpu::eval_kernel<list, NL, Roots...> k{detail::root_pack<Roots...>(roots...), gpu::walk_of(shape), {}, {}, {}, {}, true};
         [&]<std::size_t... J>(std::index_sequence<J...>) {

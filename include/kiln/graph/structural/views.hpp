@@ -95,9 +95,9 @@ struct reshape : reshape_base {
             if (out[i] == dyn) infer = i;
             else known *= out[i];
         }
-        if (infer >= 0) out[infer] = known == 0 ? 0 : a.size() / known;
-        if (out.size() != a.size())
-            throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(a) + " (" + std::to_string(a.size()) +
+        if (infer >= 0) out[infer] = known == 0 ? 0 : a.numel() / known;
+        if (out.numel() != a.numel())
+            throw shape_error("kiln: shape_error in 'reshape': cannot reshape " + to_string(a) + " (" + std::to_string(a.numel()) +
                               " elements) to " + to_string(out));
         return out;
     }
@@ -125,7 +125,7 @@ struct reshape_as : reshape_base {
     template <class SG, class SR>
     using static_shape = SR;
     static dims shape(const dims& g, const dims& ref) {
-        if (g.size() != ref.size())
+        if (g.numel() != ref.numel())
             throw shape_error("kiln: shape_error in 'reshape_as': cannot reshape " + to_string(g) + " to " + to_string(ref));
         return ref;
     }
