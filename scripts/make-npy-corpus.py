@@ -65,6 +65,19 @@ def main():
                     with open(os.path.join(corpus, name), "wb") as f:
                         f.write(raw)
                     n += 1
+    # dtypes that kiln widens on load (int8/int16/uint8/uint16 to int32, uint32/uint64 to int64, float16 to float32)
+    widened = {
+        "widen_u1_le_C_2x3_v1.npy": header("|u1", False, (2, 3)) + bytes([0, 1, 2, 200, 254, 255]),
+        "widen_i1_le_F_2x2_v1.npy": header("|i1", True, (2, 2)) + bytes([0x80, 0xff, 0x00, 0x7f]),
+        "widen_i2_be_C_3_v1.npy": header(">i2", False, (3,)) + struct.pack(">3h", -32768, 5, 32767),
+        "widen_u4_le_C_2_v1.npy": header("<u4", False, (2,)) + struct.pack("<2I", 0, 4294967295),
+        "widen_u8_le_C_2_v1.npy": header("<u8", False, (2,)) + struct.pack("<2Q", 1, 2**63),
+        "widen_f2_be_C_4_v1.npy": header(">f2", False, (4,)) + struct.pack(">4H", 0x3c00, 0x0001, 0x7c00, 0x7e00),
+    }
+    for name, raw in widened.items():
+        with open(os.path.join(corpus, name), "wb") as f:
+            f.write(raw)
+        n += 1
     hostile = {
         # sizes that overflow or exceed the data present
         "shape_2p62_f4.npy": header("<f4", False, (2**62,)) + b"\0" * 8,

@@ -380,7 +380,7 @@ TEST_CASE("save and load: a traced function runs from its file with its dynamic 
     // Bad calls name the spec.
     CHECK_THROWS_WITH_AS(f(kiln::zeros({2, 4})), doctest::Contains("argument 0 has shape (2, 4), but its spec is (?, 3) float32"),
                          kiln::shape_error);
-    CHECK_THROWS_WITH_AS(f(std::vector<kiln::tensor>{}), doctest::Contains("takes 1 arguments, not 0"), kiln::value_error);
+    CHECK_THROWS_WITH_AS(f(std::vector<kiln::tensor>{}), doctest::Contains("takes 1 argument, not 0"), kiln::value_error);
 }
 
 TEST_CASE("save: what cannot be saved is refused with the reason") {

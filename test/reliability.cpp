@@ -467,7 +467,13 @@ TEST_CASE(".npy headers are parsed strictly") {
     refused("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", "", "appears twice");
     refused("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1, }", "", "unexpected key 'x'");
     refused("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } junk", "", "unexpected bytes after");
-    refused("{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", "", "unsupported dtype '<u2'");
+    refused("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", "", "unsupported dtype '<c8'");
+    refused("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", "", "unsupported dtype '|O'");
+    refused("{'descr': '<U2', 'fortran_order': False, 'shape': (2,), }", "", "unsupported dtype '<U2'");
+    refused("{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", "", "truncated: shape (2,) of uint16 needs 4 bytes");
+    refused("{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }",
+            std::string("\x05\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x80", 16),
+            "the uint64 at element 1 (9223372036854775808) is beyond int64");
     refused("{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }", "", "more than 8 dimensions");
     refused("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x00\x01\x07", 3),
             "the bool at element 2 is neither 0 nor 1");
@@ -483,6 +489,54 @@ TEST_CASE(".npy headers are parsed strictly") {
     CHECK(ok(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (3L,), }", data, 3)).numel() == 3);
     CHECK(ok(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", data.substr(0, 4))).dim() == 0);
     CHECK(ok(npy_file("{'descr': '<f8', 'fortran_order': True, 'shape': (0, 3), }", "")).shape() == kiln::dims{0, 3});
+}
+
+TEST_CASE(".npy dtypes that kiln lacks are widened on load: narrow integers, unsigned integers, float16") {
+    const auto load = [](const std::string& descr, const std::string& shape, const std::string& data) {
+        const std::string bytes = npy_file("{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }", data);
+        return kiln::load_npy_bytes(bytes.data(), bytes.size(), "t.npy");
+    };
+    const auto i1 = load("|i1", "(4,)", std::string("\x80\xff\x00\x7f", 4));
+    CHECK(i1.dtype() == kiln::int32);
+    CHECK(values(i1) == std::vector<double>{-128, -1, 0, 127});
+    const auto u1 = load("|u1", "(2, 2)", std::string("\x00\xc8\xff\x01", 4));
+    CHECK(u1.dtype() == kiln::int32);
+    CHECK(u1.shape() == kiln::dims{2, 2});
+    CHECK(values(u1) == std::vector<double>{0, 200, 255, 1});
+    // int16 -32768 and 300, little- and big-endian.
+    CHECK(values(load("<i2", "(2,)", std::string("\x00\x80\x2c\x01", 4))) == std::vector<double>{-32768, 300});
+    CHECK(values(load(">i2", "(2,)", std::string("\x80\x00\x01\x2c", 4))) == std::vector<double>{-32768, 300});
+    const auto u2 = load("<u2", "(1,)", std::string("\xff\xff", 2));
+    CHECK(u2.dtype() == kiln::int32);
+    CHECK(u2.item<std::int32_t>() == 65535);
+    const auto u4 = load(">u4", "(1,)", std::string("\xff\xff\xff\xfe", 4));
+    CHECK(u4.dtype() == kiln::int64);
+    CHECK(u4.item<std::int64_t>() == 4294967294);
+    const auto u8 = load("<u8", "(1,)", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
+    CHECK(u8.dtype() == kiln::int64);
+    CHECK(u8.item<std::int64_t>() == std::numeric_limits<std::int64_t>::max());
+    // float16: 1, -2.5, 65504 (the largest), 2^-24 (the smallest subnormal), 2^-14 - 2^-24 (the largest subnormal),
+    // -0, inf and a NaN, exactly.
+    const std::uint16_t halves[8] = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x03ff, 0x8000, 0x7c00, 0x7e00};
+    const auto f2 = load("<f2", "(8,)", std::string(reinterpret_cast<const char*>(halves), 16));
+    CHECK(f2.dtype() == kiln::float32);
+    const float* f = f2.data<float>();
+    CHECK(f[0] == 1.0f);
+    CHECK(f[1] == -2.5f);
+    CHECK(f[2] == 65504.0f);
+    CHECK(f[3] == std::ldexp(1.0f, -24));
+    CHECK(f[4] == std::ldexp(1.0f, -14) - std::ldexp(1.0f, -24));
+    CHECK(f[5] == 0.0f);
+    CHECK(std::signbit(f[5]));
+    CHECK(f[6] == std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(f[7]));
+    // A big-endian float16 in Fortran order: [[1, 2], [3, 4]] stored column by column.
+    {
+        const std::string bytes = npy_file("{'descr': '>f2', 'fortran_order': True, 'shape': (2, 2), }",
+                                           std::string("\x3c\x00\x42\x00\x40\x00\x44\x00", 8));
+        const auto m = kiln::load_npy_bytes(bytes.data(), bytes.size());
+        CHECK(values(m) == std::vector<double>{1, 2, 3, 4});
+    }
 }
 
 TEST_CASE("every truncation of a valid .npy file is a file_error, and the files on disk are named") {

@@ -1,13 +1,16 @@
 #pragma once
 // NumPy's .npy format (versions 1.0, 2.0 and 3.0 read; 1.0 written, as numpy.save does): bool, int32, int64,
-// float32 and float64, either byte order, C or Fortran order. Bad files are rejected with a kiln::file_error.
+// float32 and float64, either byte order, C or Fortran order; narrower integers and float16 are read widened to
+// int32, int64 or float32. Bad files are rejected with a kiln::file_error.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "elementwise.hpp"
 
@@ -45,8 +48,10 @@ struct npy_layout {
     dims shape;
     bool fortran = false;
     bool swap = false;           // big-endian data
+    char kind = 'f';             // the stored dtype: 'b', 'i', 'u' or 'f', of item bytes each
+    std::size_t item = 4;        // (wider than d's only where kiln has no such dtype: see descr_to_dtype)
     std::size_t data_offset = 0;  // where the data begins
-    std::size_t data_bytes = 0;   // what the shape and dtype need
+    std::size_t data_bytes = 0;   // what the shape and the stored dtype need
 };
 
 // A strict reader of the header's Python literal: {'descr': <str>, 'fortran_order': <True|False>, 'shape': <tuple of
@@ -163,26 +168,83 @@ private:
         if (peek() == 'L') ++i_;  // Python 2's long literal, as old numpy.save wrote it
         return v;
     }
+    // kiln's own dtypes are read as they are; narrower integers and float16, which kiln has no dtype for, are
+    // widened on load, as NumPy's arrays of them convert (int8, int16, uint8 and uint16 to int32; uint32 and
+    // uint64 to int64, a uint64 above int64's range refused; float16 to float32, exactly).
     void descr_to_dtype(const std::string& descr, npy_layout& out) const {
+        const char* readable = "; kiln reads b1, i1, i2, i4, i8, u1, u2, u4, u8, f2, f4 and f8";
         if (descr.size() != 3)
-            throw file_error("kiln: file_error in 'load_npy': '" + file_ + "': unsupported dtype '" + descr +
-                             "'; kiln reads b1, i4, i8, f4 and f8");
+            throw file_error("kiln: file_error in 'load_npy': '" + file_ + "': unsupported dtype '" + descr + "'" + readable);
         const char order = descr[0], kind = descr[1], size = descr[2];
         if (order != '<' && order != '>' && order != '|' && order != '=')
             npy_fail(file_, "unknown byte order in dtype '" + descr + "'");
-        if (kind == 'b' && size == '1') out.d = dtype::boolean;
-        else if (kind == 'i' && size == '4') out.d = dtype::int32;
-        else if (kind == 'i' && size == '8') out.d = dtype::int64;
-        else if (kind == 'f' && size == '4') out.d = dtype::float32;
-        else if (kind == 'f' && size == '8') out.d = dtype::float64;
-        else npy_fail(file_, "unsupported dtype '" + descr + "'; kiln reads b1, i4, i8, f4 and f8");
-        out.swap = order == '>' && size != '1';
+        const std::size_t item = size >= '1' && size <= '8' ? static_cast<std::size_t>(size - '0') : 0;
+        if (kind == 'b' && item == 1) out.d = dtype::boolean;
+        else if (kind == 'i' && (item == 1 || item == 2 || item == 4)) out.d = dtype::int32;
+        else if (kind == 'i' && item == 8) out.d = dtype::int64;
+        else if (kind == 'u' && (item == 1 || item == 2)) out.d = dtype::int32;
+        else if (kind == 'u' && (item == 4 || item == 8)) out.d = dtype::int64;
+        else if (kind == 'f' && (item == 2 || item == 4)) out.d = dtype::float32;
+        else if (kind == 'f' && item == 8) out.d = dtype::float64;
+        else npy_fail(file_, "unsupported dtype '" + descr + "'" + readable);
+        out.kind = kind;
+        out.item = item;
+        out.swap = order == '>' && item != 1;
     }
 
     std::string_view s_;
     const std::string& file_;
     std::size_t i_ = 0;
 };
+
+// The stored dtype's name, for messages.
+inline std::string npy_stored_name(const npy_layout& l) {
+    if (l.kind == 'f' && l.item == 2) return "float16";
+    if (l.kind == 'u') return "uint" + std::to_string(8 * l.item);
+    if (l.kind == 'i' && l.item < 4) return "int" + std::to_string(8 * l.item);
+    return std::string(name(l.d));
+}
+
+// IEEE binary16 to binary32, exactly (subnormals, infinities and NaN payloads included).
+inline float half_to_float(std::uint16_t h) noexcept {
+    const std::uint32_t sign = static_cast<std::uint32_t>(h >> 15) << 31;
+    std::uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);  // infinity or NaN
+    else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);
+    else if (man == 0) bits = sign;                             // signed zero
+    else {                                                      // subnormal: normalize
+        int e = -1;
+        do { ++e; man <<= 1; } while ((man & 0x400) == 0);
+        bits = sign | (static_cast<std::uint32_t>(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    return std::bit_cast<float>(bits);
+}
+
+// Converts `n` stored elements (native byte order by now) at `q` into the tensor's wider dtype at `p`.
+inline void widen_npy(const npy_layout& l, const unsigned char* q, unsigned char* p, std::size_t n,
+                      const std::string& file) {
+    auto load = [&]<class S>(std::size_t i) {
+        S v;
+        std::memcpy(&v, q + i * sizeof(S), sizeof(S));
+        return v;
+    };
+    auto put = [&]<class T>(std::size_t i, T v) { std::memcpy(p + i * sizeof(T), &v, sizeof(T)); };
+    for (std::size_t i = 0; i < n; ++i) {
+        if (l.kind == 'f') put(i, half_to_float(load.template operator()<std::uint16_t>(i)));
+        else if (l.kind == 'i' && l.item == 1) put(i, std::int32_t{load.template operator()<std::int8_t>(i)});
+        else if (l.kind == 'i') put(i, std::int32_t{load.template operator()<std::int16_t>(i)});
+        else if (l.item == 1) put(i, std::int32_t{load.template operator()<std::uint8_t>(i)});
+        else if (l.item == 2) put(i, std::int32_t{load.template operator()<std::uint16_t>(i)});
+        else if (l.item == 4) put(i, std::int64_t{load.template operator()<std::uint32_t>(i)});
+        else {
+            const std::uint64_t v = load.template operator()<std::uint64_t>(i);
+            if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+                npy_fail(file, "the uint64 at element " + std::to_string(i) + " (" + std::to_string(v) +
+                                   ") is beyond int64, kiln's widest integer");
+            put(i, static_cast<std::int64_t>(v));
+        }
+    }
+}
 
 // Reads a .npy image from a source with `size()` and `read(offset, dst, n)` (a file or memory).
 template <class Source>
@@ -214,30 +276,36 @@ tensor read_npy(Source& src, const std::string& file) {
     std::ptrdiff_t n = 0;
     try {
         n = checked_numel(layout.shape, "load_npy");
-        layout.data_bytes = checked_bytes(n, size_of(layout.d), layout.shape, "load_npy");
+        layout.data_bytes = checked_bytes(n, layout.item, layout.shape, "load_npy");
+        (void)checked_bytes(n, size_of(layout.d), layout.shape, "load_npy");
     } catch (const value_error&) {
         npy_fail(file, "shape " + to_string(layout.shape) + " has more elements than kiln can address");
     }
     const std::size_t present = total - layout.data_offset;
     if (present < layout.data_bytes)
-        npy_fail(file, "truncated: shape " + to_string(layout.shape) + " of " + std::string(name(layout.d)) +
+        npy_fail(file, "truncated: shape " + to_string(layout.shape) + " of " + npy_stored_name(layout) +
                            " needs " + std::to_string(layout.data_bytes) + " bytes of data and the file has " +
                            std::to_string(present));
     if (present > layout.data_bytes)
         npy_fail(file, std::to_string(present - layout.data_bytes) + " bytes follow the data that shape " +
-                           to_string(layout.shape) + " of " + std::string(name(layout.d)) + " needs");
+                           to_string(layout.shape) + " of " + npy_stored_name(layout) + " needs");
 
     dims stored = layout.shape;
     if (layout.fortran) std::reverse(stored.d.begin(), stored.d.begin() + stored.rank);
     tensor t(layout.d, stored);
     auto* p = static_cast<unsigned char*>(t.raw_data());
-    if (layout.data_bytes > 0) src.read(layout.data_offset, p, layout.data_bytes);
-    const std::size_t item = size_of(layout.d);
+    const std::size_t item = layout.item;
+    const bool widen = item != size_of(layout.d) || layout.kind == 'u';
+    // A widened dtype is read into a buffer of the stored size (checked against the file above), then converted.
+    std::vector<unsigned char> narrow(widen ? layout.data_bytes : 0);
+    unsigned char* q = widen ? narrow.data() : p;
+    if (layout.data_bytes > 0) src.read(layout.data_offset, q, layout.data_bytes);
     if (layout.swap)
-        for (std::size_t i = 0; i < layout.data_bytes; i += item) std::reverse(p + i, p + i + item);
+        for (std::size_t i = 0; i < layout.data_bytes; i += item) std::reverse(q + i, q + i + item);
     if (layout.d == dtype::boolean)
         for (std::size_t i = 0; i < layout.data_bytes; ++i)
             if (p[i] > 1) npy_fail(file, "the bool at element " + std::to_string(i) + " is neither 0 nor 1");
+    if (widen) widen_npy(layout, q, p, static_cast<std::size_t>(n), file);
     if (!layout.fortran) return t;
     // Fortran order: the data is the transpose of the stored C-order array.
     std::array<int, max_rank> rev{};

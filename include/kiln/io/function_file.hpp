@@ -253,7 +253,7 @@ public:
         check();
         if (args.size() != specs_.size())
             throw value_error(detail::error_prefix("value_error", name_) + "takes " + std::to_string(specs_.size()) +
-                              " arguments, not " + std::to_string(args.size()));
+                              (specs_.size() == 1 ? " argument, not " : " arguments, not ") + std::to_string(args.size()));
         std::vector<std::ptrdiff_t> extents;
         for (std::size_t k = 0; k < args.size(); ++k) {
             const tensor& t = args[k];
