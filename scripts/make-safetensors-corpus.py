@@ -36,6 +36,13 @@ def main(root):
         files["one_%s.safetensors" % name] = file_bytes({name: {"dtype": name, "shape": [3], "data_offsets": [0, len(blob)]}}, blob)
         header[name.lower()] = {"dtype": name, "shape": [3, 1], "data_offsets": [len(data), len(data) + len(blob)]}
         data += blob
+    # The dtypes kiln reads widened (core/stored_dtype.hpp), one tensor each.
+    widened = {"I8": ("<b", [-128, 0, 127]), "I16": ("<h", [-32768, 1, 32767]), "U8": ("<B", [0, 200, 255]),
+               "U16": ("<H", [0, 1, 65535]), "U32": ("<I", [0, 1, 2**32 - 1]), "U64": ("<Q", [0, 2**63 - 1, 2**63]),
+               "F16": ("<H", [0x3c00, 0x0001, 0x7e00]), "BF16": ("<H", [0x3f80, 0x7f80, 0x8000])}
+    for name, (fmt, vals) in widened.items():
+        blob = pack(fmt, vals)
+        files["one_%s.safetensors" % name] = file_bytes({name: {"dtype": name, "shape": [3], "data_offsets": [0, len(blob)]}}, blob)
     header["__metadata__"] = {"format": "pt", "note": "caf\u00e9"}
     files["all_dtypes.safetensors"] = file_bytes(header, data)
     files["empty_and_scalar.safetensors"] = file_bytes(

@@ -3,12 +3,14 @@
 // checkpoints that resume training bit for bit.
 #include <kiln/io.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -120,6 +122,53 @@ TEST_CASE("safetensors: what cannot be written is refused before the file is tou
                          kiln::file_error);
 }
 
+TEST_CASE("safetensors: the dtypes kiln lacks are read widened, exactly (I8 to U64, F16, BF16)") {
+    auto bytes = [](std::initializer_list<int> b) {
+        std::string s;
+        for (int x : b) s += static_cast<char>(x);
+        return s;
+    };
+    const std::string header =
+        R"({"bf":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},)"
+        R"("h":{"dtype":"F16","shape":[2,2],"data_offsets":[8,16]},)"
+        R"("i8":{"dtype":"I8","shape":[3],"data_offsets":[16,19]},)"
+        R"("u8":{"dtype":"U8","shape":[2],"data_offsets":[19,21]},)"
+        R"("i16":{"dtype":"I16","shape":[1],"data_offsets":[21,23]},)"
+        R"("u16":{"dtype":"U16","shape":[1],"data_offsets":[23,25]},)"
+        R"("u32":{"dtype":"U32","shape":[1],"data_offsets":[25,29]},)"
+        R"("u64":{"dtype":"U64","shape":[1],"data_offsets":[29,37]}})";
+    // bfloat16 1.0, -3.0, the largest finite (0x7f7f) and a NaN; float16 [[1, -0], [2^-24, inf]];
+    // int8 -128, -1, 127; uint8 0, 255; int16 -300; uint16 65535; uint32 4294967295; uint64 2^62.
+    const std::string data = bytes({0x80, 0x3f, 0x40, 0xc0, 0x7f, 0x7f, 0xc0, 0x7f}) +
+                             bytes({0x00, 0x3c, 0x00, 0x80, 0x01, 0x00, 0x00, 0x7c}) + bytes({0x80, 0xff, 0x7f}) +
+                             bytes({0x00, 0xff}) + bytes({0xd4, 0xfe}) + bytes({0xff, 0xff}) + bytes({0xff, 0xff, 0xff, 0xff}) +
+                             bytes({0, 0, 0, 0, 0, 0, 0, 0x40});
+    const std::string file = file_of(header, data);
+    REQUIRE(refusal(file).empty());
+    const kiln::tensor_file f = kiln::load_safetensors_bytes(file.data(), file.size());
+    const kiln::tensor& bf = f.at("bf");
+    CHECK(bf.dtype() == kiln::float32);
+    CHECK(bf.data<float>()[0] == 1.0f);
+    CHECK(bf.data<float>()[1] == -3.0f);
+    CHECK(bf.data<float>()[2] == std::ldexp(255.0f / 128.0f, 127));
+    CHECK(std::isnan(bf.data<float>()[3]));
+    const kiln::tensor& h = f.at("h");
+    CHECK(h.dtype() == kiln::float32);
+    CHECK(h.shape() == kiln::dims{2, 2});
+    CHECK(h.data<float>()[0] == 1.0f);
+    CHECK((h.data<float>()[1] == 0.0f && std::signbit(h.data<float>()[1])));
+    CHECK(h.data<float>()[2] == std::ldexp(1.0f, -24));
+    CHECK(h.data<float>()[3] == std::numeric_limits<float>::infinity());
+    CHECK(f.at("i8").dtype() == kiln::int32);
+    CHECK(values(f.at("i8")) == std::vector<double>{-128, -1, 127});
+    CHECK(values(f.at("u8")) == std::vector<double>{0, 255});
+    CHECK(f.at("i16").item<std::int32_t>() == -300);
+    CHECK(f.at("u16").item<std::int32_t>() == 65535);
+    CHECK(f.at("u32").dtype() == kiln::int64);
+    CHECK(f.at("u32").item<std::int64_t>() == 4294967295LL);
+    CHECK(f.at("u64").item<std::int64_t>() == (std::int64_t{1} << 62));
+}
+
 TEST_CASE("safetensors: a malformed file is refused, naming the file and what is wrong") {
     const std::string good_header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
     const std::string data = floats({1, 2});
@@ -138,8 +187,12 @@ TEST_CASE("safetensors: a malformed file is refused, naming the file and what is
     CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                           data))
               .find("the key \"a\" appears twice") != std::string::npos);
-    CHECK(refusal(file_of(R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", data))
-              .find("tensor 'a' (header byte 13) is F16, a dtype kiln does not have") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", data))
+              .find("tensor 'a' (header byte 13) is F8_E4M3, a dtype kiln does not read") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,8]}})", data))
+              .find("shape (3,) of F16 needs 6 bytes, but data_offsets [0, 8] hold 8") != std::string::npos);
+    CHECK(refusal(file_of(R"({"a":{"dtype":"U64","shape":[1],"data_offsets":[0,8]}})", std::string("\0\0\0\0\0\0\0\x80", 8)))
+              .find("tensor 'a': the U64 at element 0 (9223372036854775808) is beyond int64") != std::string::npos);
     CHECK(refusal(file_of(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", data)).find("unknown dtype 'Q4'") !=
           std::string::npos);
     CHECK(refusal(file_of(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data))

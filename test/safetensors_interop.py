@@ -5,8 +5,8 @@ usage: safetensors_interop.py SAFETENSORS_TOOL WORKDIR
 
 1. kiln writes (safetensors_tool write); safetensors.numpy.load_file reads it and safe_open reads its metadata;
    every value is compared with the values written out by hand below.
-2. safetensors.numpy.save_file writes tensors of every dtype kiln has; kiln loads them (safetensors_tool dump) and
-   every printed value is compared with NumPy's.
+2. safetensors.numpy.save_file writes tensors of every dtype kiln has, and of the narrower ones kiln reads widened
+   (I8 to U64, F16); kiln loads them (safetensors_tool dump) and every printed value is compared with NumPy's.
 Exit 77 (a skip, which CTest reports as such) when `safetensors` cannot be imported, saying so.
 """
 import math
@@ -65,7 +65,17 @@ arrays = {
     "f64": np.array([[math.pi, -0.0], [1e-310, 2.0]], dtype=np.float64),
     "zero_d": np.array(0.5, dtype=np.float64),
     "layer.0.weight \u00e9": np.ones((2, 2), dtype=np.float32),
+    # dtypes kiln lacks, read widened: the small integers to int32, U32 and U64 to int64, F16 to float32
+    "narrow/i8": np.array([-128, -1, 127], dtype=np.int8),
+    "narrow/i16": np.array([[-32768], [32767]], dtype=np.int16),
+    "narrow/u8": np.array([0, 200, 255], dtype=np.uint8),
+    "narrow/u16": np.array([65535, 1], dtype=np.uint16),
+    "narrow/u32": np.array([4294967295, 0], dtype=np.uint32),
+    "narrow/u64": np.array([2**63 - 1, 3], dtype=np.uint64),
+    "narrow/f16": np.array([1.0, -2.5, 65504.0, 2.0**-24, -0.0, np.inf], dtype=np.float16),
 }
+widened = {np.int8: np.int32, np.int16: np.int32, np.uint8: np.int32, np.uint16: np.int32, np.uint32: np.int64,
+           np.uint64: np.int64, np.float16: np.float32}
 save_file(arrays, path2, metadata={"format": "np", "origin": "python"})
 out = subprocess.run([tool, "dump", path2], check=True, capture_output=True, text=True).stdout.splitlines()
 names = {"bool": np.bool_, "int32": np.int32, "int64": np.int64, "float32": np.float32, "float64": np.float64}
@@ -87,7 +97,7 @@ for name, a in arrays.items():
         check(False, "kiln read tensor %r" % name)
         continue
     dtype, shape, values = got
-    ok = names.get(dtype) == a.dtype.type and shape == a.shape
+    ok = names.get(dtype) == widened.get(a.dtype.type, a.dtype.type) and shape == a.shape
     flat = a.reshape(-1)
     if ok and a.dtype.kind == "f":
         ok = len(values) == flat.size and all(float(v) == float(x) and math.copysign(1, float(v)) == math.copysign(1, float(x))

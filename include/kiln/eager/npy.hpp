@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/stored_dtype.hpp"
 #include "elementwise.hpp"
 
 namespace kiln {
@@ -48,8 +49,7 @@ struct npy_layout {
     dims shape;
     bool fortran = false;
     bool swap = false;           // big-endian data
-    char kind = 'f';             // the stored dtype: 'b', 'i', 'u' or 'f', of item bytes each
-    std::size_t item = 4;        // (wider than d's only where kiln has no such dtype: see descr_to_dtype)
+    stored_dtype stored;         // the file's element type (widened to d where kiln has no such dtype)
     std::size_t data_offset = 0;  // where the data begins
     std::size_t data_bytes = 0;   // what the shape and the stored dtype need
 };
@@ -179,16 +179,17 @@ private:
         if (order != '<' && order != '>' && order != '|' && order != '=')
             npy_fail(file_, "unknown byte order in dtype '" + descr + "'");
         const std::size_t item = size >= '1' && size <= '8' ? static_cast<std::size_t>(size - '0') : 0;
-        if (kind == 'b' && item == 1) out.d = dtype::boolean;
-        else if (kind == 'i' && (item == 1 || item == 2 || item == 4)) out.d = dtype::int32;
-        else if (kind == 'i' && item == 8) out.d = dtype::int64;
-        else if (kind == 'u' && (item == 1 || item == 2)) out.d = dtype::int32;
-        else if (kind == 'u' && (item == 4 || item == 8)) out.d = dtype::int64;
-        else if (kind == 'f' && (item == 2 || item == 4)) out.d = dtype::float32;
-        else if (kind == 'f' && item == 8) out.d = dtype::float64;
+        if (kind == 'b' && item == 1) out.stored = stored_dtype::same(dtype::boolean);
+        else if (kind == 'i' && (item == 1 || item == 2)) out.stored = stored_dtype::widened(stored_dtype::signed_int, item);
+        else if (kind == 'i' && item == 4) out.stored = stored_dtype::same(dtype::int32);
+        else if (kind == 'i' && item == 8) out.stored = stored_dtype::same(dtype::int64);
+        else if (kind == 'u' && (item == 1 || item == 2 || item == 4 || item == 8))
+            out.stored = stored_dtype::widened(stored_dtype::unsigned_int, item);
+        else if (kind == 'f' && item == 2) out.stored = stored_dtype::widened(stored_dtype::float16, item);
+        else if (kind == 'f' && item == 4) out.stored = stored_dtype::same(dtype::float32);
+        else if (kind == 'f' && item == 8) out.stored = stored_dtype::same(dtype::float64);
         else npy_fail(file_, "unsupported dtype '" + descr + "'" + readable);
-        out.kind = kind;
-        out.item = item;
+        out.d = out.stored.d;
         out.swap = order == '>' && item != 1;
     }
 
@@ -196,55 +197,6 @@ private:
     const std::string& file_;
     std::size_t i_ = 0;
 };
-
-// The stored dtype's name, for messages.
-inline std::string npy_stored_name(const npy_layout& l) {
-    if (l.kind == 'f' && l.item == 2) return "float16";
-    if (l.kind == 'u') return "uint" + std::to_string(8 * l.item);
-    if (l.kind == 'i' && l.item < 4) return "int" + std::to_string(8 * l.item);
-    return std::string(name(l.d));
-}
-
-// IEEE binary16 to binary32, exactly (subnormals, infinities and NaN payloads included).
-inline float half_to_float(std::uint16_t h) noexcept {
-    const std::uint32_t sign = static_cast<std::uint32_t>(h >> 15) << 31;
-    std::uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);  // infinity or NaN
-    else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);
-    else if (man == 0) bits = sign;                             // signed zero
-    else {                                                      // subnormal: normalize
-        int e = -1;
-        do { ++e; man <<= 1; } while ((man & 0x400) == 0);
-        bits = sign | (static_cast<std::uint32_t>(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    return std::bit_cast<float>(bits);
-}
-
-// Converts `n` stored elements (native byte order by now) at `q` into the tensor's wider dtype at `p`.
-inline void widen_npy(const npy_layout& l, const unsigned char* q, unsigned char* p, std::size_t n,
-                      const std::string& file) {
-    auto load = [&]<class S>(std::size_t i) {
-        S v;
-        std::memcpy(&v, q + i * sizeof(S), sizeof(S));
-        return v;
-    };
-    auto put = [&]<class T>(std::size_t i, T v) { std::memcpy(p + i * sizeof(T), &v, sizeof(T)); };
-    for (std::size_t i = 0; i < n; ++i) {
-        if (l.kind == 'f') put(i, half_to_float(load.template operator()<std::uint16_t>(i)));
-        else if (l.kind == 'i' && l.item == 1) put(i, std::int32_t{load.template operator()<std::int8_t>(i)});
-        else if (l.kind == 'i') put(i, std::int32_t{load.template operator()<std::int16_t>(i)});
-        else if (l.item == 1) put(i, std::int32_t{load.template operator()<std::uint8_t>(i)});
-        else if (l.item == 2) put(i, std::int32_t{load.template operator()<std::uint16_t>(i)});
-        else if (l.item == 4) put(i, std::int64_t{load.template operator()<std::uint32_t>(i)});
-        else {
-            const std::uint64_t v = load.template operator()<std::uint64_t>(i);
-            if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-                npy_fail(file, "the uint64 at element " + std::to_string(i) + " (" + std::to_string(v) +
-                                   ") is beyond int64, kiln's widest integer");
-            put(i, static_cast<std::int64_t>(v));
-        }
-    }
-}
 
 // Reads a .npy image from a source with `size()` and `read(offset, dst, n)` (a file or memory).
 template <class Source>
@@ -276,26 +228,26 @@ tensor read_npy(Source& src, const std::string& file) {
     std::ptrdiff_t n = 0;
     try {
         n = checked_numel(layout.shape, "load_npy");
-        layout.data_bytes = checked_bytes(n, layout.item, layout.shape, "load_npy");
+        layout.data_bytes = checked_bytes(n, layout.stored.item, layout.shape, "load_npy");
         (void)checked_bytes(n, size_of(layout.d), layout.shape, "load_npy");
     } catch (const value_error&) {
         npy_fail(file, "shape " + to_string(layout.shape) + " has more elements than kiln can address");
     }
     const std::size_t present = total - layout.data_offset;
     if (present < layout.data_bytes)
-        npy_fail(file, "truncated: shape " + to_string(layout.shape) + " of " + npy_stored_name(layout) +
+        npy_fail(file, "truncated: shape " + to_string(layout.shape) + " of " + layout.stored.name() +
                            " needs " + std::to_string(layout.data_bytes) + " bytes of data and the file has " +
                            std::to_string(present));
     if (present > layout.data_bytes)
         npy_fail(file, std::to_string(present - layout.data_bytes) + " bytes follow the data that shape " +
-                           to_string(layout.shape) + " of " + npy_stored_name(layout) + " needs");
+                           to_string(layout.shape) + " of " + layout.stored.name() + " needs");
 
     dims stored = layout.shape;
     if (layout.fortran) std::reverse(stored.d.begin(), stored.d.begin() + stored.rank);
     tensor t(layout.d, stored);
     auto* p = static_cast<unsigned char*>(t.raw_data());
-    const std::size_t item = layout.item;
-    const bool widen = item != size_of(layout.d) || layout.kind == 'u';
+    const std::size_t item = layout.stored.item;
+    const bool widen = layout.stored.widens();
     // A widened dtype is read into a buffer of the stored size (checked against the file above), then converted.
     std::vector<unsigned char> narrow(widen ? layout.data_bytes : 0);
     unsigned char* q = widen ? narrow.data() : p;
@@ -305,7 +257,15 @@ tensor read_npy(Source& src, const std::string& file) {
     if (layout.d == dtype::boolean)
         for (std::size_t i = 0; i < layout.data_bytes; ++i)
             if (p[i] > 1) npy_fail(file, "the bool at element " + std::to_string(i) + " is neither 0 nor 1");
-    if (widen) widen_npy(layout, q, p, static_cast<std::size_t>(n), file);
+    if (widen) {
+        const std::size_t count = static_cast<std::size_t>(n);
+        if (const std::size_t bad = widen_stored(layout.stored, q, p, count); bad != count) {
+            std::uint64_t v;
+            std::memcpy(&v, q + bad * 8, 8);
+            npy_fail(file, "the uint64 at element " + std::to_string(bad) + " (" + std::to_string(v) +
+                               ") is beyond int64, kiln's widest integer");
+        }
+    }
     if (!layout.fortran) return t;
     // Fortran order: the data is the transpose of the stored C-order array.
     std::array<int, max_rank> rev{};

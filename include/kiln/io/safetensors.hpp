@@ -17,8 +17,10 @@
 // exactly, with no gap, overlap or trailing byte (as the `safetensors` package requires); a bool is 0 or 1. Each
 // failure is a kiln::file_error naming the file, the tensor or byte offset and what is wrong.
 //
-// kiln's dtypes map to BOOL, I32, I64, F32 and F64. Files with other dtypes (F16, BF16, U8, ...) are refused with
-// a message naming the tensor and its dtype.
+// kiln's dtypes map to BOOL, I32, I64, F32 and F64, and are written so. Reading also takes the dtypes kiln lacks,
+// widened exactly (core/stored_dtype.hpp): I8, I16, U8 and U16 to int32, U32 and U64 to int64 (a U64 above int64's
+// range is refused), F16 and BF16 to float32. The 8-bit and smaller floats (F8_*, F6_*, F4) are refused with a
+// message naming the tensor and its dtype.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "../core/names.hpp"
+#include "../core/stored_dtype.hpp"
 #include "../eager/tensor.hpp"
 #include "json.hpp"
 
@@ -104,6 +107,7 @@ struct st_memory_source {
 struct st_entry {
     std::string name;
     dtype d = dtype::float32;
+    stored_dtype stored;  // the file's element type (widened to d where kiln has no such dtype)
     dims shape;
     std::uint64_t begin = 0, end = 0;
 };
@@ -169,15 +173,22 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
         }
         if (!dt || !sh || !off) st_fail(entry, file, where + " lacks '" + std::string(!dt ? "dtype" : !sh ? "shape" : "data_offsets") + "'");
         if (dt->kind != json::value::string) st_fail(entry, file, where + ": dtype is " + std::string(json::kind_name(dt->kind)) + ", not a string");
-        if (dt->text == "BOOL") e.d = dtype::boolean;
-        else if (dt->text == "I32") e.d = dtype::int32;
-        else if (dt->text == "I64") e.d = dtype::int64;
-        else if (dt->text == "F32") e.d = dtype::float32;
-        else if (dt->text == "F64") e.d = dtype::float64;
-        else if (dt->text == "F16" || dt->text == "BF16" || dt->text == "U8" || dt->text == "I8" || dt->text == "I16" ||
-                 dt->text == "U16" || dt->text == "U32" || dt->text == "U64" || dt->text.rfind("F8_", 0) == 0)
-            st_fail(entry, file, where + " is " + dt->text + ", a dtype kiln does not have (kiln reads BOOL, I32, I64, F32 and F64)");
-        else st_fail(entry, file, where + " has an unknown dtype '" + json::reader::printable(dt->text) + "'");
+        const std::string& dn = dt->text;
+        if (dn == "BOOL") e.stored = stored_dtype::same(dtype::boolean);
+        else if (dn == "I32") e.stored = stored_dtype::same(dtype::int32);
+        else if (dn == "I64") e.stored = stored_dtype::same(dtype::int64);
+        else if (dn == "F32") e.stored = stored_dtype::same(dtype::float32);
+        else if (dn == "F64") e.stored = stored_dtype::same(dtype::float64);
+        else if (dn == "I8" || dn == "I16") e.stored = stored_dtype::widened(stored_dtype::signed_int, dn == "I8" ? 1 : 2);
+        else if (dn == "U8" || dn == "U16" || dn == "U32" || dn == "U64")
+            e.stored = stored_dtype::widened(stored_dtype::unsigned_int, dn == "U8" ? 1 : dn == "U16" ? 2 : dn == "U32" ? 4 : 8);
+        else if (dn == "F16") e.stored = stored_dtype::widened(stored_dtype::float16, 2);
+        else if (dn == "BF16") e.stored = stored_dtype::widened(stored_dtype::bfloat16, 2);
+        else if (dn.rfind("F8_", 0) == 0 || dn == "C64" || dn == "F4" || dn.rfind("F6_", 0) == 0 || dn == "E8M0")
+            st_fail(entry, file, where + " is " + dn + ", a dtype kiln does not read (kiln reads BOOL, I8, I16, I32, I64, "
+                                 "U8, U16, U32, U64, F16, BF16, F32 and F64)");
+        else st_fail(entry, file, where + " has an unknown dtype '" + json::reader::printable(dn) + "'");
+        e.d = e.stored.d;
         if (sh->kind != json::value::array) st_fail(entry, file, where + ": shape is " + std::string(json::kind_name(sh->kind)) + ", not an array");
         if (sh->items.size() > static_cast<std::size_t>(max_rank))
             st_fail(entry, file, where + " has rank " + std::to_string(sh->items.size()) + " (kiln's tensors have at most " +
@@ -195,7 +206,7 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
         }
         if (std::find(e.shape.d.begin(), e.shape.d.begin() + e.shape.rank, std::ptrdiff_t{0}) != e.shape.d.begin() + e.shape.rank)
             numel = 0, overflow = false;
-        const std::uint64_t item = size_of(e.d);
+        const std::uint64_t item = e.stored.item;
         if (overflow || numel > UINT64_MAX / item) st_fail(entry, file, where + ": shape " + to_string(e.shape) + " has more elements than can be addressed");
         const std::uint64_t need = numel * item;
         if (off->kind != json::value::array || off->items.size() != 2)
@@ -238,15 +249,27 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
         tensor t(e.d, e.shape);
         auto* p = static_cast<unsigned char*>(t.raw_data());
         const std::uint64_t bytes = e.end - e.begin;
-        if (bytes) src.read(data_start + e.begin, p, static_cast<std::size_t>(bytes));
-        const std::size_t item = size_of(e.d);
+        // A widened dtype is read into a buffer of its stored size (checked against the file above), then converted.
+        std::vector<unsigned char> narrow(e.stored.widens() ? static_cast<std::size_t>(bytes) : 0);
+        unsigned char* q = e.stored.widens() ? narrow.data() : p;
+        if (bytes) src.read(data_start + e.begin, q, static_cast<std::size_t>(bytes));
+        const std::size_t item = e.stored.item;
         if constexpr (std::endian::native == std::endian::big)
-            for (std::uint64_t i = 0; i < bytes; i += item) std::reverse(p + i, p + i + item);
+            for (std::uint64_t i = 0; i < bytes; i += item) std::reverse(q + i, q + i + item);
         if (e.d == dtype::boolean)
             for (std::uint64_t i = 0; i < bytes; ++i)
                 if (p[i] > 1)
                     st_fail(entry, file, "tensor '" + json::reader::printable(e.name) + "': the bool at element " + std::to_string(i) +
                          " is neither 0 nor 1");
+        if (e.stored.widens()) {
+            const std::size_t count = static_cast<std::size_t>(bytes / item);
+            if (const std::size_t bad = widen_stored(e.stored, q, p, count); bad != count) {
+                std::uint64_t v;
+                std::memcpy(&v, q + bad * 8, 8);
+                st_fail(entry, file, "tensor '" + json::reader::printable(e.name) + "': the U64 at element " + std::to_string(bad) +
+                                         " (" + std::to_string(v) + ") is beyond int64, kiln's widest integer");
+            }
+        }
         out.tensors.emplace(e.name, std::move(t));
     }
     return out;
