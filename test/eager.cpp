@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -86,6 +87,43 @@ TEST_CASE("a shape reads as a container of extents: size() is the rank, numel() 
     CHECK(kiln::zeros({3, 0}).numel() == 0);
     // The same reading as a graph-mode result's (xtensor) shape.
     CHECK(kiln::sum(kiln::ones({2, 3}), {0}).shape().size() == 1);
+}
+
+TEST_CASE("isclose and allclose compare within a tolerance as NumPy's do; eye is the identity") {
+    const auto inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    const auto a = kiln::from_values<double>({1.0, 1.0, 100.0, inf, inf, nan, 0.0, -0.0}, {8});
+    const auto b = kiln::from_values<double>({1.0 + 1e-6, 1.1, 100.0005, inf, -inf, nan, 1e-9, 0.0}, {8});
+    const auto c = kiln::isclose(a, b);
+    CHECK(c.dtype() == kiln::bool_);
+    // |a - b| <= 1e-8 + 1e-5 * |b|: 1e-6 is within 1e-5 * 1; 0.1 is not; 5e-4 is within 1e-3; equal infinities are
+    // close, opposite ones and NaN are not; 1e-9 is within atol; -0 equals 0.
+    CHECK(values(c) == std::vector<double>{1, 0, 1, 1, 0, 0, 1, 1});
+    CHECK(values(kiln::isclose(a, b, 1e-5, 1e-8, true)) == std::vector<double>{1, 0, 1, 1, 0, 1, 1, 1});
+    // A finite number is never close to an infinity, however large rtol * |b| is.
+    CHECK_FALSE(kiln::isclose(kiln::tensor(1.0), kiln::tensor(inf), 1.0, 0.0).item<bool>());
+    CHECK(values(kiln::isclose(a, b, 0.2)) == std::vector<double>{1, 1, 1, 1, 0, 0, 1, 1});
+    // Broadcast, float32 against a float64 rank-0 tensor, integers compared as float64.
+    CHECK(values(kiln::isclose(kiln::from_values<float>({2.0f, 2.5f}, {2, 1}), kiln::tensor(2.0))) == std::vector<double>{1, 0});
+    CHECK(kiln::isclose(kiln::ones({2, 3}), kiln::ones({3})).shape() == kiln::dims{2, 3});
+    CHECK(values(kiln::isclose(kiln::from_values<std::int64_t>({3, 4}, {2}), kiln::from_values<std::int32_t>({3, 5}, {2}))) ==
+          std::vector<double>{1, 0});
+    CHECK(kiln::allclose(kiln::ones({3}), kiln::full({3}, 1.0 + 1e-7)));
+    CHECK_FALSE(kiln::allclose(a, b));
+    CHECK(kiln::allclose(kiln::from_values<double>({nan}, {1}), kiln::from_values<double>({nan}, {1}), 1e-5, 1e-8, true));
+    CHECK(kiln::allclose(kiln::zeros({0}), kiln::zeros({0})));
+    CHECK_THROWS_AS(kiln::isclose(a, b, -1.0), kiln::value_error);
+    CHECK_THROWS_AS(kiln::allclose(a, b, 1e-5, nan), kiln::value_error);
+    CHECK_THROWS_AS(kiln::isclose(kiln::ones({2}), kiln::ones({3})), kiln::shape_error);
+
+    const auto e = kiln::eye(3);
+    CHECK(e.dtype() == kiln::float32);
+    CHECK(values(e) == std::vector<double>{1, 0, 0, 0, 1, 0, 0, 0, 1});
+    const auto r = kiln::eye(2, 3, kiln::int64);
+    CHECK(r.dtype() == kiln::int64);
+    CHECK(r.shape() == kiln::dims{2, 3});
+    CHECK(values(r) == std::vector<double>{1, 0, 0, 0, 1, 0});
+    CHECK(kiln::eye(0).shape() == kiln::dims{0, 0});
+    CHECK_THROWS_AS(kiln::eye(-1), kiln::value_error);
 }
 
 TEST_CASE("random numbers are seedable and have the right moments") {

@@ -1,10 +1,13 @@
 #pragma once
 // Sorting (sort, argsort), cumulative sums and products, and reductions composed from the vocabulary (any, all,
-// argmax/argmin over every element, var and std with a correction). Each is recorded on gradient tapes.
+// argmax/argmin over every element, var and std with a correction); comparisons within a tolerance (isclose,
+// allclose) and the identity matrix (eye), composed the same way. Each is recorded on gradient tapes.
 //
 // (Eager-mode functions, as those of eager/indexing.hpp.)
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "../ops/scan.hpp"
@@ -82,6 +85,49 @@ template <int N = 0>
 tensor std(const tensor& x, std::vector<int> axes = {}, double correction = 1, bool keepdims = false) {
     const detail::dependent_tensor<N> v = var<N>(x, axes, correction, keepdims);
     return sqrt(v);
+}
+
+// ---- tolerances and the identity ---------------------------------------------------------------------------------
+
+namespace detail {
+inline void check_tolerances(double rtol, double atol, const char* op) {
+    if (!(rtol >= 0) || !(atol >= 0) || !std::isfinite(rtol) || !std::isfinite(atol))
+        throw value_error("kiln: value_error in '" + std::string(op) + "': rtol and atol must be finite and non-negative, got rtol " +
+                          number_text(rtol) + " and atol " + number_text(atol));
+}
+}  // namespace detail
+
+// NumPy's isclose, elementwise and broadcast (bool): |a - b| <= atol + rtol * |b| where both are finite; an infinity
+// is close only to itself; NaN is close to nothing, or to NaN when `equal_nan`. Integers and bools compare as
+// float64 (exactly up to 2^53), a floating operand in its own dtype.
+template <int N = 0>
+tensor isclose(const tensor& a_in, const tensor& b_in, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) {
+    detail::check_tolerances(rtol, atol, "isclose");
+    const bool floating = detail::is_floating(a_in.dtype()) || detail::is_floating(b_in.dtype());
+    const detail::dependent_tensor<N> a = floating ? a_in : a_in.to(dtype::float64);
+    const detail::dependent_tensor<N> b = floating ? b_in : b_in.to(dtype::float64);
+    const detail::dependent_tensor<N> near = logical_and(logical_and(isfinite(a), isfinite(b)),
+                                                         less_equal(abs(a - b), atol + rtol * abs(b)));
+    const detail::dependent_tensor<N> close = logical_or(near, equal(a, b));
+    return equal_nan ? logical_or(close, logical_and(isnan(a), isnan(b))) : close;
+}
+
+// Whether every element of a is close to b's (broadcast), as numpy.allclose: all(isclose(a, b, ...)). An eager
+// answer: inside a traced function, write kiln::all(kiln::isclose(...)) and keep the tensor.
+template <int N = 0>
+bool allclose(const tensor& a, const tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) {
+    const detail::dependent_tensor<N> c = isclose<N>(a, b, rtol, atol, equal_nan);
+    return all<N>(c).template item<bool>();
+}
+
+// The n x m matrix (m = n when negative) with ones on the diagonal, as numpy.eye / torch.eye.
+template <int N = 0>
+tensor eye(std::ptrdiff_t n, std::ptrdiff_t m = -1, dtype d = dtype::float32) {
+    if (m < 0) m = n;
+    if (n < 0) throw value_error("kiln: value_error in 'eye': negative size " + std::to_string(n));
+    const detail::dependent_tensor<N> rows = arange(0, static_cast<double>(n), 1, dtype::int64).reshape({n, 1});
+    const detail::dependent_tensor<N> cols = arange(0, static_cast<double>(m), 1, dtype::int64).reshape({1, m});
+    return equal(rows, cols).to(d);
 }
 
 }  // namespace kiln
