@@ -25,6 +25,11 @@ TEST_CASE("softmax, losses and their gradients") {
     const double ce = (-(std::log(e3 / z)) - std::log(1. / 3)) / 2;
     CHECK(kiln::nn::cross_entropy(logits, labels).item<double>() == doctest::Approx(ce).epsilon(1e-12));
     CHECK(kiln::nn::mse(f64({1, 2}, {2}), f64({0, 4}, {2})).item<double>() == 2.5);
+    // A (n, 1) prediction against (n,) targets would broadcast to (n, n): refused, naming both shapes.
+    CHECK_THROWS_WITH_AS(kiln::nn::mse(f64({1, 2}, {2, 1}), f64({0, 4}, {2})),
+                         "kiln: shape_error in 'nn::mse': the prediction has shape (2, 1) and the target (2,); they must be "
+                         "equal (broadcasting them would compare every prediction with every target): reshape one",
+                         kiln::shape_error);
     // d CE / d logits = (softmax - onehot) / batch.
     kiln::gradient_tape tape;
     tape.watch(logits);

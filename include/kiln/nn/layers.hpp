@@ -32,9 +32,15 @@ tensor log_softmax(const tensor& x_in, int axis = -1) {
     return z - log(sum(exp(z), {axis}, true));
 }
 
-// Mean squared error.
+// Mean squared error. The prediction and the target must have one shape: broadcasting them, as a (n, 1) prediction
+// against (n,) targets would, silently averages every prediction against every target.
 template <int N = 0>
 tensor mse(const tensor& prediction, const tensor& target) {
+    if (!(prediction.shape() == target.shape()))
+        throw shape_error("kiln: shape_error in 'nn::mse': the prediction has shape " + to_string(prediction.shape()) +
+                          " and the target " + to_string(target.shape()) +
+                          "; they must be equal (broadcasting them would compare every prediction with every target): "
+                          "reshape one");
     const detail::dependent_tensor<N>& p = prediction;
     return mean<N>(square(p - target));
 }
