@@ -38,6 +38,15 @@ TEST_CASE("softmax, losses and their gradients") {
                                                              1. / 6, 1. / 6},
                                1e-9);
     CHECK_THROWS_AS(kiln::nn::cross_entropy(f64({1, 2}, {2}), labels), kiln::shape_error);
+    // Probabilities of the logits' shape give the same loss as the class indices they encode; a (batch, 1) or
+    // (batch,) floating tensor would broadcast over the classes, and is refused.
+    const auto probs = f64({0, 0, 1, 1, 0, 0}, {2, 3});
+    CHECK(kiln::nn::cross_entropy(logits, probs).item<double>() == doctest::Approx(ce).epsilon(1e-12));
+    CHECK_THROWS_WITH_AS(kiln::nn::cross_entropy(logits, f64({1, 1}, {2, 1})),
+                         "kiln: shape_error in 'nn::cross_entropy': probabilities (2, 1) do not match logits (2, 3) (floating "
+                         "labels are probabilities of the logits' shape; class indices are integers)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::cross_entropy(logits, f64({1, 1, 1}, {3})), kiln::shape_error);
 }
 
 TEST_CASE("sgd and adam update in one pass as the formulas say") {

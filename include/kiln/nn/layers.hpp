@@ -56,7 +56,15 @@ tensor cross_entropy(const tensor& logits_in, const tensor& labels_in) {
     const detail::dependent_tensor<N>& labels = labels_in;
     if (logits.dim() != 2)
         throw shape_error("kiln: shape_error in 'nn::cross_entropy': logits must be (batch, classes), got " + to_string(logits.shape()));
-    if (detail::is_floating(labels.dtype())) return -mean<N>(sum(labels * log_softmax<N>(logits, 1), {1}));
+    if (detail::is_floating(labels.dtype())) {
+        // Probabilities: one row per example, one column per class (a (batch,) or (batch, 1) tensor would broadcast
+        // against every class and give a wrong loss without a word).
+        if (!(labels.shape() == logits.shape()))
+            throw shape_error("kiln: shape_error in 'nn::cross_entropy': probabilities " + to_string(labels.shape()) +
+                              " do not match logits " + to_string(logits.shape()) +
+                              " (floating labels are probabilities of the logits' shape; class indices are integers)");
+        return -mean<N>(sum(labels * log_softmax<N>(logits, 1), {1}));
+    }
     if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
         throw shape_error("kiln: shape_error in 'nn::cross_entropy': labels " + to_string(labels.shape()) + " do not match logits " +
                           to_string(logits.shape()));
