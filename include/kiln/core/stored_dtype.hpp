@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dtype.hpp"
 
@@ -96,6 +98,35 @@ inline std::size_t widen_stored(const stored_dtype& s, const unsigned char* q, u
         }
     }
     return n;
+}
+
+
+// Reads the `bytes` stored bytes of one array into the storage `p` of its kiln dtype `s.d`: through `read(dst, n)`
+// into `p` itself, or into a buffer of the stored size (checked against the file by the caller) when the array
+// widens; then puts the bytes in native order (`swap`), checks that every bool is 0 or 1, and widens. Returns an
+// empty string, or what is wrong with the first bad element ("the bool at element 2 is neither 0 nor 1"); the .npy
+// and safetensors loaders name the file and the array around it. `type_name` names a uint64 as the format does.
+template <class Read>
+std::string read_stored(const stored_dtype& s, unsigned char* p, std::size_t bytes, bool swap, Read&& read,
+                        const char* type_name) {
+    std::vector<unsigned char> narrow(s.widens() ? bytes : 0);
+    unsigned char* q = s.widens() ? narrow.data() : p;
+    if (bytes > 0) read(q, bytes);
+    if (swap && s.item > 1)
+        for (std::size_t i = 0; i < bytes; i += s.item)
+            for (std::size_t a = i, b = i + s.item - 1; a < b; ++a, --b) std::swap(q[a], q[b]);
+    if (s.d == dtype::boolean)
+        for (std::size_t i = 0; i < bytes; ++i)
+            if (p[i] > 1) return "the bool at element " + std::to_string(i) + " is neither 0 nor 1";
+    if (!s.widens()) return {};
+    const std::size_t count = bytes / s.item;
+    if (const std::size_t bad = widen_stored(s, q, p, count); bad != count) {
+        std::uint64_t v;
+        std::memcpy(&v, q + bad * 8, 8);
+        return "the " + std::string(type_name) + " at element " + std::to_string(bad) + " (" + std::to_string(v) +
+               ") is beyond int64, kiln's widest integer";
+    }
+    return {};
 }
 
 }  // namespace kiln::detail

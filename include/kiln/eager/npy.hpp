@@ -246,26 +246,9 @@ tensor read_npy(Source& src, const std::string& file) {
     if (layout.fortran) std::reverse(stored.d.begin(), stored.d.begin() + stored.rank);
     tensor t(layout.d, stored);
     auto* p = static_cast<unsigned char*>(t.raw_data());
-    const std::size_t item = layout.stored.item;
-    const bool widen = layout.stored.widens();
-    // A widened dtype is read into a buffer of the stored size (checked against the file above), then converted.
-    std::vector<unsigned char> narrow(widen ? layout.data_bytes : 0);
-    unsigned char* q = widen ? narrow.data() : p;
-    if (layout.data_bytes > 0) src.read(layout.data_offset, q, layout.data_bytes);
-    if (layout.swap)
-        for (std::size_t i = 0; i < layout.data_bytes; i += item) std::reverse(q + i, q + i + item);
-    if (layout.d == dtype::boolean)
-        for (std::size_t i = 0; i < layout.data_bytes; ++i)
-            if (p[i] > 1) npy_fail(file, "the bool at element " + std::to_string(i) + " is neither 0 nor 1");
-    if (widen) {
-        const std::size_t count = static_cast<std::size_t>(n);
-        if (const std::size_t bad = widen_stored(layout.stored, q, p, count); bad != count) {
-            std::uint64_t v;
-            std::memcpy(&v, q + bad * 8, 8);
-            npy_fail(file, "the uint64 at element " + std::to_string(bad) + " (" + std::to_string(v) +
-                               ") is beyond int64, kiln's widest integer");
-        }
-    }
+    auto read = [&](unsigned char* dst, std::size_t n) { src.read(layout.data_offset, dst, n); };
+    if (std::string bad = read_stored(layout.stored, p, layout.data_bytes, layout.swap, read, "uint64"); !bad.empty())
+        npy_fail(file, bad);
     if (!layout.fortran) return t;
     // Fortran order: the data is the transpose of the stored C-order array.
     std::array<int, max_rank> rev{};

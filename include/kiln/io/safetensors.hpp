@@ -248,28 +248,11 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
     for (const st_entry& e : entries) {
         tensor t(e.d, e.shape);
         auto* p = static_cast<unsigned char*>(t.raw_data());
-        const std::uint64_t bytes = e.end - e.begin;
-        // A widened dtype is read into a buffer of its stored size (checked against the file above), then converted.
-        std::vector<unsigned char> narrow(e.stored.widens() ? static_cast<std::size_t>(bytes) : 0);
-        unsigned char* q = e.stored.widens() ? narrow.data() : p;
-        if (bytes) src.read(data_start + e.begin, q, static_cast<std::size_t>(bytes));
-        const std::size_t item = e.stored.item;
-        if constexpr (std::endian::native == std::endian::big)
-            for (std::uint64_t i = 0; i < bytes; i += item) std::reverse(q + i, q + i + item);
-        if (e.d == dtype::boolean)
-            for (std::uint64_t i = 0; i < bytes; ++i)
-                if (p[i] > 1)
-                    st_fail(entry, file, "tensor '" + json::reader::printable(e.name) + "': the bool at element " + std::to_string(i) +
-                         " is neither 0 nor 1");
-        if (e.stored.widens()) {
-            const std::size_t count = static_cast<std::size_t>(bytes / item);
-            if (const std::size_t bad = widen_stored(e.stored, q, p, count); bad != count) {
-                std::uint64_t v;
-                std::memcpy(&v, q + bad * 8, 8);
-                st_fail(entry, file, "tensor '" + json::reader::printable(e.name) + "': the U64 at element " + std::to_string(bad) +
-                                         " (" + std::to_string(v) + ") is beyond int64, kiln's widest integer");
-            }
-        }
+        auto read = [&](unsigned char* dst, std::size_t n) { src.read(data_start + e.begin, dst, n); };
+        constexpr bool swap = std::endian::native == std::endian::big;  // safetensors is little-endian
+        if (std::string bad = read_stored(e.stored, p, static_cast<std::size_t>(e.end - e.begin), swap, read, "U64");
+            !bad.empty())
+            st_fail(entry, file, "tensor '" + json::reader::printable(e.name) + "': " + bad);
         out.tensors.emplace(e.name, std::move(t));
     }
     return out;
