@@ -726,7 +726,7 @@ TEST_CASE("calls that contradict the specs name the argument and the spec") {
                          kiln::shape_error);
     auto g = kiln::function([](const kiln::tensor& x) { return x; }, {kiln::spec(kiln::float32, {2}), kiln::spec(kiln::float32, {2})},
                             {.name = "one"});
-    CHECK_THROWS_WITH_AS(g(kiln::zeros({2})), "kiln: value_error in 'one': the function has 2 specs but was called with 1 tensor arguments",
+    CHECK_THROWS_WITH_AS(g(kiln::zeros({2})), "kiln: value_error in 'one': the function has 2 specs but was called with 1 tensor argument",
                          kiln::value_error);
     CHECK(f.trace_count() == 0);
     // An empty spec list declares nothing: the options after it apply, and every shape traces as without specs.
@@ -738,6 +738,52 @@ TEST_CASE("calls that contradict the specs name the argument and the spec") {
     CHECK(h(kiln::ones({2, 3})).item<float>() == 12.0f);
     CHECK(h(kiln::ones({5, 3})).item<float>() == 30.0f);  // the changed extent became dynamic: no third trace
     CHECK(h.trace_count() == 2);
+}
+
+TEST_CASE("options in braces alone are the options, whichever field comes first") {
+    // kiln::function(f, {.plan = false}) once also read as a std::vector<spec> of size `false`: an ambiguous call.
+    auto twice = [](const kiln::tensor& x) { return x * 2.0; };
+    auto a = kiln::function(twice, {.plan = false});
+    auto b = kiln::function(twice, {.reduce_retracing = true});
+    auto c = kiln::function(twice, {.optimize = false});
+    auto d = kiln::function(twice, {.fuse = false});
+    auto e = kiln::function(twice, {.cuda_graphs = false});
+    auto n = kiln::function(twice, {.name = "named", .plan = false});
+    for (int i = 1; i <= 3; ++i) {
+        const kiln::tensor x = kiln::ones({i, 2});
+        CHECK(a(x).at<float>({0, 0}) == 2.0f);
+        CHECK(b(x).at<float>({0, 1}) == 2.0f);
+        CHECK(c(x).at<float>({0, 0}) == 2.0f);
+        CHECK(d(x).at<float>({0, 0}) == 2.0f);
+        CHECK(e(x).at<float>({0, 0}) == 2.0f);
+        CHECK(n(x).at<float>({0, 0}) == 2.0f);
+    }
+    CHECK(a.options().plan == false);
+    CHECK(b.trace_count() == 2);  // reduce_retracing took effect: the batch became dynamic at the second trace
+    CHECK(a.trace_count() == 3);
+    CHECK(c.options().optimize == false);
+    CHECK(d.options().fuse == false);
+    CHECK(e.options().cuda_graphs == false);
+    CHECK(n.options().name == "named");
+    // and a braced list of specs, or a std::vector of them, is the specs
+    std::vector<kiln::spec> specs{kiln::spec(kiln::float32, {kiln::dyn, 2})};
+    auto s = kiln::function(twice, specs, {.plan = false});
+    auto t = kiln::function(twice, {kiln::spec(kiln::float32, {kiln::dyn, 2})});
+    for (int i = 1; i <= 3; ++i) {
+        CHECK(s(kiln::ones({i, 2})).shape() == kiln::dims({i, 2}));
+        CHECK(t(kiln::ones({i, 2})).shape() == kiln::dims({i, 2}));
+    }
+    CHECK(s.trace_count() == 1);
+    CHECK(t.trace_count() == 1);
+    CHECK_THROWS_AS(t(kiln::ones({2, 3})), kiln::shape_error);
+    // a plan exists once a call of the signature has run
+    auto p = kiln::function(twice);
+    const kiln::tensor x = kiln::ones({4, 2});
+    CHECK(p.compiled(x)->plan() == nullptr);
+    p(x);
+    p(x);
+    REQUIRE(p.compiled(x)->plan() != nullptr);
+    CHECK(p.compiled(x)->plan()->ok);
 }
 
 TEST_CASE("a symbolic tensor kept past its trace is a trace_error, not a crash") {

@@ -59,6 +59,11 @@ inline std::string error_prefix(std::string_view kind, std::string_view where) {
     return "kiln: " + std::string(kind) + " in '" + std::string(where) + "': ";
 }
 
+// "1 spec", "2 specs": a count and its noun, for messages.
+inline std::string count_of(std::size_t n, std::string_view noun) {
+    return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
 // A number as text that reads back as the same double (%.17g): attributes, signatures and error messages.
 inline std::string number_text(double v) {
     char buf[32];

@@ -15,6 +15,7 @@
 // function mode. docs/function-mode.md says what tracing captures and what it does not.
 #include <atomic>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -86,6 +87,16 @@ struct spec {
     kiln::dtype dtype = kiln::float32;
     std::vector<std::ptrdiff_t> shape;
     spec(kiln::dtype d, std::vector<std::ptrdiff_t> s) : dtype(d), shape(std::move(s)) {}
+};
+
+// The specs of a function's tensor arguments as kiln::function takes them: a braced list of specs or a
+// std::vector<spec>. It is a type of its own so that kiln::function(f, {.plan = false}) means the options alone:
+// a std::vector<spec> parameter would take `{false}` too (through its size constructor) and make the call ambiguous.
+struct spec_list {
+    std::vector<spec> items;
+    spec_list() = default;
+    spec_list(std::initializer_list<spec> s) : items(s) {}
+    spec_list(std::vector<spec> s) : items(std::move(s)) {}
 };
 
 inline std::string to_string(const spec& s) {
@@ -183,8 +194,8 @@ public:
     explicit function(F f, function_options options = {}) : f_(std::move(f)), options_(std::move(options)) {}
     // With a spec for each tensor argument: calls are checked against it, and its kiln::dyn extents are dynamic.
     // An empty list declares nothing (`kiln::function(f, {}, options)` is `kiln::function(f, options)`).
-    function(F f, std::vector<spec> specs, function_options options = {})
-        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs)), has_specs_(!specs_.empty()) {}
+    function(F f, spec_list specs, function_options options = {})
+        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs.items)), has_specs_(!specs_.empty()) {}
 
     template <class... A>
     decltype(auto) operator()(A&&... args) {
@@ -292,9 +303,17 @@ private:
 
     template <class... A>
     std::shared_ptr<const detail::executable> executable_for(A&&... args) {
-        using R = detail::traced_result_t<std::invoke_result_t<F&, A&&...>>;
-        call_info info = describe_locked(args...);
-        return find_or_trace<R>(info, args...);
+        // (graph(), report(), compiled() and kiln::save reach here without operator()'s check)
+        static_assert(std::is_invocable_v<F&, A&&...>,
+                      "kiln::function: the wrapped function cannot be called with these arguments; check their number "
+                      "and types against its parameters (the first lines of this error's instantiation trace name them)");
+        if constexpr (std::is_invocable_v<F&, A&&...>) {
+            using R = detail::traced_result_t<std::invoke_result_t<F&, A&&...>>;
+            call_info info = describe_locked(args...);
+            return find_or_trace<R>(info, args...);
+        } else {
+            return nullptr;
+        }
     }
 
     template <class... A>
@@ -331,8 +350,8 @@ private:
         }
         if (has_specs_ && !auto_specs_ && info.tensors.size() != specs_.size())
             throw value_error(detail::error_prefix("value_error", options_.name) + "the function has " +
-                              std::to_string(specs_.size()) + " specs but was called with " +
-                              std::to_string(info.tensors.size()) + " tensor arguments");
+                              detail::count_of(specs_.size(), "spec") + " but was called with " +
+                              detail::count_of(info.tensors.size(), "tensor argument"));
         return info;
     }
 
@@ -638,8 +657,8 @@ function(F) -> function<F>;
 template <class F>
 function(F, function_options) -> function<F>;
 template <class F>
-function(F, std::vector<spec>) -> function<F>;
+function(F, spec_list) -> function<F>;
 template <class F>
-function(F, std::vector<spec>, function_options) -> function<F>;
+function(F, spec_list, function_options) -> function<F>;
 
 }  // namespace kiln
