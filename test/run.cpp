@@ -127,6 +127,21 @@ TEST_CASE("feeds: xtensor containers, std::vector, std::span, strided kiln::view
     auto adapted = xt::adapt(raw, std::vector<std::size_t>{2, 2});
     const auto X = kiln::input<"x", double>{};
     CHECK(kiln::run(X * X, X = adapted)(1, 1) == 16.0);
+    // kiln::view over a contiguous range gives it a shape, and checks its length against the shape.
+    const auto m = kiln::view(v, {2, 3});
+    const auto rm = kiln::run(x * 1_c + y, x = m, y = std::vector<float>{0, 10, 20});
+    REQUIRE(rm.dimension() == 2);
+    CHECK(rm(0, 0) == 1.f);
+    CHECK(rm(1, 2) == 26.f);
+    std::array<double, 4> a{1, 2, 3, 4};
+    CHECK(kiln::run(X * X, X = kiln::view(a, {2, 2}))(1, 0) == 9.0);
+    std::vector<float> out(6);
+    kiln::run_into(kiln::view(out, {2, 3}), x + 1_c, x = m);
+    CHECK(out == std::vector<float>{2, 3, 4, 5, 6, 7});
+    CHECK_THROWS_WITH_AS(kiln::view(v, {2, 4}),
+                         "kiln: shape_error in 'view': the range holds 6 elements, and shape (2, 4) needs 8",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::view(out, {5}), kiln::shape_error);
 }
 
 // Feeds built from temporary handles and kept for later runs: the feed holds the view, span or tensor itself.

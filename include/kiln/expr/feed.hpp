@@ -1,6 +1,7 @@
 #pragma once
 // Feeds: binding data to an expression's leaves by name, checked at compile time, and the strided views that the
 // loops read. A feed holds a pointer to the caller's data for the duration of one run.
+#include <ranges>
 #include <span>
 #include <string>
 #include <tuple>
@@ -59,6 +60,19 @@ view_t<T> view(T* data, dims shape, dims strides, kiln::device where = kiln::cpu
         throw shape_error("kiln: shape_error in 'view': shape " + to_string(shape) + " and strides " + to_string(strides) +
                           " have different ranks");
     return view_t<T>{data, shape, strides, where};
+}
+
+// A view of a contiguous host range held by the caller (a std::vector, std::array or std::span):
+// kiln::view(xb, {32, 10}). Its length must be the shape's element count (a shape_error otherwise), so a batch
+// buffer of the wrong size is caught before a run reads past it. Only lvalues: the range must outlive the feed.
+template <std::ranges::contiguous_range R>
+    requires std::ranges::sized_range<R> && (!std::is_pointer_v<std::remove_cvref_t<R>>)
+view_t<std::remove_reference_t<std::ranges::range_reference_t<R>>> view(R& range, dims shape) {
+    const auto n = static_cast<std::ptrdiff_t>(std::ranges::size(range));
+    if (n != shape.numel())
+        throw shape_error("kiln: shape_error in 'view': the range holds " + std::to_string(n) + " elements, and shape " +
+                          to_string(shape) + " needs " + std::to_string(shape.numel()));
+    return view(std::ranges::data(range), shape);
 }
 
 namespace detail {
