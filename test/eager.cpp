@@ -153,6 +153,29 @@ TEST_CASE("random numbers are seedable and have the right moments") {
     CHECK(kiln::randn({2}, h1).dtype() == kiln::float32);
 }
 
+TEST_CASE("uniform stays below its upper bound after rounding, and refuses bounds that are not a range") {
+    // Between 1 and the next float32 up, low + (high - low) * u rounds to high for every u >= 1/2: each such draw
+    // must become the largest float32 below high (here 1 itself), so that every value lies in [low, high).
+    const double next = static_cast<double>(std::nextafter(1.0f, 2.0f));
+    kiln::generator g(5);
+    const auto narrow = kiln::uniform({1000}, 1.0, next, kiln::float32, g);
+    const auto nv = values(narrow);
+    CHECK(std::count(nv.begin(), nv.end(), 1.0) == 1000);
+    // The same in float64, where 1 + u * 2^-52 rounds to the upper bound for u > 1/2.
+    const double next64 = std::nextafter(1.0, 2.0);
+    const auto narrow64 = values(kiln::uniform({1000}, 1.0, next64, kiln::float64, g));
+    CHECK(*std::max_element(narrow64.begin(), narrow64.end()) == 1.0);
+    // rand() in float32 over many draws: never 1.
+    const auto r = kiln::rand({1 << 16}, g);
+    CHECK(kiln::max(r).item<float>() < 1.0f);
+    CHECK(kiln::uniform({3}, 2.5, 2.5, kiln::float64, g).at<double>({1}) == 2.5);  // an empty range gives low
+    CHECK_THROWS_WITH_AS(kiln::uniform({3}, 1.0, 0.0), "kiln: value_error in 'uniform': the bounds must be finite with low <= high, got [1, 0)",
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::uniform({3}, 0.0, std::numeric_limits<double>::infinity()), kiln::value_error);
+    CHECK_THROWS_AS(kiln::uniform({3}, std::nan(""), 1.0), kiln::value_error);
+    CHECK_THROWS_AS(kiln::uniform({3}, -1e308, 1e308), kiln::value_error);  // high - low overflows
+}
+
 TEST_CASE("a seed restarts the stream even after an odd count of normals") {
     // Box-Muller draws normals in pairs; seeding must drop the one kept from the last pair.
     kiln::manual_seed(3);

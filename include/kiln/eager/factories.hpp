@@ -176,10 +176,20 @@ inline void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
 inline tensor uniform(const dims& shape, double low, double high, dtype d = dtype::float32,
                       generator& g = default_generator()) {
     if (!detail::is_floating(d)) throw dtype_error("kiln: dtype_error in 'uniform': the dtype must be float32 or float64");
+    if (!std::isfinite(low) || !std::isfinite(high) || !std::isfinite(high - low) || low > high)
+        throw value_error("kiln: value_error in 'uniform': the bounds must be finite with low <= high, got [" +
+                          detail::number_text(low) + ", " + detail::number_text(high) + ")");
     tensor t(d, shape);
     detail::dispatch(d, [&]<class T>() {
         T* p = t.data<T>();
-        for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(low + (high - low) * g.uniform());
+        // low + (high - low) * u can round up to high (a float32 of u just below 1 is 1): the largest T below high
+        // takes its place, so that every value lies in [low, high) as PyTorch's and NumPy's do (low == high gives low).
+        const T top = static_cast<T>(high) > static_cast<T>(low) ? std::nextafter(static_cast<T>(high), static_cast<T>(low))
+                                                               : static_cast<T>(low);
+        for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) {
+            const T v = static_cast<T>(low + (high - low) * g.uniform());
+            p[i] = v < static_cast<T>(high) ? v : top;
+        }
     });
     return t;
 }
