@@ -786,6 +786,20 @@ TEST_CASE("options in braces alone are the options, whichever field comes first"
     CHECK(p.compiled(x)->plan()->ok);
 }
 
+TEST_CASE("a parameter taken by kiln::tensor& is traced, and writes into it reach the caller's tensor at every call") {
+    auto step = kiln::function([](kiln::tensor& x) {
+        x += 1;
+        return x * 2;
+    });
+    kiln::tensor a = kiln::ones({2});
+    const kiln::tensor r1 = step(a);
+    const kiln::tensor r2 = step(a);
+    CHECK(r1.at<float>({0}) == 4.0f);
+    CHECK(r2.at<float>({1}) == 6.0f);
+    CHECK(a.at<float>({0}) == 3.0f);  // as eagerly: two increments
+    CHECK(step.trace_count() == 1);
+}
+
 TEST_CASE("a symbolic tensor kept past its trace is a trace_error, not a crash") {
     kiln::tensor kept;
     auto f = kiln::function([&](const kiln::tensor& x) {

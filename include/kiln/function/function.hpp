@@ -464,13 +464,15 @@ private:
         const detail::tracing_scope scope(&tr);
         std::size_t k = 0;
         auto call = [&](auto&&... ts) -> decltype(auto) { return std::invoke(f_, std::forward<decltype(ts)>(ts)...); };
-        // (Braced initialization: the arguments are made in order.)
+        // (Braced initialization: the arguments are made in order. They are passed as lvalues, so that a parameter
+        // taken by `kiln::tensor&`, which the call's own lvalue argument satisfied, binds to its symbolic tensor.)
         using tuple_t = std::tuple<decltype(traced_arg(std::forward<A>(args), symbols, k))...>;
+        tuple_t traced_args{traced_arg(std::forward<A>(args), symbols, k)...};
         if constexpr (std::is_void_v<R>) {
-            std::apply(call, tuple_t{traced_arg(std::forward<A>(args), symbols, k)...});
+            std::apply(call, traced_args);
             tr.set_outputs({});
         } else {
-            R r = std::apply(call, tuple_t{traced_arg(std::forward<A>(args), symbols, k)...});
+            R r = std::apply(call, traced_args);
             tr.set_outputs(detail::result_traits<R>::flatten(r));
         }
         return std::move(tr.graph);
