@@ -800,6 +800,33 @@ TEST_CASE("a parameter taken by kiln::tensor& is traced, and writes into it reac
     CHECK(step.trace_count() == 1);
 }
 
+TEST_CASE("a function may return a std::pair or a std::array of tensors") {
+    auto f = kiln::function([](const kiln::tensor& x) { return std::pair{x + 1, x * 2}; });
+    auto g = kiln::function([](const kiln::tensor& x) { return std::array<kiln::tensor, 3>{x + 1, x * 2, x - 5}; });
+    const kiln::tensor a = kiln::full({2}, 3.0);
+    for (int call = 0; call < 3; ++call) {
+        const auto [p, q] = f(a);
+        CHECK(p.at<float>({0}) == 4.0f);
+        CHECK(q.at<float>({1}) == 6.0f);
+        const std::array<kiln::tensor, 3> r = g(a);
+        CHECK(r[0].at<float>({0}) == 4.0f);
+        CHECK(r[1].at<float>({0}) == 6.0f);
+        CHECK(r[2].at<float>({1}) == -2.0f);
+    }
+    CHECK(f.trace_count() == 1);
+    CHECK(g.trace_count() == 1);
+    CHECK(g.graph(a).outputs.size() == 3);
+    g.run_eagerly(true);
+    CHECK(g(a)[2].at<float>({0}) == -2.0f);
+    // cond's branches may return pairs too
+    auto c = kiln::function([](const kiln::tensor& x) {
+        return kiln::cond(kiln::sum(x) > 0, [&] { return std::pair{x, x * 2}; }, [&] { return std::pair{-x, x}; });
+    });
+    const auto [c1, c2] = c(-a);
+    CHECK(c1.at<float>({0}) == 3.0f);
+    CHECK(c2.at<float>({0}) == -3.0f);
+}
+
 TEST_CASE("a symbolic tensor kept past its trace is a trace_error, not a crash") {
     kiln::tensor kept;
     auto f = kiln::function([&](const kiln::tensor& x) {

@@ -187,7 +187,7 @@ std::string check_dynamic(const function_graph& g, const function_graph& h3,
 }  // namespace detail
 
 // A traced function: f with tensor arguments (and static ones: numbers, bools, enums, strings) and a tensor, a
-// std::tuple or std::vector of tensors, or nothing as its result.
+// std::tuple, std::pair, std::array or std::vector of tensors, or nothing as its result.
 template <class F>
 class function {
 public:

@@ -1,6 +1,7 @@
 #pragma once
 // Function mode's tracer: the recorder behind eager mode's seam (detail::tracer_base) that turns the ops a
 // traced function runs into the SSA nodes of a function_graph, and what a traced function may return.
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -266,13 +267,22 @@ template <class... T>
 struct traced_result<std::tuple<T...>> {
     using type = std::tuple<typename traced_result<T>::type...>;
 };
+template <class A, class B>
+struct traced_result<std::pair<A, B>> {
+    using type = std::pair<typename traced_result<A>::type, typename traced_result<B>::type>;
+};
+template <class T, std::size_t N>
+struct traced_result<std::array<T, N>> {
+    using type = std::array<typename traced_result<T>::type, N>;
+};
 template <class R>
 using traced_result_t = typename traced_result<std::remove_cvref_t<R>>::type;
 
 template <class R>
 struct result_traits {
     static_assert(std::is_same_v<R, tensor> || std::is_void_v<R>,
-                  "kiln::function: the function must return a kiln::tensor, a std::tuple or std::vector of tensors, or nothing");
+                  "kiln::function: the function must return a kiln::tensor, a std::tuple, std::pair, std::array or "
+                  "std::vector of tensors, or nothing");
     static std::vector<tensor> flatten(const tensor& t) { return {t}; }
     static tensor rebuild(std::vector<tensor>& v) { return std::move(v[0]); }
 };
@@ -280,6 +290,21 @@ template <>
 struct result_traits<std::vector<tensor>> {
     static std::vector<tensor> flatten(const std::vector<tensor>& v) { return v; }
     static std::vector<tensor> rebuild(std::vector<tensor>& v) { return std::move(v); }
+};
+template <class A, class B>
+struct result_traits<std::pair<A, B>> {
+    static_assert(std::is_same_v<A, tensor> && std::is_same_v<B, tensor>, "kiln::function: a returned std::pair must hold kiln::tensors");
+    static std::vector<tensor> flatten(const std::pair<A, B>& p) { return {p.first, p.second}; }
+    static std::pair<A, B> rebuild(std::vector<tensor>& v) { return {std::move(v[0]), std::move(v[1])}; }
+};
+template <class T, std::size_t N>
+struct result_traits<std::array<T, N>> {
+    static_assert(std::is_same_v<T, tensor>, "kiln::function: a returned std::array must hold kiln::tensors");
+    static std::vector<tensor> flatten(const std::array<T, N>& a) { return std::vector<tensor>(a.begin(), a.end()); }
+    static std::array<T, N> rebuild(std::vector<tensor>& v) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) { return std::array<T, N>{std::move(v[I])...}; }(
+            std::make_index_sequence<N>{});
+    }
 };
 template <class... T>
 struct result_traits<std::tuple<T...>> {
