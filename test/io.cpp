@@ -611,8 +611,10 @@ TEST_CASE("ONNX: a damaged or unsupported model is refused with a kiln::file_err
     CHECK(onnx_refusal(good.substr(0, good.size() / 2)).find("'bad.onnx', byte") != std::string::npos);
     std::string opset = good;
     REQUIRE(opset.substr(opset.size() - 2) == "\x10\x11");  // opset_import's version 17, the last field
-    opset[opset.size() - 1] = 0x12;
-    CHECK(onnx_refusal(opset).find("opset 18; kiln reads opsets 13 to 17") != std::string::npos);
+    opset[opset.size() - 1] = 0x1d;
+    CHECK(onnx_refusal(opset).find("opset 29; kiln reads opsets 13 to 28") != std::string::npos);
+    opset[opset.size() - 1] = 0x0c;
+    CHECK(onnx_refusal(opset).find("opset 12; kiln reads opsets 13 to 28") != std::string::npos);
     std::string op = good;  // (every "Relu": the node's name and its op_type)
     REQUIRE(op.find("Relu") != std::string::npos);
     for (std::size_t at = op.find("Relu"); at != std::string::npos; at = op.find("Relu", at)) op.replace(at, 4, "Relv");

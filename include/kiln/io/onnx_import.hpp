@@ -1,5 +1,5 @@
 #pragma once
-// ONNX import: kiln::load_onnx(path) reads a model of opsets 13 to 17 of the default domain into a
+// ONNX import: kiln::load_onnx(path) reads a model of opsets 13 to 28 of the default domain into a
 // kiln::loaded_function that runs it with kiln's kernels (ONNX export is io/onnx_export.hpp). A strict reader of
 // protobuf's wire format checks every length against what is left (io/onnx_read.hpp); each ONNX op is read as eager
 // mode's ops on its inputs (io/onnx_ops.hpp); docs/deployment.md lists the ops and what is refused.
@@ -45,8 +45,9 @@ struct onnx_importer {
             }
         }
         if (!have_graph) model.fail("the model has no graph (is this an ONNX file?)");
-        if (ir < 3 || ir > 10) model.fail("IR version " + std::to_string(ir) + "; kiln reads IR versions 3 to 10");
-        if (opset < 13 || opset > 17) model.fail("opset " + std::to_string(opset) + "; kiln reads opsets 13 to 17 of the default domain");
+        // (IR versions 11 to 14 add element types, which are refused where they are used, and fields kiln skips.)
+        if (ir < 3 || ir > 14) model.fail("IR version " + std::to_string(ir) + "; kiln reads IR versions 3 to 14");
+        if (opset < 13 || opset > 28) model.fail("opset " + std::to_string(opset) + "; kiln reads opsets 13 to 28 of the default domain");
 
         // The graph's parts.
         std::vector<pb_reader> nodes, inputs, outputs;
@@ -339,7 +340,7 @@ struct onnx_importer {
 
 }  // namespace detail
 
-// Reads an ONNX model (opsets 13 to 17 of the default domain) into a callable that runs it with kiln's kernels.
+// Reads an ONNX model (opsets 13 to 28 of the default domain) into a callable that runs it with kiln's kernels.
 // The model is untrusted input: every length, count and size is checked as it is read; an op kiln does not read,
 // another domain, an unsupported dtype, subgraphs or external data are kiln::file_errors naming them; the model is
 // run once on zeros of its inputs' shapes (dynamic dimensions at small extents) before it is returned, so an op

@@ -1,5 +1,5 @@
 #pragma once
-// The ONNX ops kiln::load_onnx reads (opsets 13 to 17 of the default domain), each as eager kiln ops on its inputs:
+// The ONNX ops kiln::load_onnx reads (opsets 13 to 28 of the default domain), each as eager kiln ops on its inputs:
 // onnx_op_kernel gives the kernel that function mode's executor replays for a node. docs/deployment.md lists the
 // ops and what is refused.
 #include "onnx_read.hpp"
@@ -7,10 +7,14 @@
 namespace kiln {
 namespace detail {
 
-// The kernel of an ONNX op (opsets 13 to 17): eager kiln ops on the inputs, which the executor passes in order.
+// The kernel of an ONNX op (opsets 13 to 28): eager kiln ops on the inputs, which the executor passes in order.
+// What changed for these ops after opset 17, other than element types that kiln refuses anyway: opset 18 made the
+// axes of ReduceMean, ReduceMax, ReduceMin and ReduceProd an input (as ReduceSum's since 13) and gave Pad an optional
+// axes input (and ScatterElements the reductions max and min, which are refused like mul); opset 19 gave Cast a
+// saturate attribute and Pad a wrap mode, 24 gave Cast a round mode (both for 8-bit floats only); opset 28 defined
+// Mod with fmod=0 for floating numbers, as A - floor(A / B) * B.
 template <int N, class Attr, class AttrInt>
 replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, AttrInt&& ai, std::size_t& lo, std::size_t& hi) {
-    (void)opset;
     static const std::map<std::string, std::string> unary = {
         {"Neg", "neg"}, {"Abs", "abs"}, {"Exp", "exp"}, {"Log", "log"}, {"Sqrt", "sqrt"}, {"Sin", "sin"}, {"Cos", "cos"},
         {"Tan", "tan"}, {"Asin", "asin"}, {"Acos", "acos"}, {"Atan", "atan"}, {"Tanh", "tanh"}, {"Erf", "erf"},
@@ -67,10 +71,11 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
     if (op == "Reciprocal") return [](auto in, auto) { return 1.0 / in[0]; };
     if (op == "Mod") {
         lo = hi = 2;
-        const bool c_fmod = ai("fmod", 0) != 0;
-        return [c_fmod](auto in, auto) {
-            if (!c_fmod && (is_floating(in[0].dtype()) || is_floating(in[1].dtype())))
-                throw value_error("kiln: value_error in 'Mod': fmod=0 is for integers (ONNX requires fmod=1 for floating numbers)");
+        const bool c_fmod = ai("fmod", 0) != 0, floor_mod_floats = opset >= 28;
+        return [c_fmod, floor_mod_floats](auto in, auto) {
+            if (!c_fmod && !floor_mod_floats && (is_floating(in[0].dtype()) || is_floating(in[1].dtype())))
+                throw value_error("kiln: value_error in 'Mod': fmod=0 is for integers before opset 28 (ONNX requires fmod=1 "
+                                  "for floating numbers there)");
             if (!c_fmod) return remainder(in[0], in[1]);  // the divisor's sign, as kiln's remainder
             // C's fmod (the dividend's sign): of magnitudes, kiln's remainder is fmod itself.
             const auto r = remainder(abs(in[0]), abs(in[1]));
@@ -115,10 +120,15 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         };
     }
     if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd") {
-        const bool axes_input = op == "ReduceSum";  // (opset 13: ReduceSum's axes are an input; the others', attributes)
+        // (ReduceSum's axes are an input from opset 13, the others' from opset 18; attributes before.)
+        const bool axes_input = op == "ReduceSum" || opset >= 18;
         lo = 1, hi = axes_input ? 2 : 1;
         std::vector<std::int64_t> attr_axes;
-        if (const onnx_attr* a = A("axes")) attr_axes = a->ints;
+        if (const onnx_attr* a = A("axes")) {
+            if (axes_input)
+                throw value_error(op + "'s axes are an input in opset " + std::to_string(opset) + ", not an attribute");
+            attr_axes = a->ints;
+        }
         const bool keep = ai("keepdims", 1) != 0, noop = ai("noop_with_empty_axes", 0) != 0;
         const int which = op == "ReduceSum" ? 0 : op == "ReduceMean" ? 1 : op == "ReduceMax" ? 2 : op == "ReduceMin" ? 3 : 4;
         return [attr_axes, keep, noop, which](auto in, auto) {
@@ -277,14 +287,29 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         };
     }
     if (op == "Pad") {
-        lo = 2, hi = 3;
+        lo = 2, hi = opset >= 18 ? 4 : 3;  // (opset 18: the axes that the pads are for, an optional input)
         if (const onnx_attr* m = A("mode"); m && m->s != "constant") throw value_error("only Pad's constant mode is read");
         return [](auto in, auto) {
             const std::vector<std::int64_t> pads = int_values(in[1], "Pad's pads");
             const int r = in[0].dim();
-            if (static_cast<int>(pads.size()) != 2 * r) throw value_error("kiln: value_error in 'Pad': pads must hold 2 x rank values");
-            std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> w;
-            for (int k = 0; k < r; ++k) w.emplace_back(pads[static_cast<std::size_t>(k)], pads[static_cast<std::size_t>(r + k)]);
+            std::vector<int> axes;
+            if (in.size() > 3 && in[3].valid()) {
+                for (std::int64_t a : int_values(in[3], "Pad's axes")) {
+                    if (a < -r || a >= r) throw value_error("kiln: value_error in 'Pad': axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
+                    const int ax = static_cast<int>(a < 0 ? a + r : a);
+                    if (std::find(axes.begin(), axes.end(), ax) != axes.end())
+                        throw value_error("kiln: value_error in 'Pad': axis " + std::to_string(a) + " is given twice");
+                    axes.push_back(ax);
+                }
+            } else {
+                for (int k = 0; k < r; ++k) axes.push_back(k);
+            }
+            const std::size_t n = axes.size();
+            if (pads.size() != 2 * n)
+                throw value_error("kiln: value_error in 'Pad': pads must hold 2 values per padded axis (" + std::to_string(2 * n) +
+                                  "), not " + std::to_string(pads.size()));
+            std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> w(static_cast<std::size_t>(r), {0, 0});
+            for (std::size_t k = 0; k < n; ++k) w[static_cast<std::size_t>(axes[k])] = {pads[k], pads[n + k]};
             double value = 0;
             if (in.size() > 2 && in[2].valid()) {
                 if (in[2].numel() != 1) throw value_error("kiln: value_error in 'Pad': the constant value has more than one element");
