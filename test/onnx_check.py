@@ -150,7 +150,7 @@ save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
 
 # Models of the newer opsets, as the onnx package writes them by default and as newer exporters do: opset 18 made the
 # axes of ReduceMean/Max/Min/Prod an input and gave Pad an axes input; 19 gave Cast 'saturate'; 28 defined Mod with
-# fmod=0 on floating numbers. Each is built at its opset and IR version and compared with ONNX Runtime.
+# fmod=0 on floating numbers; Gelu came in opset 20. Each is built at its opset and IR version and compared with ONNX Runtime.
 def newer_opset_model(opset, ir):
     from onnx import TensorProto as T
     c = [numpy_helper.from_array(np.array([1], dtype=np.int64), "ax1"),
@@ -179,6 +179,10 @@ def newer_opset_model(opset, ir):
             ("pad_ax1", T.FLOAT, ["b", 7]), ("pad_all", T.FLOAT, ["b1", 5]), ("as_int", T.INT32, ["b", 4]),
             ("elu", T.FLOAT, ["b", 4]), ("softplus", T.FLOAT, ["b", 4]), ("round", T.FLOAT, ["b", 4]), ("sin", T.FLOAT, ["b", 4]),
             ("isinf", T.BOOL, ["b", 4]), ("pairs_t", T.FLOAT, [2, "b2"]), ("flat", T.FLOAT, [1, "b4"])]
+    if opset >= 20:
+        n.append(helper.make_node("Gelu", ["x"], ["gelu"]))
+        n.append(helper.make_node("Gelu", ["x"], ["gelu_tanh"], approximate="tanh"))
+        outs += [("gelu", T.FLOAT, ["b", 4]), ("gelu_tanh", T.FLOAT, ["b", 4])]
     if opset >= 28:
         c.append(numpy_helper.from_array(np.array([1.5, -2.0, 0.75, -0.5], dtype=np.float32), "divisor"))
         n.append(helper.make_node("Mod", ["x", "divisor"], ["floor_mod"], fmod=0))

@@ -12,7 +12,7 @@ namespace detail {
 // axes of ReduceMean, ReduceMax, ReduceMin and ReduceProd an input (as ReduceSum's since 13) and gave Pad an optional
 // axes input (and ScatterElements the reductions max and min, which are refused like mul); opset 19 gave Cast a
 // saturate attribute and Pad a wrap mode, 24 gave Cast a round mode (both for 8-bit floats only); opset 28 defined
-// Mod with fmod=0 for floating numbers, as A - floor(A / B) * B.
+// Mod with fmod=0 for floating numbers, as A - floor(A / B) * B. Gelu is an operator from opset 20.
 template <int N, class Attr, class AttrInt>
 replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, AttrInt&& ai, std::size_t& lo, std::size_t& hi) {
     static const std::map<std::string, std::string> unary = {
@@ -80,6 +80,17 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             // C's fmod (the dividend's sign): of magnitudes, kiln's remainder is fmod itself.
             const auto r = remainder(abs(in[0]), abs(in[1]));
             return where(in[0] < 0.0, -r, r);
+        };
+    }
+    if (op == "Gelu") {  // (opset 20 on: exact, or the tanh approximation)
+        if (opset < 20) throw value_error("Gelu is an operator of opset 20 on, and the model's opset is " + std::to_string(opset));
+        const onnx_attr* a = A("approximate");
+        const std::string how = a ? a->s : "none";
+        if (how != "none" && how != "tanh") throw value_error("Gelu's approximate must be \"none\" or \"tanh\"");
+        if (how == "none") return [](auto in, auto) { return gelu(in[0]); };
+        return [](auto in, auto) {
+            const auto& x = in[0];
+            return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
         };
     }
     if (op == "Elu") {
