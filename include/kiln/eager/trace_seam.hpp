@@ -139,5 +139,15 @@ struct tracer_base {
 // The tracer recording on this thread, or null (the common case: eager ops test this one pointer).
 inline thread_local tracer_base* active_tracer = nullptr;
 
+// Runs eager ops with values for a scope while a trace records: state that outlives the trace (an optimizer's slots
+// made at its first, traced, step) must hold values, not symbolic tensors that the trace's end leaves empty.
+struct untraced_scope {
+    tracer_base* saved = active_tracer;
+    untraced_scope() noexcept { active_tracer = nullptr; }
+    ~untraced_scope() { active_tracer = saved; }
+    untraced_scope(const untraced_scope&) = delete;
+    untraced_scope& operator=(const untraced_scope&) = delete;
+};
+
 }  // namespace detail
 }  // namespace kiln

@@ -255,6 +255,7 @@ private:
     void step_impl(const std::vector<tensor>& grads);
 
     void make_slots() {
+        const kiln::detail::untraced_scope with_values;  // (the first step may be traced: the slots outlive the trace)
         velocity_.clear();
         for (variable* p : params_) velocity_.push_back(zeros(p->shape(), p->dtype(), p->device()));
     }
@@ -354,6 +355,7 @@ private:
     void step_impl(const std::vector<tensor>& grads);
 
     void make_slots() {
+        const kiln::detail::untraced_scope with_values;  // (the first step may be traced: the slots outlive the trace)
         m_.clear();
         v_.clear();
         coef_.clear();
