@@ -71,13 +71,8 @@ void remap(function_graph& g, const std::vector<std::int32_t>& to) {
 // Runs f with no tracer and no tape recording (what a pass evaluates is not part of any trace or tape).
 template <class F>
 decltype(auto) untraced(F&& f) {
-    kiln::detail::tracer_base* const saved = kiln::detail::active_tracer;
-    kiln::detail::active_tracer = nullptr;
+    const kiln::detail::untraced_scope no_tracer;
     const kiln::detail::tape_pause pause;
-    struct restore {
-        kiln::detail::tracer_base* t;
-        ~restore() { kiln::detail::active_tracer = t; }
-    } r{saved};
     return f();
 }
 
