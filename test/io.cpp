@@ -406,6 +406,8 @@ TEST_CASE("save and load: a traced function runs from its file with its dynamic 
     CHECK(f.name() == "small");
     REQUIRE(f.signature().size() == 1);
     CHECK(kiln::to_string(f.signature()[0]) == "(?, 3) float32");
+    CHECK(kiln::to_string(f.signature()) == "{(?, 3) float32}");
+    CHECK(kiln::to_string(std::vector<kiln::spec>{kiln::spec(kiln::int64, {2}), kiln::spec(kiln::float64, {})}) == "{(2,) int64, () float64}");
     CHECK(f.outputs() == 1);
     // Values worked out by hand (w's rows [1, -2], [0.5, 3], [-1, 2]): x = [1, 1, 1] -> x.w + b = [0.75, 2.5]
     // -> relu * 0.5 = [0.375, 1.25] -> minus sum/4 (0.40625) = [-0.03125, 0.84375]; x = [0, 0, 0] -> b = [0.25, -0.5]

@@ -109,6 +109,13 @@ inline std::string to_string(const spec& s) {
     return out + ") " + std::string(name(s.dtype));
 }
 
+// A signature (one spec per tensor argument, as `loaded_function::signature()` gives it): "{(?, 10) float32}".
+inline std::string to_string(const std::vector<spec>& specs) {
+    std::string out = "{";
+    for (std::size_t i = 0; i < specs.size(); ++i) out += (i ? ", " : "") + to_string(specs[i]);
+    return out + "}";
+}
+
 namespace detail {
 
 // Two traces of one function, made with different extents of its dynamic dimensions (`a` and `b` per dimension),

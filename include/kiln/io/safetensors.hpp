@@ -242,7 +242,7 @@ tensor_file read_safetensors(Source& src, const std::string& file, const char* e
         at = e->end;
     }
     if (at != data_bytes)
-        st_fail(entry, file, std::to_string(data_bytes - at) + " bytes of data at data byte " + std::to_string(at) + " belong to no tensor");
+        st_fail(entry, file, detail::count_of(data_bytes - at, "byte") + " of data at data byte " + std::to_string(at) + (data_bytes - at == 1 ? " belongs" : " belong") + " to no tensor");
 
     // Every check passed: allocate and read.
     for (const st_entry& e : entries) {
