@@ -223,6 +223,113 @@ for opset, ir in [(18, 8), (21, 10), (25, 13), (28, 14)]:
     save_file(cases, os.path.join(work, name + ".safetensors"))
     newer[opset] = True
 check(18 in newer and 28 in newer, "models of opsets 18 and 28 were written and run by ONNX Runtime (%s)" % sorted(newer))
+
+
+# Ops that PyTorch and Keras export for their layers (Clip for ReLU6 and clamp, HardSigmoid and HardSwish, PRelu,
+# Selu, Celu, Softsign, ThresholdedRelu, Mish, LayerNormalization, BatchNormalization in inference, CumSum, Size) and
+# the norms among the reductions, at opset 17 (reduction axes as attributes) and 18 (axes as inputs), against ONNX
+# Runtime on values that include infinities; LayerNormalization's and Dropout's other outputs are named but unread.
+def layer_ops_model(opset):
+    from onnx import TensorProto as T
+    c = [numpy_helper.from_array(np.array(-1.0, dtype=np.float32), "lo"),
+         numpy_helper.from_array(np.array(6.0, dtype=np.float32), "hi"),
+         numpy_helper.from_array(np.array([0.25, -0.5, 1.0, 0.1], dtype=np.float32), "slope"),
+         numpy_helper.from_array(np.array([1.5, 0.5, -1.0, 2.0], dtype=np.float32), "gamma"),
+         numpy_helper.from_array(np.array([0.1, 0.2, 0.3, -0.4], dtype=np.float32), "beta"),
+         numpy_helper.from_array(np.array([0.5, -0.25, 0.0, 1.0], dtype=np.float32), "run_mean"),
+         numpy_helper.from_array(np.array([1.0, 4.0, 0.25, 2.0], dtype=np.float32), "run_var"),
+         numpy_helper.from_array(np.array(1, dtype=np.int64), "axis1"),
+         numpy_helper.from_array(np.array([1], dtype=np.int64), "ax1")]
+    reduce_axes = (lambda op, out, **kw: helper.make_node(op, ["finite", "ax1"], [out], **kw)) if opset >= 18 else \
+        (lambda op, out, **kw: helper.make_node(op, ["finite"], [out], axes=[1], **kw))
+    n = [helper.make_node("Clip", ["x", "lo", "hi"], ["clip"]),
+         helper.make_node("Clip", ["x", "", "hi"], ["clip_high"]),
+         helper.make_node("Clip", ["x"], ["clip_none"]),
+         helper.make_node("HardSigmoid", ["x"], ["hard_sigmoid"], alpha=0.3, beta=0.4),
+         helper.make_node("HardSwish", ["x"], ["hard_swish"]),
+         helper.make_node("PRelu", ["x", "slope"], ["prelu"]),
+         helper.make_node("Selu", ["x"], ["selu"]),
+         helper.make_node("Celu", ["x"], ["celu"], alpha=0.7),
+         helper.make_node("Softsign", ["x"], ["softsign"]),
+         helper.make_node("ThresholdedRelu", ["x"], ["thresholded"], alpha=0.5),
+         helper.make_node("IsInf", ["x"], ["inf"]),
+         helper.make_node("Where", ["inf", "lo", "x"], ["finite"]),
+         helper.make_node("LayerNormalization", ["finite", "gamma", "beta"], ["layer_norm", "ln_mean", "ln_inv_std"], epsilon=1e-3),
+         helper.make_node("LayerNormalization", ["finite", "gamma"], ["layer_norm_nobias"], axis=1),
+         helper.make_node("BatchNormalization", ["finite", "gamma", "beta", "run_mean", "run_var"], ["batch_norm"]),
+         helper.make_node("Dropout", ["finite"], ["dropped", "dropout_mask"]),
+         helper.make_node("CumSum", ["dropped", "axis1"], ["cumsum"]),
+         helper.make_node("CumSum", ["dropped", "axis1"], ["cumsum_excl_rev"], exclusive=1, reverse=1),
+         helper.make_node("Size", ["x"], ["size"]),
+         reduce_axes("ReduceL1", "l1", keepdims=1),
+         reduce_axes("ReduceL2", "l2", keepdims=0),
+         reduce_axes("ReduceSumSquare", "sum_square", keepdims=0),
+         reduce_axes("ReduceLogSumExp", "log_sum_exp", keepdims=0),
+         helper.make_node("Abs", ["finite"], ["abs"]),
+         reduce_axes("ReduceLogSum", "log_sum", keepdims=1) if opset < 18 else helper.make_node("ReduceLogSum", ["abs", "ax1"], ["log_sum"], keepdims=1)]
+    if opset < 18:  # (ReduceLogSum of |x| at opset 17 too)
+        n[-1] = helper.make_node("ReduceLogSum", ["abs"], ["log_sum"], axes=[1], keepdims=1)
+    outs = [("clip", T.FLOAT, ["b", 4]), ("clip_high", T.FLOAT, ["b", 4]), ("clip_none", T.FLOAT, ["b", 4]),
+            ("hard_sigmoid", T.FLOAT, ["b", 4]), ("hard_swish", T.FLOAT, ["b", 4]), ("prelu", T.FLOAT, ["b", 4]),
+            ("selu", T.FLOAT, ["b", 4]), ("celu", T.FLOAT, ["b", 4]), ("softsign", T.FLOAT, ["b", 4]),
+            ("thresholded", T.FLOAT, ["b", 4]), ("layer_norm", T.FLOAT, ["b", 4]), ("layer_norm_nobias", T.FLOAT, ["b", 4]),
+            ("batch_norm", T.FLOAT, ["b", 4]), ("cumsum", T.FLOAT, ["b", 4]), ("cumsum_excl_rev", T.FLOAT, ["b", 4]),
+            ("size", T.INT64, []), ("l1", T.FLOAT, ["b", 1]), ("l2", T.FLOAT, ["b"]), ("sum_square", T.FLOAT, ["b"]),
+            ("log_sum_exp", T.FLOAT, ["b"]), ("log_sum", T.FLOAT, ["b", 1])]
+    if opset >= 18:
+        n.append(helper.make_node("Mish", ["finite"], ["mish"]))
+        outs.append(("mish", T.FLOAT, ["b", 4]))
+    graph = helper.make_graph(n, "layers%d" % opset, [helper.make_tensor_value_info("x", T.FLOAT, ["b", 4])],
+                              [helper.make_tensor_value_info(nm, t, sh) for nm, t, sh in outs], c)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+layer_models = 0
+for opset in (17, 18):
+    m = layer_ops_model(opset)
+    name = "helper_layers%d" % opset
+    onnx.checker.check_model(m, full_check=True)
+    path = os.path.join(work, name + ".onnx")
+    onnx.save(m, path)
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    cases = {}
+    for k, rows in enumerate([3, 5]):
+        x = (rng.standard_normal((rows, 4)) * 3).astype(np.float32)
+        x[0, 1], x[1, 2], x[-1, 3] = np.inf, -np.inf, 0.5  # infinities (made finite before the norms); alpha's own value
+        cases["input_0/%d" % k] = x
+        for j, o in enumerate(session.run(None, {"x": x})):
+            cases["output_%d/%d" % (j, k)] = np.array(o, copy=True, order="C")
+    save_file(cases, os.path.join(work, name + ".safetensors"))
+    layer_models += 1
+check(layer_models == 2, "the layer ops' models of opsets 17 and 18 were written and run by ONNX Runtime")
+
+
+# Models kiln refuses, with the words of its kiln::file_error: a graph output or a node that reads an output kiln does
+# not compute (Dropout's mask), and BatchNormalization in training mode.
+def refused(name, nodes, outputs, words):
+    from onnx import TensorProto as T
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", T.FLOAT, ["b", 4])],
+                              [helper.make_tensor_value_info(nm, t, ["b", 4]) for nm, t in outputs],
+                              [numpy_helper.from_array(np.ones(4, dtype=np.float32), "ones"),
+                               numpy_helper.from_array(np.zeros(4, dtype=np.float32), "zeros")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, os.path.join(work, "refused_%s.onnx" % name))
+    with open(os.path.join(work, "refused_%s.refusal" % name), "w") as f:
+        f.write(words + "\n")
+
+
+refused("mask_output", [helper.make_node("Dropout", ["x"], ["y", "mask"])], [("y", TensorProto.FLOAT), ("mask", TensorProto.BOOL)],
+        "graph output 'mask' is output 1 of node 0 ('Dropout'), which kiln does not compute")
+refused("mask_read", [helper.make_node("Dropout", ["x"], ["y", "mask"]), helper.make_node("Not", ["mask"], ["keep"]),
+                      helper.make_node("Where", ["keep", "y", "x"], ["z"])], [("z", TensorProto.FLOAT)],
+        "node 1 ('Not') takes 'mask', output 1 of node 0 ('Dropout'), which kiln does not compute")
+refused("batch_norm_training", [helper.make_node("BatchNormalization", ["x", "ones", "zeros", "zeros", "ones"], ["y", "run_mean", "run_var"], training_mode=1)],
+        [("y", TensorProto.FLOAT)], "training_mode=1 is training")
+
 run = subprocess.run([tool, "onnx", "import", work], capture_output=True, text=True)
 print(run.stdout.strip())
 check(run.returncode == 0, "kiln::load_onnx runs kiln's exports and the helper-built model as ONNX Runtime does")

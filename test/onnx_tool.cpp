@@ -4,7 +4,8 @@
 //   io_tool onnx import DIR   loads every DIR/<model>.onnx with kiln::load_onnx (kiln's own exports, and models the test
 //                          writes with the onnx package's helpers), runs it on the inputs of DIR/<model>.safetensors
 //                          and compares with the outputs there (kiln's, or ONNX Runtime's): 1e-5 relative on floats,
-//                          exact otherwise
+//                          exact otherwise; a model named refused_<name>.onnx must be refused with a kiln::file_error
+//                          that contains the first line of DIR/refused_<name>.refusal
 // The models: the reference model (Dense(64, relu), Dense(1)), the chain relu(x*y + 0.5*x - y)*2 + y, a classifier
 // with softmax, one that uses every kind of op the exporter maps (views with a dynamic batch, reductions,
 // argmax, concat, casts, where, comparisons, activations without ONNX operators), and one of the ops written as
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -56,6 +58,26 @@ int import_models(const std::string& dir) {
         if (e.path().extension() != ".onnx") continue;
         const std::string base = e.path().string().substr(0, e.path().string().size() - 5);
         const std::string name = e.path().stem().string();
+        if (name.rfind("refused_", 0) == 0) {
+            // A model kiln must refuse: a kiln::file_error whose message holds the text of <model>.refusal.
+            std::ifstream in(base + ".refusal");
+            std::string want;
+            std::getline(in, want);
+            std::string got = "(no refusal)";
+            try {
+                (void)kiln::load_onnx(e.path().string());
+            } catch (const kiln::file_error& err) {
+                got = err.what();
+            } catch (const std::exception& err) {
+                got = std::string("(another exception) ") + err.what();
+            }
+            const bool ok = !want.empty() && got.find(want) != std::string::npos && got.find("(another") == std::string::npos;
+            ++compared;
+            failures += !ok;
+            std::printf("%s: %s is refused: %s%s\n", ok ? "ok" : "FAILED", name.c_str(), got.c_str(),
+                        ok ? "" : (" (expected a kiln::file_error saying '" + want + "')").c_str());
+            continue;
+        }
         try {
             const kiln::loaded_function f = kiln::load_onnx(e.path().string());
             const kiln::tensor_file ref = kiln::load_safetensors(base + ".safetensors");

@@ -81,9 +81,10 @@ struct onnx_importer {
         auto exe = std::make_shared<executable>();
         function_graph& g = exe->graph;
         std::map<std::string, std::int32_t> value;
+        std::map<std::string, std::string> unread;  // outputs after an op's first: why nothing may read them
         auto define = [&](const std::string& nm, graph_node n, pb_reader& at) {
             if (nm.empty()) at.fail("a value has an empty name");
-            if (value.count(nm)) at.fail("value '" + json::reader::printable(nm) + "' is defined twice");
+            if (value.count(nm) || unread.count(nm)) at.fail("value '" + json::reader::printable(nm) + "' is defined twice");
             value[nm] = static_cast<std::int32_t>(g.nodes.size());
             g.nodes.push_back(std::move(n));
         };
@@ -246,6 +247,8 @@ struct onnx_importer {
                     in_values.push_back(-1);  // an optional input left out
                     continue;
                 }
+                if (const auto u = unread.find(i); u != unread.end())
+                    r.fail(where + " takes '" + json::reader::printable(i) + "', " + u->second);
                 const auto it = value.find(i);
                 if (it == value.end()) r.fail(where + " takes '" + json::reader::printable(i) + "', which no earlier node or input defines");
                 in_values.push_back(it->second);
@@ -266,14 +269,20 @@ struct onnx_importer {
             if (in_values.size() < lo || in_values.size() > hi)
                 r.fail(where + " has " + std::to_string(in_values.size()) + " inputs; kiln reads it with " +
                        (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)));
-            std::size_t used_outputs = 0;
-            for (const std::string& o : outs) used_outputs += !o.empty();
-            if (outs.empty() || outs[0].empty() || used_outputs != 1)
-                r.fail(where + " has " + std::to_string(used_outputs) + " outputs in use; kiln reads ops of one output");
+            // kiln computes an op's first output. Its other outputs (Dropout's mask, LayerNormalization's mean and
+            // inverse deviation) may be named as long as nothing reads them: a node or graph output that does is refused.
+            if (outs.empty() || outs[0].empty()) r.fail(where + " has no first output; kiln reads an op's first output");
+            for (std::size_t o = 1; o < outs.size(); ++o)
+                if (!outs[o].empty()) {
+                    if (value.count(outs[o]) || unread.count(outs[o]))
+                        r.fail("value '" + json::reader::printable(outs[o]) + "' is defined twice");
+                    unread[outs[o]] = "output " + std::to_string(o) + " of " + where + ", which kiln does not compute (it reads an op's first output only)";
+                }
             graph_node n;
             n.kind = node_kind::op;
             n.op = op_type;
-            // Left-out optional inputs: pass an empty tensor (the op's code sees it as absent).
+            // Left-out optional inputs: pass a tensor without storage, whose valid() is false, so that the op's code
+            // sees it as absent (a default tensor is a valid empty one: Clip(x, "", max) read it as a bound).
             std::vector<std::int32_t> present;
             std::vector<char> is_present;
             for (std::int32_t v : in_values) {
@@ -285,7 +294,14 @@ struct onnx_importer {
                 n.fn = [inner = std::move(fn), is_present](auto in, auto p) {
                     std::vector<tensor> all;
                     std::size_t j = 0;
-                    for (char pr : is_present) all.push_back(pr ? in[j++] : tensor());
+                    for (char pr : is_present) {
+                        if (pr) {
+                            all.push_back(in[j++]);
+                        } else {
+                            tensor left_out, taken = std::move(left_out);  // (moved from: no storage)
+                            all.push_back(std::move(left_out));
+                        }
+                    }
                     return inner(all, p);
                 };
             else
@@ -299,6 +315,8 @@ struct onnx_importer {
                 if (field == 1) nm = o.text(wire);
                 else o.skip(wire);
             }
+            if (const auto u = unread.find(nm); u != unread.end())
+                o.fail("graph output '" + json::reader::printable(nm) + "' is " + u->second);
             const auto it = value.find(nm);
             if (it == value.end()) o.fail("output '" + json::reader::printable(nm) + "' is not a value of the graph");
             g.outputs.push_back(it->second);

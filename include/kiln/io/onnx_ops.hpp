@@ -2,6 +2,9 @@
 // The ONNX ops kiln::load_onnx reads (opsets 13 to 28 of the default domain), each as eager kiln ops on its inputs:
 // onnx_op_kernel gives the kernel that function mode's executor replays for a node. docs/deployment.md lists the
 // ops and what is refused.
+#include <limits>
+#include <optional>
+
 #include "onnx_read.hpp"
 
 namespace kiln {
@@ -103,6 +106,129 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         const double alpha = a ? a->f : 0.01;
         return [alpha](auto in, auto) { return where(in[0] < 0.0, in[0] * alpha, in[0]); };
     }
+    // Activations that PyTorch and Keras export as ops of their own.
+    auto attr_f = [&](const char* name, double fallback) {
+        const onnx_attr* a = A(name);
+        return a ? static_cast<double>(a->f) : fallback;
+    };
+    if (op == "Clip") {  // (opset 13: the bounds are optional inputs, rank 0)
+        lo = 1, hi = 3;
+        return [](auto in, auto) {
+            auto bound = [&](std::size_t i) -> std::optional<tensor> {
+                if (in.size() <= i || !in[i].valid()) return std::nullopt;
+                if (in[i].dim() != 0 && in[i].numel() != 1)
+                    throw shape_error("kiln: shape_error in 'Clip': a bound must hold one value, got " + to_string(in[i].shape()));
+                return in[i].reshape(dims{});
+            };
+            auto low = bound(1), high = bound(2);
+            // A bound left out is the dtype's lowest or largest value (ONNX's definition: so Clip(-inf) without a
+            // lower bound is float's lowest finite value); for integers that is no bound at all.
+            if (is_floating(in[0].dtype())) {
+                const double top = in[0].dtype() == dtype::float32 ? static_cast<double>(std::numeric_limits<float>::max())
+                                                                   : std::numeric_limits<double>::max();
+                if (!low) low = full(dims{}, -top, in[0].dtype());
+                if (!high) high = full(dims{}, top, in[0].dtype());
+            }
+            if (low && high) return clamp(in[0], *low, *high);
+            if (low) return maximum(in[0], *low);
+            if (high) return minimum(in[0], *high);
+            return in[0];
+        };
+    }
+    if (op == "HardSigmoid" || op == "HardSwish") {
+        const bool swish = op == "HardSwish";
+        const double alpha = swish ? 1.0 / 6 : attr_f("alpha", 0.2), beta = swish ? 0.5 : attr_f("beta", 0.5);
+        return [alpha, beta, swish](auto in, auto) {
+            const auto h = clamp(in[0] * alpha + beta, 0.0, 1.0);
+            return swish ? in[0] * h : h;
+        };
+    }
+    if (op == "PRelu") {
+        lo = hi = 2;
+        return [](auto in, auto) { return where(in[0] < 0.0, in[0] * in[1], in[0]); };
+    }
+    if (op == "Selu") {
+        const double alpha = attr_f("alpha", 1.67326319217681884765625), gamma = attr_f("gamma", 1.05070102214813232421875);
+        return [alpha, gamma](auto in, auto) { return where(in[0] > 0.0, in[0] * gamma, expm1(in[0]) * (alpha * gamma)); };
+    }
+    if (op == "Celu") {
+        const double alpha = attr_f("alpha", 1.0);
+        if (alpha == 0) throw value_error("Celu's alpha must not be 0");
+        return [alpha](auto in, auto) { return where(in[0] > 0.0, in[0], expm1(in[0] / alpha) * alpha); };
+    }
+    if (op == "ThresholdedRelu") {
+        const double alpha = attr_f("alpha", 1.0);
+        return [alpha](auto in, auto) { return where(in[0] > alpha, in[0], 0.0); };
+    }
+    if (op == "Softsign") return [](auto in, auto) { return in[0] / (abs(in[0]) + 1.0); };
+    if (op == "Mish") {  // (opset 18 on)
+        if (opset < 18) throw value_error("Mish is an operator of opset 18 on, and the model's opset is " + std::to_string(opset));
+        return [](auto in, auto) { return in[0] * tanh(softplus(in[0])); };
+    }
+    // Normalizations for inference: LayerNormalization (opset 17) over the axes from `axis` on, BatchNormalization
+    // with its running statistics over axis 1. Only their first output can be read (the others are training's).
+    if (op == "LayerNormalization") {
+        if (opset < 17) throw value_error("LayerNormalization is an operator of opset 17 on, and the model's opset is " + std::to_string(opset));
+        lo = 2, hi = 3;
+        const std::int64_t axis = ai("axis", -1);
+        const double eps = attr_f("epsilon", 1e-5);
+        return [axis, eps](auto in, auto) {
+            const tensor& x = in[0];
+            const int r = x.dim();
+            const std::int64_t a = axis < 0 ? axis + r : axis;
+            if (a < 0 || a >= r) throw value_error("kiln: value_error in 'LayerNormalization': axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+            std::vector<int> axes;
+            for (int i = static_cast<int>(a); i < r; ++i) axes.push_back(i);
+            const tensor centred = x - mean(x, axes, true);
+            tensor y = centred / sqrt(mean(centred * centred, axes, true) + eps) * in[1];
+            if (in.size() > 2 && in[2].valid()) y = y + in[2];
+            return y.to(x.dtype());
+        };
+    }
+    if (op == "BatchNormalization") {
+        lo = hi = 5;
+        if (ai("training_mode", 0) != 0) throw value_error("BatchNormalization with training_mode=1 is training; kiln reads models for inference");
+        const double eps = attr_f("epsilon", 1e-5);
+        return [eps](auto in, auto) {
+            const tensor& x = in[0];
+            if (x.dim() < 2) throw shape_error("kiln: shape_error in 'BatchNormalization': the input must be (N, C, ...), got " + to_string(x.shape()));
+            const std::ptrdiff_t c = x.shape()[1];
+            std::vector<std::ptrdiff_t> extents(static_cast<std::size_t>(x.dim() - 1), 1);
+            extents[0] = c;
+            dims per_channel;
+            per_channel.assign(extents.begin(), extents.size());
+            auto channel = [&](std::size_t i, const char* what) {
+                if (in[i].numel() != c)
+                    throw shape_error(std::string("kiln: shape_error in 'BatchNormalization': ") + what + " has " +
+                                      std::to_string(in[i].numel()) + " values for " + std::to_string(c) + " channels");
+                return in[i].reshape(per_channel);
+            };
+            const tensor scale = channel(1, "the scale"), bias = channel(2, "the bias"), m = channel(3, "the mean"),
+                         v = channel(4, "the variance");
+            return ((x - m) / sqrt(v + eps) * scale + bias).to(x.dtype());
+        };
+    }
+    if (op == "CumSum") {
+        lo = hi = 2;
+        const bool exclusive = ai("exclusive", 0) != 0, reverse = ai("reverse", 0) != 0;
+        return [exclusive, reverse](auto in, auto) {
+            const std::vector<std::int64_t> ax = int_values(in[1], "CumSum's axis");
+            const tensor& x = in[0];
+            const int r = x.dim();
+            if (ax.size() != 1 || ax[0] < -r || ax[0] >= r)
+                throw value_error("kiln: value_error in 'CumSum': the axis must be one value in [-" + std::to_string(r) + ", " + std::to_string(r) + ")");
+            const int a = static_cast<int>(ax[0] < 0 ? ax[0] + r : ax[0]);
+            if (!exclusive || x.shape()[a] == 0) return cumsum(x, a, reverse).to(x.dtype());
+            // Exclusive: the sums of the elements before each one (after it, reversed), so the first is 0.
+            const std::ptrdiff_t n = x.shape()[a];
+            dims one = x.shape();
+            one[static_cast<std::size_t>(a)] = 1;
+            const tensor zero = zeros(one, x.dtype());
+            const tensor shifted = reverse ? concat({x.slice(a, 1, n), zero}, a) : concat({zero, x.slice(a, 0, n - 1)}, a);
+            return cumsum(shifted, a, reverse).to(x.dtype());
+        };
+    }
+    if (op == "Size") return [](auto in, auto) { return full(dims{}, static_cast<double>(in[0].numel()), dtype::int64); };
     if (op == "Where") {
         lo = hi = 3;
         return [](auto in, auto) { return where(in[0], in[1], in[2]); };
@@ -130,7 +256,10 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             return y;
         };
     }
-    if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd") {
+    static const std::map<std::string, int> reductions = {
+        {"ReduceSum", 0}, {"ReduceMean", 1}, {"ReduceMax", 2}, {"ReduceMin", 3}, {"ReduceProd", 4}, {"ReduceL1", 5},
+        {"ReduceL2", 6}, {"ReduceSumSquare", 7}, {"ReduceLogSum", 8}, {"ReduceLogSumExp", 9}};
+    if (reductions.count(op)) {
         // (ReduceSum's axes are an input from opset 13, the others' from opset 18; attributes before.)
         const bool axes_input = op == "ReduceSum" || opset >= 18;
         lo = 1, hi = axes_input ? 2 : 1;
@@ -141,7 +270,7 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             attr_axes = a->ints;
         }
         const bool keep = ai("keepdims", 1) != 0, noop = ai("noop_with_empty_axes", 0) != 0;
-        const int which = op == "ReduceSum" ? 0 : op == "ReduceMean" ? 1 : op == "ReduceMax" ? 2 : op == "ReduceMin" ? 3 : 4;
+        const int which = reductions.at(op);
         return [attr_axes, keep, noop, which](auto in, auto) {
             std::vector<std::int64_t> ax = attr_axes;
             if (in.size() > 1 && in[1].valid()) ax = int_values(in[1], "the axes");
@@ -156,7 +285,20 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
                 case 1: return mean(in[0], axes, keep);
                 case 2: return max(in[0], axes, keep);
                 case 3: return min(in[0], axes, keep);
-                default: return prod(in[0], axes, keep).to(in[0].dtype());
+                case 4: return prod(in[0], axes, keep).to(in[0].dtype());
+                case 5: return sum(abs(in[0]), axes, keep).to(in[0].dtype());
+                case 6: return sqrt(sum(in[0] * in[0], axes, keep)).to(in[0].dtype());
+                case 7: return sum(in[0] * in[0], axes, keep).to(in[0].dtype());
+                case 8: return log(sum(in[0], axes, keep)).to(in[0].dtype());
+                default: {
+                    // log(sum(exp(x))) as m + log(sum(exp(x - m))) with m the largest element (0 where it is
+                    // infinite, so that a row of -inf gives -inf and not NaN).
+                    tensor m = max(in[0], axes, true);
+                    m = where(isinf(m), 0.0, m);
+                    tensor y = log(sum(exp(in[0] - m), axes, true)) + m;
+                    if (!keep) y = sum(y, axes, false);
+                    return y.to(in[0].dtype());
+                }
             }
         };
     }
