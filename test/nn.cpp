@@ -234,3 +234,188 @@ TEST_CASE("a small model learns y = 2x - 1 with dense layers, mse and adam") {
 }
 
 #include "training_loop.hpp"  // the long training loop: resident memory stays flat
+
+namespace {
+
+// conv2d by its definition, in float64 loops: y[n, m, i, j] = b[m] + sum over c, a, e of
+// x[n, g * C/g + c, i * stride - pad + a * dilation, j * stride - pad + e * dilation] * w[m, c, a, e].
+std::vector<double> conv2d_by_loops(const kiln::tensor& x, const kiln::tensor& w, const kiln::tensor& b,
+                                    const kiln::nn::conv2d_options& o) {
+    const kiln::tensor xd = x.to(kiln::float64).contiguous(), wd = w.to(kiln::float64).contiguous();
+    const std::ptrdiff_t n = x.shape()[0], h = x.shape()[2], wid = x.shape()[3];
+    const std::ptrdiff_t m = w.shape()[0], cg = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3], c = cg * o.groups;
+    const std::ptrdiff_t oh = (h + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1) / o.stride[0] + 1;
+    const std::ptrdiff_t ow = (wid + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1) / o.stride[1] + 1;
+    const double* xp = xd.data<double>();
+    const double* wp = wd.data<double>();
+    std::vector<double> y;
+    for (std::ptrdiff_t in = 0; in < n; ++in)
+        for (std::ptrdiff_t om = 0; om < m; ++om)
+            for (std::ptrdiff_t i = 0; i < oh; ++i)
+                for (std::ptrdiff_t j = 0; j < ow; ++j) {
+                    double s = b.numel() ? b.to(kiln::float64).at<double>({om}) : 0.0;
+                    const std::ptrdiff_t group = om / (m / o.groups);
+                    for (std::ptrdiff_t cc = 0; cc < cg; ++cc)
+                        for (std::ptrdiff_t a = 0; a < kh; ++a)
+                            for (std::ptrdiff_t e = 0; e < kw; ++e) {
+                                const std::ptrdiff_t r = i * o.stride[0] - o.padding[0] + a * o.dilation[0];
+                                const std::ptrdiff_t q = j * o.stride[1] - o.padding[1] + e * o.dilation[1];
+                                if (r < 0 || r >= h || q < 0 || q >= wid) continue;
+                                s += xp[((in * c + group * cg + cc) * h + r) * wid + q] * wp[((om * cg + cc) * kh + a) * kw + e];
+                            }
+                    y.push_back(s);
+                }
+    return y;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d equals its definition with strides, padding, dilation and groups, and its gradients are the derivative") {
+    kiln::generator g(11);
+    struct shape_case {
+        std::ptrdiff_t n, c, h, w, m, kh, kw;
+        kiln::nn::conv2d_options o;
+        bool bias;
+    };
+    const shape_case cases[] = {{2, 3, 7, 6, 4, 3, 3, {}, true},
+                                {1, 4, 9, 8, 6, 3, 2, {{2, 1}, {1, 2}, {1, 1}, 2}, true},
+                                {2, 2, 10, 10, 2, 3, 3, {{1, 2}, {2, 0}, {2, 1}, 1}, false},
+                                {3, 6, 5, 5, 6, 1, 1, {{1, 1}, {0, 0}, {1, 1}, 6}, true}};
+    for (const shape_case& p : cases) {
+        CAPTURE(p.c);
+        CAPTURE(p.o.groups);
+        const kiln::tensor x = kiln::randn({p.n, p.c, p.h, p.w}, g), w = kiln::randn({p.m, p.c / p.o.groups, p.kh, p.kw}, g);
+        const kiln::tensor b = p.bias ? kiln::randn({p.m}, g) : kiln::tensor();
+        const kiln::tensor y = kiln::nn::conv2d(x, w, b, p.o);
+        const std::ptrdiff_t oh = (p.h + 2 * p.o.padding[0] - p.o.dilation[0] * (p.kh - 1) - 1) / p.o.stride[0] + 1;
+        const std::ptrdiff_t ow = (p.w + 2 * p.o.padding[1] - p.o.dilation[1] * (p.kw - 1) - 1) / p.o.stride[1] + 1;
+        REQUIRE(y.shape() == kiln::dims{p.n, p.m, oh, ow});
+        kiln_test::check_all_close(values(y), conv2d_by_loops(x, w, b, p.o), 1e-5, 1e-5);
+
+        // Gradients (float64) against central differences of a random projection of the output.
+        const kiln::tensor xd = x.to(kiln::float64), wd = w.to(kiln::float64), bd = p.bias ? b.to(kiln::float64) : kiln::tensor();
+        const kiln::tensor proj = kiln::randn(y.shape(), g).to(kiln::float64);
+        kiln::gradient_tape tape;
+        tape.watch(xd);
+        tape.watch(wd);
+        const kiln::tensor loss = kiln::sum(kiln::nn::conv2d(xd, wd, bd, p.o) * proj);
+        const std::vector<kiln::tensor> grads = tape.gradient(loss, std::vector<kiln::tensor>{xd, wd});
+        auto objective = [&](const kiln::tensor& xx, const kiln::tensor& ww) {
+            return kiln::sum(kiln::nn::conv2d(xx, ww, bd, p.o) * proj).item<double>();
+        };
+        for (int t = 0; t < 6; ++t) {
+            for (int which = 0; which < 2; ++which) {
+                const kiln::tensor& base = which ? wd : xd;
+                const std::ptrdiff_t at = (t * 7919 + which * 31) % base.numel();
+                kiln::tensor plus = base.clone(), minus = base.clone();
+                plus.data<double>()[at] += 1e-6;
+                minus.data<double>()[at] -= 1e-6;
+                const double numeric = which ? (objective(xd, plus) - objective(xd, minus)) / 2e-6
+                                             : (objective(plus, wd) - objective(minus, wd)) / 2e-6;
+                CHECK(grads[static_cast<std::size_t>(which)].contiguous().data<double>()[at] == doctest::Approx(numeric).epsilon(1e-6));
+            }
+        }
+        // Traced, it computes what eager mode does, bit for bit, on new inputs too.
+        auto fn = kiln::function([&](const kiln::tensor& xx) { return kiln::nn::conv2d(xx, w, b, p.o); });
+        CHECK(kiln::allclose(fn(x), y, 0, 0));
+        const kiln::tensor x2 = kiln::randn({p.n, p.c, p.h, p.w}, g);
+        CHECK(kiln::allclose(fn(x2), kiln::nn::conv2d(x2, w, b, p.o), 0, 0));
+    }
+}
+
+TEST_CASE("max_pool2d and avg_pool2d take each window's maximum and mean; padding never wins a maximum") {
+    kiln::generator g(12);
+    const kiln::tensor x = kiln::randn({2, 3, 7, 8}, g) - 5.0;  // (all negative: a zero of padding would win a maximum)
+    const kiln::tensor mp = kiln::nn::max_pool2d(x, {3, 2}, {.stride = {2, 2}, .padding = {1, 1}});
+    REQUIRE(mp.shape() == kiln::dims{2, 3, 4, 5});
+    for (bool include : {true, false}) {
+        const kiln::tensor ap = kiln::nn::avg_pool2d(x, {3, 3}, {.stride = {2, 3}, .padding = {1, 1}, .count_include_pad = include});
+        REQUIRE(ap.shape() == kiln::dims{2, 3, 4, 3});
+        std::vector<double> want_max, want_avg;
+        for (std::ptrdiff_t a = 0; a < 2; ++a)
+            for (std::ptrdiff_t c = 0; c < 3; ++c)
+                for (std::ptrdiff_t i = 0; i < 4; ++i)
+                    for (std::ptrdiff_t j = 0; j < 5; ++j) {
+                        double best = -1e300, total = 0;
+                        int count = 0;
+                        for (std::ptrdiff_t u = 0; u < 3; ++u)
+                            for (std::ptrdiff_t v = 0; v < 2; ++v) {
+                                const std::ptrdiff_t r = i * 2 - 1 + u, q = j * 2 - 1 + v;
+                                if (r >= 0 && r < 7 && q >= 0 && q < 8) best = std::max(best, double(x.at<float>({a, c, r, q})));
+                            }
+                        want_max.push_back(best);
+                        if (j >= 3) continue;
+                        for (std::ptrdiff_t u = 0; u < 3; ++u)
+                            for (std::ptrdiff_t v = 0; v < 3; ++v) {
+                                const std::ptrdiff_t r = i * 2 - 1 + u, q = j * 3 - 1 + v;
+                                if (r >= 0 && r < 7 && q >= 0 && q < 8) total += x.at<float>({a, c, r, q}), ++count;
+                            }
+                        want_avg.push_back(total / (include ? 9 : count));
+                    }
+        kiln_test::check_all_close(values(mp), want_max, 0);
+        kiln_test::check_all_close(values(ap), want_avg, 1e-6, 1e-6);
+    }
+    // The gradient of a max pool reaches each window's maximum (a unique one here).
+    const kiln::tensor xd = kiln::from_values<double>({1, 5, 2, 0, 3, 4, 9, 1, 0, 0, 7, 8, 6, 2, 1, 0}, {1, 1, 4, 4});
+    kiln::gradient_tape tape;
+    tape.watch(xd);
+    const kiln::tensor loss = kiln::sum(kiln::nn::max_pool2d(xd, {2, 2}));
+    kiln_test::check_all_close(values(tape.gradient(loss, xd)), std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0}, 0);
+}
+
+TEST_CASE("conv2d and pooling refuse bad shapes, groups and windows with sentences that name them") {
+    CHECK_THROWS_WITH_AS(kiln::nn::conv2d(kiln::ones({1, 3, 2, 2}), kiln::ones({4, 3, 3, 3})),
+                         "kiln: shape_error in 'nn::conv2d': the height of the input is 2, smaller than the window's 3 (kernel 3)",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::conv2d(kiln::ones({1, 3, 5, 5}), kiln::ones({4, 2, 3, 3})),
+                         "kiln: shape_error in 'nn::conv2d': the weight (4, 2, 3, 3) takes 2 input channels, but the input (1, 3, 5, 5) has 3",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::conv2d(kiln::ones({3, 5, 5}), kiln::ones({4, 3, 3, 3})),
+                         "kiln: shape_error in 'nn::conv2d': the input must be (batch, channels, height, width), got (3, 5, 5)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::conv2d(kiln::ones({1, 4, 5, 5}), kiln::ones({4, 2, 3, 3}), kiln::tensor(), {.groups = 3}), kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::conv2d(kiln::ones({1, 3, 5, 5}), kiln::ones({4, 3, 3, 3}), kiln::ones({3})), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::conv2d(kiln::ones({1, 3, 5, 5}), kiln::ones({4, 3, 3, 3}), kiln::tensor(), {.stride = {0, 1}}), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::max_pool2d(kiln::ones({1, 1, 5, 5}), {2, 2}, {.padding = {2, 2}}),
+                         "kiln: value_error in 'nn::max_pool2d': padding 2 is more than half the kernel's 2 (a window could hold padding alone)",
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::avg_pool2d(kiln::ones({1, 1, 4, 4}, kiln::int32), {2, 2}), kiln::dtype_error);
+}
+
+TEST_CASE("a small convolutional network learns, eagerly and as a kiln::function, to the same losses") {
+    // Which half of an 8 x 8 image holds a bright 2 x 2 square: conv -> relu -> max pool -> flatten -> dense.
+    kiln::generator data_gen(5);
+    const std::ptrdiff_t n = 64;
+    std::vector<float> xs(static_cast<std::size_t>(n * 64), 0.f), ys(static_cast<std::size_t>(n), 0.f);
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+        const bool right = i % 2 == 1;
+        const std::ptrdiff_t r = (i * 5) % 7, c = (right ? 4 : 0) + (i * 3) % 3;
+        for (std::ptrdiff_t a = 0; a < 2; ++a)
+            for (std::ptrdiff_t e = 0; e < 2; ++e) xs[static_cast<std::size_t>(i * 64 + (r + a) * 8 + c + e)] = 1.f;
+        ys[static_cast<std::size_t>(i)] = right ? 1.f : 0.f;
+    }
+    const kiln::tensor x = kiln::wrap(xs.data(), {n, 1, 8, 8}).clone() + kiln::randn({n, 1, 8, 8}, data_gen) * 0.05;
+    const kiln::tensor y = kiln::wrap(ys.data(), {n, 1}).clone();
+    auto train = [&](bool traced) {
+        kiln::generator g(9);
+        kiln::nn::sequential model(kiln::nn::conv2d_layer(1, 4, {3, 3}, {.padding = {1, 1}}, kiln::nn::relu, g),
+                                   kiln::nn::max_pool2d_layer({2, 2}), kiln::nn::flatten_layer(),
+                                   kiln::nn::dense(64, 1, kiln::nn::identity, g));
+        kiln::optim::adam opt(model.parameters(), 0.02);
+        auto step = [&](const kiln::tensor& xb, const kiln::tensor& yb) {
+            kiln::gradient_tape tape;
+            const kiln::tensor loss = kiln::nn::mse(kiln::sigmoid(model(xb)), yb);
+            opt.apply_gradients(tape.gradient(loss, model.parameters()), model.parameters());
+            return loss;
+        };
+        auto fn = kiln::function(step);
+        std::vector<double> losses;
+        for (int epoch = 0; epoch < 40; ++epoch) losses.push_back((traced ? fn(x, y) : step(x, y)).item<double>());
+        return losses;
+    };
+    const std::vector<double> eager = train(false), traced = train(true);
+    MESSAGE("losses: first " << eager.front() << ", last " << eager.back());
+    CHECK(eager.front() > 0.2);
+    CHECK(eager.back() < 0.05);
+    kiln_test::check_all_close(traced, eager, 1e-5);
+}

@@ -1,5 +1,6 @@
 #pragma once
 // Eager-mode layers, activations and losses, written once against the op vocabulary.
+#include <array>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -7,6 +8,7 @@
 
 #include "../eager/eager.hpp"
 #include "activations.hpp"
+#include "conv.hpp"
 
 namespace kiln::nn {
 
@@ -132,6 +134,70 @@ private:
     activation act_;
 };
 using dense = basic_dense<>;
+
+// y = activation(conv2d(x, w) + b) over (batch, channels, height, width) inputs (nn/conv.hpp): w (out_channels,
+// in_channels / groups, kh, kw) with Glorot uniform initialization over the fans in_channels / groups * kh * kw and
+// out_channels / groups * kh * kw (as Keras's Conv2D), b zeros.
+template <int N = 0>
+class basic_conv2d_layer : public module {
+public:
+    basic_conv2d_layer(std::ptrdiff_t in_channels, std::ptrdiff_t out_channels, std::array<std::ptrdiff_t, 2> kernel,
+                       conv2d_options options = {}, activation act = identity, generator& g = default_generator(),
+                       dtype d = dtype::float32)
+        : w(make_weight(in_channels, out_channels, kernel, options.groups, g, d)), b(zeros({out_channels}, d)),
+          options_(options), act_(std::move(act)) {}
+
+    tensor forward(const tensor& x) override { return act_(conv2d<N>(x, w, b, options_)); }
+    std::vector<variable*> parameters() override { return {&w, &b}; }
+
+    variable w, b;
+
+private:
+    static tensor make_weight(std::ptrdiff_t c, std::ptrdiff_t m, std::array<std::ptrdiff_t, 2> k, std::ptrdiff_t groups,
+                              generator& g, dtype d) {
+        if (c < 1 || m < 1 || k[0] < 1 || k[1] < 1 || groups < 1 || c % groups != 0 || m % groups != 0)
+            throw value_error("kiln: value_error in 'nn::conv2d_layer': " + std::to_string(c) + " input and " + std::to_string(m) +
+                              " output channels, kernel (" + std::to_string(k[0]) + ", " + std::to_string(k[1]) + ") and " +
+                              std::to_string(groups) + " groups: each must be positive, and the groups must divide the channels");
+        const double fan_in = static_cast<double>(c / groups * k[0] * k[1]), fan_out = static_cast<double>(m / groups * k[0] * k[1]);
+        const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+        return uniform({m, c / groups, k[0], k[1]}, -limit, limit, d, g);
+    }
+    conv2d_options options_;
+    activation act_;
+};
+using conv2d_layer = basic_conv2d_layer<>;
+
+// Pooling and flattening as modules, for nn::sequential: max_pool2d_layer({2, 2}), avg_pool2d_layer({2, 2}, {...}),
+// flatten_layer() ((batch, ...) -> (batch, everything else)).
+class max_pool2d_layer : public module {
+public:
+    explicit max_pool2d_layer(std::array<std::ptrdiff_t, 2> kernel, pool2d_options options = {}) : kernel_(kernel), options_(options) {}
+    tensor forward(const tensor& x) override { return max_pool2d(x, kernel_, options_); }
+    std::vector<variable*> parameters() override { return {}; }
+
+private:
+    std::array<std::ptrdiff_t, 2> kernel_;
+    pool2d_options options_;
+};
+class avg_pool2d_layer : public module {
+public:
+    explicit avg_pool2d_layer(std::array<std::ptrdiff_t, 2> kernel, pool2d_options options = {}) : kernel_(kernel), options_(options) {}
+    tensor forward(const tensor& x) override { return avg_pool2d(x, kernel_, options_); }
+    std::vector<variable*> parameters() override { return {}; }
+
+private:
+    std::array<std::ptrdiff_t, 2> kernel_;
+    pool2d_options options_;
+};
+class flatten_layer : public module {
+public:
+    tensor forward(const tensor& x) override {
+        if (x.dim() < 1) throw shape_error("kiln: shape_error in 'nn::flatten_layer': the input needs a batch dimension, got a scalar");
+        return x.reshape({x.shape()[0], -1});
+    }
+    std::vector<variable*> parameters() override { return {}; }
+};
 
 // Modules applied in order.
 class sequential : public module {

@@ -1,0 +1,191 @@
+#pragma once
+// Two-dimensional convolution and pooling over (batch, channels, height, width) tensors, as PyTorch's
+// torch.nn.functional.conv2d, max_pool2d and avg_pool2d compute them. Each is written with the vocabulary's own ops
+// (pad, strided slices, stack, reshape, a batched matmul, max and sum), so the gradient tape, kiln::function's
+// tracing, kiln::save and ONNX export take them as they take any eager code, on every device that runs those ops.
+// The patches are gathered by one strided slice per kernel offset (kh * kw slices) into a (batch, channels * kh * kw,
+// out_h * out_w) matrix: memory for that matrix is the cost (an im2col), and the product is one matmul per group.
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../eager/eager.hpp"
+
+namespace kiln::nn {
+
+// Strides, zero padding (the same on both sides of an axis) and dilations of a 2-d window, per (height, width).
+struct conv2d_options {
+    std::array<std::ptrdiff_t, 2> stride{1, 1};
+    std::array<std::ptrdiff_t, 2> padding{0, 0};
+    std::array<std::ptrdiff_t, 2> dilation{1, 1};
+    std::ptrdiff_t groups = 1;
+};
+
+struct pool2d_options {
+    std::array<std::ptrdiff_t, 2> stride{0, 0};  // 0: the kernel's extent (PyTorch's default stride)
+    std::array<std::ptrdiff_t, 2> padding{0, 0};
+    std::array<std::ptrdiff_t, 2> dilation{1, 1};  // (max pooling only)
+    bool count_include_pad = true;                 // (average pooling: padded zeros count in the divisor)
+};
+
+}  // namespace kiln::nn
+
+namespace kiln::detail {
+
+// Padding of each side: {top, bottom, left, right} (ONNX's pads may differ between the sides).
+using pads4 = std::array<std::ptrdiff_t, 4>;
+
+inline std::string window_text(std::array<std::ptrdiff_t, 2> a) {
+    return "(" + std::to_string(a[0]) + ", " + std::to_string(a[1]) + ")";
+}
+
+// The output extent of one axis, or a shape_error naming the op when the window does not fit.
+inline std::ptrdiff_t window_out(const char* op, const char* axis, std::ptrdiff_t in, std::ptrdiff_t pad_before,
+                                 std::ptrdiff_t pad_after, std::ptrdiff_t kernel, std::ptrdiff_t stride, std::ptrdiff_t dilation) {
+    const std::ptrdiff_t span = dilation * (kernel - 1) + 1, padded = in + pad_before + pad_after;
+    if (padded < span)
+        throw shape_error(std::string("kiln: shape_error in 'nn::") + op + "': the " + axis + " of the input is " + std::to_string(in) +
+                          (pad_before || pad_after ? " (" + std::to_string(padded) + " padded)" : std::string()) +
+                          ", smaller than the window's " + std::to_string(span) + " (kernel " + std::to_string(kernel) +
+                          (dilation > 1 ? ", dilation " + std::to_string(dilation) : std::string()) + ")");
+    return (padded - span) / stride + 1;
+}
+
+inline void check_window(const char* op, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride,
+                         const pads4& pads, std::array<std::ptrdiff_t, 2> dilation) {
+    for (int i = 0; i < 2; ++i) {
+        if (kernel[i] < 1 || stride[i] < 1 || dilation[i] < 1)
+            throw value_error(std::string("kiln: value_error in 'nn::") + op + "': kernel " + window_text(kernel) + ", stride " +
+                              window_text(stride) + " and dilation " + window_text(dilation) + " must be positive");
+    }
+    for (std::ptrdiff_t p : pads)
+        if (p < 0) throw value_error(std::string("kiln: value_error in 'nn::") + op + "': padding must not be negative");
+}
+
+inline void check_images(const char* op, const tensor& x) {
+    if (x.dim() != 4)
+        throw shape_error(std::string("kiln: shape_error in 'nn::") + op + "': the input must be (batch, channels, height, width), got " +
+                          to_string(x.shape()));
+}
+
+// The windows of x (N, C, H, W), padded with `fill`: a (N, C, kh * kw, out_h, out_w) tensor whose axis 2 runs over
+// the kernel's offsets in row-major order.
+template <int N>
+tensor windows(const tensor& x_in, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
+               std::array<std::ptrdiff_t, 2> dilation, double fill, std::ptrdiff_t oh, std::ptrdiff_t ow) {
+    const dependent_tensor<N>& x0 = x_in;
+    const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
+    const tensor x = padded ? kiln::pad<N>(x0, {{0, 0}, {0, 0}, {pads[0], pads[1]}, {pads[2], pads[3]}}, fill) : tensor(x0);
+    std::vector<tensor> taps;
+    taps.reserve(static_cast<std::size_t>(kernel[0] * kernel[1]));
+    for (std::ptrdiff_t i = 0; i < kernel[0]; ++i) {
+        const std::ptrdiff_t r0 = i * dilation[0];
+        const tensor rows = x.slice(2, r0, r0 + stride[0] * (oh - 1) + 1, stride[0]);
+        for (std::ptrdiff_t j = 0; j < kernel[1]; ++j) {
+            const std::ptrdiff_t c0 = j * dilation[1];
+            taps.push_back(rows.slice(3, c0, c0 + stride[1] * (ow - 1) + 1, stride[1]));
+        }
+    }
+    return kiln::stack(taps, 2);
+}
+
+template <int N>
+tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
+                     std::array<std::ptrdiff_t, 2> dilation, std::ptrdiff_t groups) {
+    check_images("conv2d", x);
+    if (w.dim() != 4)
+        throw shape_error("kiln: shape_error in 'nn::conv2d': the weight must be (out_channels, in_channels / groups, kh, kw), got " +
+                          to_string(w.shape()));
+    const std::ptrdiff_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0], kh = w.shape()[2], kw = w.shape()[3];
+    if (groups < 1 || c % groups != 0 || m % groups != 0)
+        throw value_error("kiln: value_error in 'nn::conv2d': " + std::to_string(groups) + " groups must divide the input's " +
+                          std::to_string(c) + " channels and the weight's " + std::to_string(m) + " output channels");
+    if (w.shape()[1] * groups != c)
+        throw shape_error("kiln: shape_error in 'nn::conv2d': the weight " + to_string(w.shape()) + " takes " +
+                          std::to_string(w.shape()[1] * groups) + " input channels" +
+                          (groups > 1 ? " (" + std::to_string(w.shape()[1]) + " per group, " + std::to_string(groups) + " groups)" : std::string()) +
+                          ", but the input " + to_string(x.shape()) + " has " + std::to_string(c));
+    if (b.numel() != 0 && !(b.dim() == 1 && b.shape()[0] == m))
+        throw shape_error("kiln: shape_error in 'nn::conv2d': the bias must be (" + std::to_string(m) + ",), got " + to_string(b.shape()));
+    check_window("conv2d", {kh, kw}, stride, pads, dilation);
+    const std::ptrdiff_t oh = window_out("conv2d", "height", x.shape()[2], pads[0], pads[1], kh, stride[0], dilation[0]);
+    const std::ptrdiff_t ow = window_out("conv2d", "width", x.shape()[3], pads[2], pads[3], kw, stride[1], dilation[1]);
+    // (N, C, kh*kw, oh, ow) -> (N, groups, C/groups * kh*kw, oh*ow), against the weight as (groups, M/groups, C/groups * kh*kw).
+    const dependent_tensor<N> cols =
+        windows<N>(x, {kh, kw}, stride, pads, dilation, 0.0, oh, ow).reshape({n, groups, (c / groups) * kh * kw, oh * ow});
+    const tensor y = kiln::matmul(w.reshape({groups, m / groups, (c / groups) * kh * kw}), cols).reshape({n, m, oh, ow});
+    return b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : y;
+}
+
+template <int N>
+tensor max_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride,
+                         const pads4& pads, std::array<std::ptrdiff_t, 2> dilation) {
+    check_images("max_pool2d", x_in);
+    check_window("max_pool2d", kernel, stride, pads, dilation);
+    for (int i = 0; i < 2; ++i)
+        if (2 * std::max(pads[2 * i], pads[2 * i + 1]) > kernel[i])
+            throw value_error("kiln: value_error in 'nn::max_pool2d': padding " + std::to_string(std::max(pads[2 * i], pads[2 * i + 1])) +
+                              " is more than half the kernel's " + std::to_string(kernel[i]) + " (a window could hold padding alone)");
+    const std::ptrdiff_t oh = window_out("max_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], dilation[0]);
+    const std::ptrdiff_t ow = window_out("max_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], dilation[1]);
+    // Padding is the lowest value, so it is never a window's maximum (the check above keeps a real element in each).
+    const dtype d = x_in.dtype();
+    const double low = is_floating(d) ? -std::numeric_limits<double>::infinity()
+                       : d == dtype::int32 ? static_cast<double>(std::numeric_limits<std::int32_t>::lowest())
+                       : d == dtype::int64 ? -9.2233720368547758e18  // (-2^63, exact in a double)
+                                           : 0.0;                    // (bool: false)
+    return kiln::max<N>(windows<N>(x_in, kernel, stride, pads, dilation, low, oh, ow), {2});
+}
+
+template <int N>
+tensor avg_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride,
+                         const pads4& pads, bool count_include_pad) {
+    check_images("avg_pool2d", x_in);
+    check_window("avg_pool2d", kernel, stride, pads, {1, 1});
+    if (!is_floating(x_in.dtype()))
+        throw dtype_error("kiln: dtype_error in 'nn::avg_pool2d': the input must be floating, got " + std::string(name(x_in.dtype())));
+    const std::ptrdiff_t oh = window_out("avg_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], 1);
+    const std::ptrdiff_t ow = window_out("avg_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], 1);
+    const dependent_tensor<N> total = kiln::sum<N>(windows<N>(x_in, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
+    const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
+    if (count_include_pad || !padded) return total / static_cast<double>(kernel[0] * kernel[1]);
+    // The number of real elements in each window: the same windows over ones, as a (1, 1, oh, ow) divisor.
+    const tensor ones_image = kiln::ones({1, 1, x_in.shape()[2], x_in.shape()[3]}, x_in.dtype(), x_in.device());
+    return total / kiln::sum<N>(windows<N>(ones_image, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
+}
+
+inline pads4 symmetric(std::array<std::ptrdiff_t, 2> p) { return {p[0], p[0], p[1], p[1]}; }
+
+}  // namespace kiln::detail
+
+namespace kiln::nn {
+
+// y = conv2d(x, w) + b: x (batch, in_channels, height, width), w (out_channels, in_channels / groups, kh, kw), b
+// (out_channels,) or an empty tensor for none; the result is (batch, out_channels, out_h, out_w) with out_h =
+// (height + 2 * padding - dilation * (kh - 1) - 1) / stride + 1. A cross-correlation, as in PyTorch and ONNX.
+template <int N = 0>
+tensor conv2d(const tensor& x, const tensor& w, const tensor& b = tensor(), const conv2d_options& o = {}) {
+    return detail::conv2d_padded<N>(x, w, b, o.stride, detail::symmetric(o.padding), o.dilation, o.groups);
+}
+
+// The maximum of each kernel-sized window (padding never wins); the stride defaults to the kernel.
+template <int N = 0>
+tensor max_pool2d(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, const pool2d_options& o = {}) {
+    const std::array<std::ptrdiff_t, 2> stride{o.stride[0] ? o.stride[0] : kernel[0], o.stride[1] ? o.stride[1] : kernel[1]};
+    return detail::max_pool2d_padded<N>(x, kernel, stride, detail::symmetric(o.padding), o.dilation);
+}
+
+// The mean of each kernel-sized window; with padding, count_include_pad says whether padded zeros count in the
+// divisor (PyTorch's default: they do).
+template <int N = 0>
+tensor avg_pool2d(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, const pool2d_options& o = {}) {
+    const std::array<std::ptrdiff_t, 2> stride{o.stride[0] ? o.stride[0] : kernel[0], o.stride[1] ? o.stride[1] : kernel[1]};
+    if (o.dilation[0] != 1 || o.dilation[1] != 1)
+        throw value_error("kiln: value_error in 'nn::avg_pool2d': average pooling has no dilation");
+    return detail::avg_pool2d_padded<N>(x, kernel, stride, detail::symmetric(o.padding), o.count_include_pad);
+}
+
+}  // namespace kiln::nn
