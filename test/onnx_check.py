@@ -306,6 +306,73 @@ for opset in (17, 18):
 check(layer_models == 2, "the layer ops' models of opsets 17 and 18 were written and run by ONNX Runtime")
 
 
+# Convolutional models as PyTorch exports them: Conv (padding, strides, dilations, groups, auto_pad SAME_UPPER and
+# SAME_LOWER), BatchNormalization, Relu, MaxPool, AveragePool (with and without padding in the count),
+# GlobalAveragePool, GlobalMaxPool, Flatten and Gemm, on a dynamic batch; and a 1-d one over (N, C, L).
+def cnn_model():
+    from onnx import TensorProto as T
+    r = np.random.default_rng(21)
+    f = lambda *shape: r.standard_normal(shape).astype(np.float32)  # noqa: E731
+    c = [numpy_helper.from_array(f(4, 2, 3, 3), "w1"), numpy_helper.from_array(f(4), "b1"),
+         numpy_helper.from_array(f(4), "bn_scale"), numpy_helper.from_array(f(4), "bn_bias"),
+         numpy_helper.from_array(f(4), "bn_mean"), numpy_helper.from_array(np.abs(f(4)) + 0.5, "bn_var"),
+         numpy_helper.from_array(f(6, 2, 2, 3), "w2"),
+         numpy_helper.from_array(f(4, 4, 3, 3), "w3"), numpy_helper.from_array(f(4, 4, 2, 2), "w4"),
+         numpy_helper.from_array(f(3, 4), "wf"), numpy_helper.from_array(f(3), "bf")]
+    n = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c1", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["bn"], epsilon=1e-3),
+         helper.make_node("Relu", ["bn"], ["r1"]),
+         helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["r1", "w2"], ["c2"], group=2, strides=[2, 1], dilations=[1, 2], pads=[0, 1, 1, 2]),
+         helper.make_node("Conv", ["r1", "w3"], ["c3"], auto_pad="SAME_UPPER", strides=[2, 2]),
+         helper.make_node("Conv", ["r1", "w4"], ["c4"], auto_pad="SAME_LOWER"),
+         helper.make_node("AveragePool", ["r1"], ["a_excl"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("AveragePool", ["r1"], ["a_incl"], kernel_shape=[3, 2], pads=[1, 0, 1, 1], count_include_pad=1),
+         helper.make_node("MaxPool", ["c1"], ["p_pad"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], dilations=[1, 1]),
+         helper.make_node("GlobalAveragePool", ["p1"], ["gap"]),
+         helper.make_node("GlobalMaxPool", ["c2"], ["gmp"]),
+         helper.make_node("Flatten", ["gap"], ["flat"]),
+         helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], transB=1)]
+    outs = [(nm, ["b", nm + "_c", nm + "_h", nm + "_w"]) for nm in ("p1", "c2", "c3", "c4", "a_excl", "a_incl", "p_pad", "gmp")]
+    outs.append(("logits", ["b", 3]))
+    graph = helper.make_graph(n, "cnn", [helper.make_tensor_value_info("x", T.FLOAT, ["b", 2, 6, 8])],
+                              [helper.make_tensor_value_info(nm, T.FLOAT, sh) for nm, sh in outs], c)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, (2, 6, 8)
+
+
+def cnn1d_model():
+    from onnx import TensorProto as T
+    r = np.random.default_rng(22)
+    c = [numpy_helper.from_array(r.standard_normal((5, 3, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(r.standard_normal(5).astype(np.float32), "b")]
+    n = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[2, 1], strides=[2], dilations=[2]),
+         helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2], strides=[1]),
+         helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[3], strides=[2], pads=[1, 1])]
+    graph = helper.make_graph(n, "cnn1d", [helper.make_tensor_value_info("x", T.FLOAT, ["b", 3, 11])],
+                              [helper.make_tensor_value_info(nm, T.FLOAT, ["b", nm + "_c", nm + "_l"]) for nm in ("c", "p", "a")], c)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, (3, 11)
+
+
+cnn_models = 0
+for name, (m, sample) in (("helper_cnn", cnn_model()), ("helper_cnn1d", cnn1d_model())):
+    onnx.checker.check_model(m, full_check=True)
+    path = os.path.join(work, name + ".onnx")
+    onnx.save(m, path)
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    cases = {}
+    for k, batch in enumerate([2, 3]):
+        x = rng.standard_normal((batch,) + sample).astype(np.float32)
+        cases["input_0/%d" % k] = x
+        for j, o in enumerate(session.run(None, {"x": x})):
+            cases["output_%d/%d" % (j, k)] = np.array(o, copy=True, order="C")
+    save_file(cases, os.path.join(work, name + ".safetensors"))
+    cnn_models += 1
+check(cnn_models == 2, "the convolutional models were written and run by ONNX Runtime")
+
 # Models kiln refuses, with the words of its kiln::file_error: a graph output or a node that reads an output kiln does
 # not compute (Dropout's mask), and BatchNormalization in training mode.
 def refused(name, nodes, outputs, words):

@@ -208,6 +208,93 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             return ((x - m) / sqrt(v + eps) * scale + bias).to(x.dtype());
         };
     }
+    // Convolution and pooling over one or two spatial axes (N, C, L) or (N, C, H, W), with nn::conv2d and the
+    // pools of nn/conv.hpp (a 1-d op runs as a 2-d one of height 1).
+    if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+        const bool conv = op == "Conv", max_pool = op == "MaxPool";
+        lo = conv ? 2 : 1, hi = conv ? 3 : 1;
+        auto ints = [&](const char* name) {
+            const onnx_attr* a = A(name);
+            return a ? a->ints : std::vector<std::int64_t>{};
+        };
+        const std::vector<std::int64_t> kernel_attr = ints("kernel_shape"), strides = ints("strides"), dilations = ints("dilations"),
+                                        pads = ints("pads");
+        const onnx_attr* ap = A("auto_pad");
+        const std::string auto_pad = ap ? ap->s : "NOTSET";
+        if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
+            throw value_error("auto_pad '" + json::reader::printable(auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
+        if (auto_pad != "NOTSET" && !pads.empty()) throw value_error("pads are given with auto_pad " + auto_pad);
+        if (!conv && ai("ceil_mode", 0) != 0) throw value_error("ceil_mode=1 is not read (kiln's pools round the output extent down)");
+        if (max_pool && ai("storage_order", 0) != 0) throw value_error("storage_order=1 is not read");
+        if (!conv && kernel_attr.empty()) throw value_error("kernel_shape is required");
+        const std::int64_t groups = conv ? ai("group", 1) : 1;
+        const bool include_pad = ai("count_include_pad", 0) != 0;
+        return [=](auto in, auto) {
+            const tensor& x0 = in[0];
+            const int spatial = x0.dim() - 2;
+            if (spatial != 1 && spatial != 2)
+                throw shape_error("kiln: shape_error in '" + op + "': kiln reads 1-d and 2-d inputs ((N, C, L) or (N, C, H, W)), got " +
+                                  to_string(x0.shape()));
+            auto per_axis = [&](const std::vector<std::int64_t>& v, std::size_t want, std::int64_t fallback, const char* what) {
+                if (v.empty()) return std::vector<std::int64_t>(want, fallback);
+                if (v.size() != want)
+                    throw value_error("kiln: value_error in '" + op + "': " + what + " has " + std::to_string(v.size()) +
+                                      " values for " + std::to_string(spatial) + " spatial axes");
+                return v;
+            };
+            const std::size_t s = static_cast<std::size_t>(spatial);
+            std::vector<std::int64_t> kernel = kernel_attr;
+            if (conv) {
+                if (in[1].dim() != x0.dim())
+                    throw shape_error("kiln: shape_error in 'Conv': the weight " + to_string(in[1].shape()) + " does not match the input " +
+                                      to_string(x0.shape()));
+                std::vector<std::int64_t> from_w;
+                for (int i = 2; i < in[1].dim(); ++i) from_w.push_back(in[1].shape()[i]);
+                if (!kernel.empty() && kernel != from_w) throw shape_error("kiln: shape_error in 'Conv': kernel_shape disagrees with the weight");
+                kernel = from_w;
+            }
+            kernel = per_axis(kernel, s, 1, "kernel_shape");
+            const std::vector<std::int64_t> st = per_axis(strides, s, 1, "strides"), di = per_axis(dilations, s, 1, "dilations");
+            std::vector<std::int64_t> pd = per_axis(pads, 2 * s, 0, "pads");
+            if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+                for (std::size_t i = 0; i < s; ++i) {
+                    const std::int64_t extent = x0.shape()[static_cast<int>(2 + i)], out = (extent + st[i] - 1) / st[i];
+                    const std::int64_t total = std::max<std::int64_t>((out - 1) * st[i] + (kernel[i] - 1) * di[i] + 1 - extent, 0);
+                    pd[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+                    pd[i + s] = total - pd[i];
+                }
+            // As 2-d: (N, C, L) becomes (N, C, 1, L).
+            const tensor x = spatial == 1 ? x0.unsqueeze(2) : x0;
+            auto two = [&](const std::vector<std::int64_t>& v, std::ptrdiff_t one) {
+                return std::array<std::ptrdiff_t, 2>{spatial == 1 ? one : v[0], spatial == 1 ? v[0] : v[1]};
+            };
+            const std::array<std::ptrdiff_t, 2> k2 = two(kernel, 1), s2 = two(st, 1), d2 = two(di, 1);
+            const pads4 p4 = spatial == 1 ? pads4{0, 0, pd[0], pd[1]} : pads4{pd[0], pd[2], pd[1], pd[3]};
+            tensor y;
+            if (conv) {
+                const tensor w = spatial == 1 ? in[1].unsqueeze(2) : in[1];
+                const tensor b = in.size() > 2 && in[2].valid() ? in[2] : tensor();
+                y = conv2d_padded<0>(x, w, b, s2, p4, d2, groups);
+            } else if (max_pool) {
+                y = max_pool2d_padded<0>(x, k2, s2, p4, d2);
+            } else {
+                if (d2[0] != 1 || d2[1] != 1) throw value_error("kiln: value_error in 'AveragePool': dilations are not read");
+                y = avg_pool2d_padded<0>(x, k2, s2, p4, include_pad);
+            }
+            return spatial == 1 ? y.squeeze(2) : y;
+        };
+    }
+    if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+        const bool average = op == "GlobalAveragePool";
+        return [average](auto in, auto) {
+            if (in[0].dim() < 3)
+                throw shape_error("kiln: shape_error in '" + std::string(average ? "GlobalAveragePool" : "GlobalMaxPool") +
+                                  "': the input must be (N, C, spatial...), got " + to_string(in[0].shape()));
+            std::vector<int> axes;
+            for (int i = 2; i < in[0].dim(); ++i) axes.push_back(i);
+            return average ? mean(in[0], axes, true) : max(in[0], axes, true);
+        };
+    }
     if (op == "CumSum") {
         lo = hi = 2;
         const bool exclusive = ai("exclusive", 0) != 0, reverse = ai("reverse", 0) != 0;
