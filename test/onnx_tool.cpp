@@ -209,7 +209,15 @@ int main(int argc, char** argv) {
             write<1>(dir, "graph_mode", predict, {kiln::spec(kiln::float32, {kiln::dyn, mlp::features})},
                      {{kiln::randn({4, mlp::features}, kiln::float32, g)}});
         }
-        std::printf("onnx_tool: wrote 6 models and their kiln results in %s\n", dir.c_str());
+        // A small convolutional network (nn::conv2d, the pools and flatten, written as the vocabulary's ops).
+        kiln::nn::sequential cnn(kiln::nn::conv2d_layer(2, 4, {3, 3}, {.stride = {1, 2}, .padding = {1, 1}}, kiln::nn::relu, g),
+                                 kiln::nn::max_pool2d_layer({2, 2}),
+                                 kiln::nn::avg_pool2d_layer({2, 2}, {.padding = {1, 1}, .count_include_pad = false}),
+                                 kiln::nn::flatten_layer(), kiln::nn::dense(4 * 3 * 2, 3, kiln::nn::identity, g));
+        auto conv = kiln::function([&](const kiln::tensor& x) { return cnn(x); }, {.name = "cnn"});
+        write<1>(dir, "cnn", conv, {kiln::spec(kiln::float32, {kiln::dyn, 2, 8, 8})},
+                 {{kiln::randn({3, 2, 8, 8}, kiln::float32, g)}, {kiln::randn({1, 2, 8, 8}, kiln::float32, g)}});
+        std::printf("onnx_tool: wrote 7 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;
