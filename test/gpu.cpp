@@ -338,6 +338,27 @@ TEST_CASE("the gradient tape runs on device tensors and agrees with the CPU") {
     check_close(g, kiln::full({3}, 2.0));
 }
 
+TEST_CASE("conv2d and the pools run on device tensors, with their gradients, as on the CPU") {
+    auto run = [](const kiln::device& dev) {
+        kiln::variable w(seq({4, 1, 3, 3}, 0.37).to(dev)), b(seq({4}, 0.11).to(dev));
+        const kiln::tensor x = seq({2, 2, 9, 9}, 0.23).to(dev);
+        const kiln::nn::conv2d_options o{.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .groups = 2};
+        kiln::gradient_tape tape;
+        const kiln::tensor y = kiln::nn::conv2d(x, w, b, o);
+        const kiln::tensor loss = kiln::sum(kiln::nn::max_pool2d(y, {2, 2}, {.padding = {1, 1}})) +
+                                  kiln::sum(kiln::nn::avg_pool2d(y, {3, 3}, {.padding = {1, 1}, .count_include_pad = false}));
+        auto g = tape.gradient(loss, {w, b});
+        CHECK(y.device() == dev);
+        for (const auto& t : g) CHECK(t.device() == dev);
+        return std::make_tuple(y, loss, g);
+    };
+    const auto [yc, lc, gc] = run(kiln::cpu);
+    const auto [yg, lg, gg] = run(kiln::cuda);
+    check_close(yg, yc, 1e-5);
+    check_close(lg, lc, 1e-5);
+    for (std::size_t i = 0; i < gc.size(); ++i) check_close(gg[i], gc[i], 1e-5);
+}
+
 TEST_CASE("a model moved to the device trains with Adam (one kernel per parameter) as on the CPU") {
     auto train = [](const kiln::device& dev) {
         kiln::generator g(11);
