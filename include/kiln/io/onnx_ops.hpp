@@ -173,16 +173,15 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         const std::int64_t axis = ai("axis", -1);
         const double eps = attr_f("epsilon", 1e-5);
         return [axis, eps](auto in, auto) {
-            const tensor& x = in[0];
+            const auto& x = in[0];
             const int r = x.dim();
             const std::int64_t a = axis < 0 ? axis + r : axis;
             if (a < 0 || a >= r) throw value_error("kiln: value_error in 'LayerNormalization': axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
             std::vector<int> axes;
             for (int i = static_cast<int>(a); i < r; ++i) axes.push_back(i);
-            const tensor centred = x - mean(x, axes, true);
-            tensor y = centred / sqrt(mean(centred * centred, axes, true) + eps) * in[1];
-            if (in.size() > 2 && in[2].valid()) y = y + in[2];
-            return y.to(x.dtype());
+            const auto centred = x - mean(x, axes, true);
+            const auto y = centred / sqrt(mean(centred * centred, axes, true) + eps) * in[1];
+            return (in.size() > 2 && in[2].valid() ? y + in[2] : y).to(x.dtype());
         };
     }
     if (op == "BatchNormalization") {
@@ -190,7 +189,7 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         if (ai("training_mode", 0) != 0) throw value_error("BatchNormalization with training_mode=1 is training; kiln reads models for inference");
         const double eps = attr_f("epsilon", 1e-5);
         return [eps](auto in, auto) {
-            const tensor& x = in[0];
+            const auto& x = in[0];
             if (x.dim() < 2) throw shape_error("kiln: shape_error in 'BatchNormalization': the input must be (N, C, ...), got " + to_string(x.shape()));
             const std::ptrdiff_t c = x.shape()[1];
             std::vector<std::ptrdiff_t> extents(static_cast<std::size_t>(x.dim() - 1), 1);
@@ -203,8 +202,8 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
                                       std::to_string(in[i].numel()) + " values for " + std::to_string(c) + " channels");
                 return in[i].reshape(per_channel);
             };
-            const tensor scale = channel(1, "the scale"), bias = channel(2, "the bias"), m = channel(3, "the mean"),
-                         v = channel(4, "the variance");
+            const auto scale = channel(1, "the scale"), bias = channel(2, "the bias"), m = channel(3, "the mean"),
+                       v = channel(4, "the variance");
             return ((x - m) / sqrt(v + eps) * scale + bias).to(x.dtype());
         };
     }
@@ -300,7 +299,7 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         const bool exclusive = ai("exclusive", 0) != 0, reverse = ai("reverse", 0) != 0;
         return [exclusive, reverse](auto in, auto) {
             const std::vector<std::int64_t> ax = int_values(in[1], "CumSum's axis");
-            const tensor& x = in[0];
+            const auto& x = in[0];
             const int r = x.dim();
             if (ax.size() != 1 || ax[0] < -r || ax[0] >= r)
                 throw value_error("kiln: value_error in 'CumSum': the axis must be one value in [-" + std::to_string(r) + ", " + std::to_string(r) + ")");
@@ -310,8 +309,8 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             const std::ptrdiff_t n = x.shape()[a];
             dims one = x.shape();
             one[static_cast<std::size_t>(a)] = 1;
-            const tensor zero = zeros(one, x.dtype());
-            const tensor shifted = reverse ? concat({x.slice(a, 1, n), zero}, a) : concat({zero, x.slice(a, 0, n - 1)}, a);
+            const tensor zero = zeros(one, x.dtype(), x.device());
+            const auto shifted = reverse ? concat({x.slice(a, 1, n), zero}, a) : concat({zero, x.slice(a, 0, n - 1)}, a);
             return cumsum(shifted, a, reverse).to(x.dtype());
         };
     }
@@ -380,11 +379,10 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
                 default: {
                     // log(sum(exp(x))) as m + log(sum(exp(x - m))) with m the largest element (0 where it is
                     // infinite, so that a row of -inf gives -inf and not NaN).
-                    tensor m = max(in[0], axes, true);
-                    m = where(isinf(m), 0.0, m);
-                    tensor y = log(sum(exp(in[0] - m), axes, true)) + m;
-                    if (!keep) y = sum(y, axes, false);
-                    return y.to(in[0].dtype());
+                    const auto top = max(in[0], axes, true);
+                    const auto m = where(isinf(top), 0.0, top);
+                    const auto y = log(sum(exp(in[0] - m), axes, true)) + m;
+                    return (keep ? y : sum(y, axes, false)).to(in[0].dtype());
                 }
             }
         };

@@ -116,7 +116,7 @@ tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::arr
     // (N, C, kh*kw, oh, ow) -> (N, groups, C/groups * kh*kw, oh*ow), against the weight as (groups, M/groups, C/groups * kh*kw).
     const dependent_tensor<N> cols =
         windows<N>(x, {kh, kw}, stride, pads, dilation, 0.0, oh, ow).reshape({n, groups, (c / groups) * kh * kw, oh * ow});
-    const tensor y = kiln::matmul(w.reshape({groups, m / groups, (c / groups) * kh * kw}), cols).reshape({n, m, oh, ow});
+    const dependent_tensor<N> y = kiln::matmul(w.reshape({groups, m / groups, (c / groups) * kh * kw}), cols).reshape({n, m, oh, ow});
     return b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : y;
 }
 

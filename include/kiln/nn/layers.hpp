@@ -170,26 +170,22 @@ using conv2d_layer = basic_conv2d_layer<>;
 
 // Pooling and flattening as modules, for nn::sequential: max_pool2d_layer({2, 2}), avg_pool2d_layer({2, 2}, {...}),
 // flatten_layer() ((batch, ...) -> (batch, everything else)).
-class max_pool2d_layer : public module {
+// (Class templates with one instance each, as basic_dense: their forward passes compile only where one is made.)
+template <bool Max, int N = 0>
+class basic_pool2d_layer : public module {
 public:
-    explicit max_pool2d_layer(std::array<std::ptrdiff_t, 2> kernel, pool2d_options options = {}) : kernel_(kernel), options_(options) {}
-    tensor forward(const tensor& x) override { return max_pool2d(x, kernel_, options_); }
+    explicit basic_pool2d_layer(std::array<std::ptrdiff_t, 2> kernel, pool2d_options options = {}) : kernel_(kernel), options_(options) {}
+    tensor forward(const tensor& x) override {
+        return Max ? max_pool2d<N>(x, kernel_, options_) : avg_pool2d<N>(x, kernel_, options_);
+    }
     std::vector<variable*> parameters() override { return {}; }
 
 private:
     std::array<std::ptrdiff_t, 2> kernel_;
     pool2d_options options_;
 };
-class avg_pool2d_layer : public module {
-public:
-    explicit avg_pool2d_layer(std::array<std::ptrdiff_t, 2> kernel, pool2d_options options = {}) : kernel_(kernel), options_(options) {}
-    tensor forward(const tensor& x) override { return avg_pool2d(x, kernel_, options_); }
-    std::vector<variable*> parameters() override { return {}; }
-
-private:
-    std::array<std::ptrdiff_t, 2> kernel_;
-    pool2d_options options_;
-};
+using max_pool2d_layer = basic_pool2d_layer<true>;
+using avg_pool2d_layer = basic_pool2d_layer<false>;
 class flatten_layer : public module {
 public:
     tensor forward(const tensor& x) override {
