@@ -286,24 +286,28 @@ def layer_ops_model(opset):
     return m
 
 
-layer_models = 0
-for opset in (17, 18):
-    m = layer_ops_model(opset)
-    name = "helper_layers%d" % opset
+def write_with_runtime_outputs(name, m, inputs):
+    """Checks and saves model m as WORK/name.onnx, and ONNX Runtime's outputs on each input x as WORK/name.safetensors."""
     onnx.checker.check_model(m, full_check=True)
     path = os.path.join(work, name + ".onnx")
     onnx.save(m, path)
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     cases = {}
-    for k, rows in enumerate([3, 5]):
-        x = (rng.standard_normal((rows, 4)) * 3).astype(np.float32)
-        x[0, 1], x[1, 2], x[-1, 3] = np.inf, -np.inf, 0.5  # infinities (made finite before the norms); alpha's own value
+    for k, x in enumerate(inputs):
         cases["input_0/%d" % k] = x
         for j, o in enumerate(session.run(None, {"x": x})):
             cases["output_%d/%d" % (j, k)] = np.array(o, copy=True, order="C")
     save_file(cases, os.path.join(work, name + ".safetensors"))
-    layer_models += 1
-check(layer_models == 2, "the layer ops' models of opsets 17 and 18 were written and run by ONNX Runtime")
+
+
+def layer_input(rows):
+    x = (rng.standard_normal((rows, 4)) * 3).astype(np.float32)
+    x[0, 1], x[1, 2], x[-1, 3] = np.inf, -np.inf, 0.5  # infinities (made finite before the norms); alpha's own value
+    return x
+
+
+for opset in (17, 18):
+    write_with_runtime_outputs("helper_layers%d" % opset, layer_ops_model(opset), [layer_input(3), layer_input(5)])
 
 
 # Convolutional models as PyTorch exports them: Conv (padding, strides, dilations, groups, auto_pad SAME_UPPER and
@@ -357,21 +361,8 @@ def cnn1d_model():
     return m, (3, 11)
 
 
-cnn_models = 0
 for name, (m, sample) in (("helper_cnn", cnn_model()), ("helper_cnn1d", cnn1d_model())):
-    onnx.checker.check_model(m, full_check=True)
-    path = os.path.join(work, name + ".onnx")
-    onnx.save(m, path)
-    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    cases = {}
-    for k, batch in enumerate([2, 3]):
-        x = rng.standard_normal((batch,) + sample).astype(np.float32)
-        cases["input_0/%d" % k] = x
-        for j, o in enumerate(session.run(None, {"x": x})):
-            cases["output_%d/%d" % (j, k)] = np.array(o, copy=True, order="C")
-    save_file(cases, os.path.join(work, name + ".safetensors"))
-    cnn_models += 1
-check(cnn_models == 2, "the convolutional models were written and run by ONNX Runtime")
+    write_with_runtime_outputs(name, m, [rng.standard_normal((batch,) + sample).astype(np.float32) for batch in (2, 3)])
 
 # Models kiln refuses, with the words of its kiln::file_error: a graph output or a node that reads an output kiln does
 # not compute (Dropout's mask), and BatchNormalization in training mode.
