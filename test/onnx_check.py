@@ -276,9 +276,18 @@ def layer_ops_model(opset):
             ("batch_norm", T.FLOAT, ["b", 4]), ("cumsum", T.FLOAT, ["b", 4]), ("cumsum_excl_rev", T.FLOAT, ["b", 4]),
             ("size", T.INT64, []), ("l1", T.FLOAT, ["b", 1]), ("l2", T.FLOAT, ["b"]), ("sum_square", T.FLOAT, ["b"]),
             ("log_sum_exp", T.FLOAT, ["b"]), ("log_sum", T.FLOAT, ["b", 1])]
+    # Split: sizes from an input, equal parts, and (opset 18) num_outputs with a smaller last part.
+    c.append(numpy_helper.from_array(np.array([1, 3], dtype=np.int64), "sizes13"))
+    n += [helper.make_node("Split", ["finite", "sizes13"], ["split_a", "split_b"], axis=1),
+          helper.make_node("Split", ["finite"], ["split_c", "split_d"], axis=-1, **({"num_outputs": 2} if opset >= 18 else {}))]
+    outs += [("split_a", T.FLOAT, ["b", 1]), ("split_b", T.FLOAT, ["b", 3]), ("split_c", T.FLOAT, ["b", 2]),
+             ("split_d", T.FLOAT, ["b", 2])]
     if opset >= 18:
         n.append(helper.make_node("Mish", ["finite"], ["mish"]))
         outs.append(("mish", T.FLOAT, ["b", 4]))
+        n += [helper.make_node("Concat", ["finite", "finite"], ["twice"], axis=1),
+              helper.make_node("Split", ["twice"], ["third_a", "third_b", "third_c"], axis=1, num_outputs=3)]
+        outs += [("third_a", T.FLOAT, ["b", 3]), ("third_c", T.FLOAT, ["b", 2])]  # (third_b named, unread)
     graph = helper.make_graph(n, "layers%d" % opset, [helper.make_tensor_value_info("x", T.FLOAT, ["b", 4])],
                               [helper.make_tensor_value_info(nm, t, sh) for nm, t, sh in outs], c)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

@@ -259,10 +259,15 @@ struct onnx_importer {
                 return nullptr;
             };
             auto ai = [&](const char* nm, std::int64_t dflt) { const onnx_attr* a = A(nm); return a ? a->i : dflt; };
-            replay_fn fn;
+            // Split is the one op of several outputs that kiln computes: one node per output, each its part.
+            const bool split = op_type == "Split";
+            std::vector<replay_fn> fns;
             std::size_t lo = 1, hi = 1;
             try {
-                fn = onnx_op_kernel<N>(op_type, opset, A, ai, lo, hi);
+                if (split)
+                    for (std::size_t o = 0; o < outs.size(); ++o) fns.push_back(onnx_split_kernel(opset, ai, o, outs.size(), lo, hi));
+                else
+                    fns.push_back(onnx_op_kernel<N>(op_type, opset, A, ai, lo, hi));
             } catch (const value_error& e) {
                 r.fail(where + ": " + e.what());
             }
@@ -271,16 +276,13 @@ struct onnx_importer {
                        (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)));
             // kiln computes an op's first output. Its other outputs (Dropout's mask, LayerNormalization's mean and
             // inverse deviation) may be named as long as nothing reads them: a node or graph output that does is refused.
-            if (outs.empty() || outs[0].empty()) r.fail(where + " has no first output; kiln reads an op's first output");
-            for (std::size_t o = 1; o < outs.size(); ++o)
+            if (outs.empty() || (outs[0].empty() && !split)) r.fail(where + " has no first output; kiln reads an op's first output");
+            for (std::size_t o = split ? outs.size() : 1; o < outs.size(); ++o)
                 if (!outs[o].empty()) {
                     if (value.count(outs[o]) || unread.count(outs[o]))
                         r.fail("value '" + json::reader::printable(outs[o]) + "' is defined twice");
                     unread[outs[o]] = "output " + std::to_string(o) + " of " + where + ", which kiln does not compute (it reads an op's first output only)";
                 }
-            graph_node n;
-            n.kind = node_kind::op;
-            n.op = op_type;
             // Left-out optional inputs: pass a tensor without storage, whose valid() is false, so that the op's code
             // sees it as absent (a default tensor is a valid empty one: Clip(x, "", max) read it as a bound).
             std::vector<std::int32_t> present;
@@ -289,24 +291,31 @@ struct onnx_importer {
                 is_present.push_back(v >= 0);
                 if (v >= 0) present.push_back(v);
             }
-            n.inputs = present;
-            if (std::find(is_present.begin(), is_present.end(), 0) != is_present.end())
-                n.fn = [inner = std::move(fn), is_present](auto in, auto p) {
-                    std::vector<tensor> all;
-                    std::size_t j = 0;
-                    for (char pr : is_present) {
-                        if (pr) {
-                            all.push_back(in[j++]);
-                        } else {
-                            tensor left_out, taken = std::move(left_out);  // (moved from: no storage)
-                            all.push_back(std::move(left_out));
+            for (std::size_t o = 0; o < fns.size(); ++o) {
+                if (outs[o].empty()) continue;  // (a Split's output that the file leaves unnamed)
+                replay_fn& fn = fns[o];
+                graph_node n;
+                n.kind = node_kind::op;
+                n.op = op_type;
+                n.inputs = present;
+                if (std::find(is_present.begin(), is_present.end(), 0) != is_present.end())
+                    n.fn = [inner = std::move(fn), is_present](auto in, auto p) {
+                        std::vector<tensor> all;
+                        std::size_t j = 0;
+                        for (char pr : is_present) {
+                            if (pr) {
+                                all.push_back(in[j++]);
+                            } else {
+                                tensor left_out, taken = std::move(left_out);  // (moved from: no storage)
+                                all.push_back(std::move(left_out));
+                            }
                         }
-                    }
-                    return inner(all, p);
-                };
-            else
-                n.fn = std::move(fn);
-            define(outs[0], std::move(n), r);
+                        return inner(all, p);
+                    };
+                else
+                    n.fn = std::move(fn);
+                define(outs[o], std::move(n), r);
+            }
         }
         for (pb_reader& o : outputs) {
             std::string nm;

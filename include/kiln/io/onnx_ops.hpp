@@ -10,6 +10,48 @@
 namespace kiln {
 namespace detail {
 
+// Output `which` of a Split into `count` parts along `axis`: the sizes come from its second input (opset 13 on),
+// or from num_outputs (opset 18 on: parts of ceil(extent / n), the last smaller), or are equal.
+template <class AttrInt>
+replay_fn onnx_split_kernel(std::int64_t opset, AttrInt&& ai, std::size_t which, std::size_t count, std::size_t& lo, std::size_t& hi) {
+    lo = 1, hi = 2;
+    const std::int64_t axis = ai("axis", 0), num_outputs = ai("num_outputs", 0);
+    if (num_outputs != 0 && opset < 18) throw value_error("num_outputs is an attribute of opset 18 on");
+    if (num_outputs != 0 && num_outputs != static_cast<std::int64_t>(count))
+        throw value_error("num_outputs is " + std::to_string(num_outputs) + " but the node has " + std::to_string(count) + " outputs");
+    return [axis, num_outputs, which, count](auto in, auto) {
+        const auto& x = in[0];
+        const int r = x.dim();
+        if (axis < -r || axis >= r)
+            throw value_error("kiln: value_error in 'Split': axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+        const int a = static_cast<int>(axis < 0 ? axis + r : axis);
+        const std::int64_t extent = x.shape()[a], n = static_cast<std::int64_t>(count);
+        std::vector<std::int64_t> sizes;
+        if (in.size() > 1 && in[1].valid()) {
+            sizes = int_values(in[1], "Split's sizes");
+            std::int64_t total = 0;
+            for (std::int64_t v : sizes) {
+                if (v < 0 || v > extent) throw value_error("kiln: value_error in 'Split': a part's size is out of range");
+                total += v;
+            }
+            if (static_cast<std::int64_t>(sizes.size()) != n || total != extent)
+                throw shape_error("kiln: shape_error in 'Split': " + std::to_string(sizes.size()) + " sizes summing to " +
+                                  std::to_string(total) + " for " + std::to_string(n) + " outputs of an axis of " + std::to_string(extent));
+        } else if (num_outputs != 0) {
+            const std::int64_t part = (extent + n - 1) / n;
+            for (std::int64_t i = 0; i < n; ++i) sizes.push_back(std::max<std::int64_t>(0, std::min(part, extent - i * part)));
+        } else {
+            if (extent % n != 0)
+                throw shape_error("kiln: shape_error in 'Split': an axis of " + std::to_string(extent) + " does not split into " +
+                                  std::to_string(n) + " equal parts");
+            sizes.assign(static_cast<std::size_t>(n), extent / n);
+        }
+        std::int64_t begin = 0;
+        for (std::size_t i = 0; i < which; ++i) begin += sizes[i];
+        return x.slice(a, begin, begin + sizes[which]);
+    };
+}
+
 // The kernel of an ONNX op (opsets 13 to 28): eager kiln ops on the inputs, which the executor passes in order.
 // What changed for these ops after opset 17, other than element types that kiln refuses anyway: opset 18 made the
 // axes of ReduceMean, ReduceMax, ReduceMin and ReduceProd an input (as ReduceSum's since 13) and gave Pad an optional
