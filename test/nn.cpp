@@ -355,6 +355,15 @@ TEST_CASE("max_pool2d and avg_pool2d take each window's maximum and mean; paddin
         kiln_test::check_all_close(values(mp), want_max, 0);
         kiln_test::check_all_close(values(ap), want_avg, 1e-6, 1e-6);
     }
+    // ceil_mode: a 5 x 5 image, kernel 2, stride 2 gives 3 x 3 windows (the last row and column alone), where the
+    // default gives 2 x 2; with padding 1 the windows would begin in the end padding at 4, so there are still 3.
+    const kiln::tensor img = kiln::arange(25, kiln::float32).reshape({1, 1, 5, 5});
+    kiln_test::check_all_close(values(kiln::nn::max_pool2d(img, {2, 2}, {.ceil_mode = true})),
+                               std::vector<double>{6, 8, 9, 16, 18, 19, 21, 23, 24}, 0);
+    CHECK(kiln::nn::max_pool2d(img, {2, 2}).shape() == kiln::dims{1, 1, 2, 2});
+    kiln_test::check_all_close(values(kiln::nn::max_pool2d(img, {2, 2}, {.padding = {1, 1}, .ceil_mode = true})),
+                               std::vector<double>{0, 2, 4, 10, 12, 14, 20, 22, 24}, 0);
+    CHECK_THROWS_AS(kiln::nn::avg_pool2d(img, {2, 2}, {.ceil_mode = true}), kiln::value_error);
     // The gradient of a max pool reaches each window's maximum (a unique one here).
     const kiln::tensor xd = kiln::from_values<double>({1, 5, 2, 0, 3, 4, 9, 1, 0, 0, 7, 8, 6, 2, 1, 0}, {1, 1, 4, 4});
     kiln::gradient_tape tape;

@@ -342,11 +342,13 @@ def cnn_model():
          helper.make_node("AveragePool", ["r1"], ["a_excl"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
          helper.make_node("AveragePool", ["r1"], ["a_incl"], kernel_shape=[3, 2], pads=[1, 0, 1, 1], count_include_pad=1),
          helper.make_node("MaxPool", ["c1"], ["p_pad"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], dilations=[1, 1]),
+         helper.make_node("MaxPool", ["r1"], ["p_ceil"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+         helper.make_node("MaxPool", ["c1"], ["p_ceil_pad"], kernel_shape=[2, 3], strides=[3, 2], pads=[1, 1, 0, 1], ceil_mode=1),
          helper.make_node("GlobalAveragePool", ["p1"], ["gap"]),
          helper.make_node("GlobalMaxPool", ["c2"], ["gmp"]),
          helper.make_node("Flatten", ["gap"], ["flat"]),
          helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], transB=1)]
-    outs = [(nm, ["b", nm + "_c", nm + "_h", nm + "_w"]) for nm in ("p1", "c2", "c3", "c4", "a_excl", "a_incl", "p_pad", "gmp")]
+    outs = [(nm, ["b", nm + "_c", nm + "_h", nm + "_w"]) for nm in ("p1", "c2", "c3", "c4", "a_excl", "a_incl", "p_pad", "gmp", "p_ceil", "p_ceil_pad")]
     outs.append(("logits", ["b", 3]))
     graph = helper.make_graph(n, "cnn", [helper.make_tensor_value_info("x", T.FLOAT, ["b", 2, 6, 8])],
                               [helper.make_tensor_value_info(nm, T.FLOAT, sh) for nm, sh in outs], c)

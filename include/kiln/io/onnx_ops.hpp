@@ -265,7 +265,8 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
         if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
             throw value_error("auto_pad '" + json::reader::printable(auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
         if (auto_pad != "NOTSET" && !pads.empty()) throw value_error("pads are given with auto_pad " + auto_pad);
-        if (!conv && ai("ceil_mode", 0) != 0) throw value_error("ceil_mode=1 is not read (kiln's pools round the output extent down)");
+        const bool ceil_mode = ai("ceil_mode", 0) != 0;
+        if (op == "AveragePool" && ceil_mode) throw value_error("ceil_mode=1 is read for MaxPool only");
         if (max_pool && ai("storage_order", 0) != 0) throw value_error("storage_order=1 is not read");
         if (!conv && kernel_attr.empty()) throw value_error("kernel_shape is required");
         const std::int64_t groups = conv ? ai("group", 1) : 1;
@@ -317,7 +318,7 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
                 const tensor b = in.size() > 2 && in[2].valid() ? in[2] : tensor();
                 y = conv2d_padded<0>(x, w, b, s2, p4, d2, groups);
             } else if (max_pool) {
-                y = max_pool2d_padded<0>(x, k2, s2, p4, d2);
+                y = max_pool2d_padded<0>(x, k2, s2, p4, d2, ceil_mode);
             } else {
                 if (d2[0] != 1 || d2[1] != 1) throw value_error("kiln: value_error in 'AveragePool': dilations are not read");
                 y = avg_pool2d_padded<0>(x, k2, s2, p4, include_pad);

@@ -29,6 +29,7 @@ struct pool2d_options {
     std::array<std::ptrdiff_t, 2> padding{0, 0};
     std::array<std::ptrdiff_t, 2> dilation{1, 1};  // (max pooling only)
     bool count_include_pad = true;                 // (average pooling: padded zeros count in the divisor)
+    bool ceil_mode = false;                        // (max pooling only: the output extent rounded up, as PyTorch's)
 };
 
 }  // namespace kiln::nn
@@ -122,13 +123,25 @@ tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::arr
 
 template <int N>
 tensor max_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride,
-                         const pads4& pads, std::array<std::ptrdiff_t, 2> dilation) {
+                         const pads4& given, std::array<std::ptrdiff_t, 2> dilation, bool ceil_mode = false) {
     check_images("max_pool2d", x_in);
-    check_window("max_pool2d", kernel, stride, pads, dilation);
+    check_window("max_pool2d", kernel, stride, given, dilation);
     for (int i = 0; i < 2; ++i)
-        if (2 * std::max(pads[2 * i], pads[2 * i + 1]) > kernel[i])
-            throw value_error("kiln: value_error in 'nn::max_pool2d': padding " + std::to_string(std::max(pads[2 * i], pads[2 * i + 1])) +
+        if (2 * std::max(given[2 * i], given[2 * i + 1]) > kernel[i])
+            throw value_error("kiln: value_error in 'nn::max_pool2d': padding " + std::to_string(std::max(given[2 * i], given[2 * i + 1])) +
                               " is more than half the kernel's " + std::to_string(kernel[i]) + " (a window could hold padding alone)");
+    pads4 pads = given;
+    if (ceil_mode)
+        // The output extent rounded up, as ONNX's and PyTorch's ceil_mode: one more window where a partial one is left,
+        // unless it would start in the end padding. The windows reach past the input by padding added at its end.
+        for (int i = 0; i < 2; ++i) {
+            const std::ptrdiff_t in = x_in.shape()[2 + i], span = dilation[i] * (kernel[i] - 1) + 1;
+            const std::ptrdiff_t room = in + given[2 * i] + given[2 * i + 1] - span;
+            if (room < 0) break;  // (window_out below names it)
+            std::ptrdiff_t out = (room + stride[i] - 1) / stride[i] + 1;
+            if ((out - 1) * stride[i] >= in + given[2 * i]) --out;
+            pads[2 * i + 1] += std::max<std::ptrdiff_t>(0, (out - 1) * stride[i] + span - (in + given[2 * i] + given[2 * i + 1]));
+        }
     const std::ptrdiff_t oh = window_out("max_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], dilation[0]);
     const std::ptrdiff_t ow = window_out("max_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], dilation[1]);
     // Padding is the lowest value, so it is never a window's maximum (the check above keeps a real element in each).
@@ -175,7 +188,7 @@ tensor conv2d(const tensor& x, const tensor& w, const tensor& b = tensor(), cons
 template <int N = 0>
 tensor max_pool2d(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, const pool2d_options& o = {}) {
     const std::array<std::ptrdiff_t, 2> stride{o.stride[0] ? o.stride[0] : kernel[0], o.stride[1] ? o.stride[1] : kernel[1]};
-    return detail::max_pool2d_padded<N>(x, kernel, stride, detail::symmetric(o.padding), o.dilation);
+    return detail::max_pool2d_padded<N>(x, kernel, stride, detail::symmetric(o.padding), o.dilation, o.ceil_mode);
 }
 
 // The mean of each kernel-sized window; with padding, count_include_pad says whether padded zeros count in the
@@ -185,6 +198,7 @@ tensor avg_pool2d(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, const p
     const std::array<std::ptrdiff_t, 2> stride{o.stride[0] ? o.stride[0] : kernel[0], o.stride[1] ? o.stride[1] : kernel[1]};
     if (o.dilation[0] != 1 || o.dilation[1] != 1)
         throw value_error("kiln: value_error in 'nn::avg_pool2d': average pooling has no dilation");
+    if (o.ceil_mode) throw value_error("kiln: value_error in 'nn::avg_pool2d': ceil_mode is read by max pooling only");
     return detail::avg_pool2d_padded<N>(x, kernel, stride, detail::symmetric(o.padding), o.count_include_pad);
 }
 
