@@ -282,6 +282,12 @@ def layer_ops_model(opset):
           helper.make_node("Split", ["finite"], ["split_c", "split_d"], axis=-1, **({"num_outputs": 2} if opset >= 18 else {}))]
     outs += [("split_a", T.FLOAT, ["b", 1]), ("split_b", T.FLOAT, ["b", 3]), ("split_c", T.FLOAT, ["b", 2]),
              ("split_d", T.FLOAT, ["b", 2])]
+    # TopK: the largest 2 of each row with their indices, and the smallest 3 along the batch's other axis.
+    c += [numpy_helper.from_array(np.array([2], dtype=np.int64), "k2"), numpy_helper.from_array(np.array([1], dtype=np.int64), "k1")]
+    n += [helper.make_node("TopK", ["finite", "k2"], ["top_values", "top_indices"], axis=1),
+          helper.make_node("TopK", ["finite", "k1"], ["low_values", "low_indices"], axis=0, largest=0)]
+    outs += [("top_values", T.FLOAT, ["b", 2]), ("top_indices", T.INT64, ["b", 2]), ("low_values", T.FLOAT, [1, 4]),
+             ("low_indices", T.INT64, [1, 4])]
     if opset >= 18:
         n.append(helper.make_node("Mish", ["finite"], ["mish"]))
         outs.append(("mish", T.FLOAT, ["b", 4]))

@@ -259,13 +259,15 @@ struct onnx_importer {
                 return nullptr;
             };
             auto ai = [&](const char* nm, std::int64_t dflt) { const onnx_attr* a = A(nm); return a ? a->i : dflt; };
-            // Split is the one op of several outputs that kiln computes: one node per output, each its part.
-            const bool split = op_type == "Split";
+            // Split and TopK are the ops of several outputs that kiln computes: one node per output.
+            const bool split = op_type == "Split" || op_type == "TopK";
             std::vector<replay_fn> fns;
             std::size_t lo = 1, hi = 1;
             try {
-                if (split)
+                if (op_type == "Split")
                     for (std::size_t o = 0; o < outs.size(); ++o) fns.push_back(onnx_split_kernel(opset, ai, o, outs.size(), lo, hi));
+                else if (op_type == "TopK")
+                    for (std::size_t o = 0; o < std::min<std::size_t>(outs.size(), 2); ++o) fns.push_back(onnx_topk_kernel(ai, o, lo, hi));
                 else
                     fns.push_back(onnx_op_kernel<N>(op_type, opset, A, ai, lo, hi));
             } catch (const value_error& e) {
@@ -277,7 +279,7 @@ struct onnx_importer {
             // kiln computes an op's first output. Its other outputs (Dropout's mask, LayerNormalization's mean and
             // inverse deviation) may be named as long as nothing reads them: a node or graph output that does is refused.
             if (outs.empty() || (outs[0].empty() && !split)) r.fail(where + " has no first output; kiln reads an op's first output");
-            for (std::size_t o = split ? outs.size() : 1; o < outs.size(); ++o)
+            for (std::size_t o = split ? fns.size() : 1; o < outs.size(); ++o)
                 if (!outs[o].empty()) {
                     if (value.count(outs[o]) || unread.count(outs[o]))
                         r.fail("value '" + json::reader::printable(outs[o]) + "' is defined twice");

@@ -52,6 +52,28 @@ replay_fn onnx_split_kernel(std::int64_t opset, AttrInt&& ai, std::size_t which,
     };
 }
 
+// Output `which` of a TopK (0: the values, 1: their int64 indices) along `axis`: the k largest (or smallest) in
+// order, ties by the lower index (kiln's argsort is stable).
+template <class AttrInt>
+replay_fn onnx_topk_kernel(AttrInt&& ai, std::size_t which, std::size_t& lo, std::size_t& hi) {
+    lo = hi = 2;
+    const std::int64_t axis = ai("axis", -1);
+    const bool largest = ai("largest", 1) != 0;
+    return [axis, largest, which](auto in, auto) {
+        const auto& x = in[0];
+        const int r = x.dim();
+        if (axis < -r || axis >= r)
+            throw value_error("kiln: value_error in 'TopK': axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+        const int a = static_cast<int>(axis < 0 ? axis + r : axis);
+        const std::vector<std::int64_t> k = int_values(in[1], "TopK's k");
+        if (k.size() != 1 || k[0] < 0 || k[0] > x.shape()[a])
+            throw value_error("kiln: value_error in 'TopK': k must be one value in [0, " + std::to_string(x.shape()[a]) + "]");
+        const auto order = argsort(x, a, largest).slice(a, 0, k[0]);
+        if (which == 1) return order.contiguous();
+        return take_along_axis(x, order, a);
+    };
+}
+
 // The kernel of an ONNX op (opsets 13 to 28): eager kiln ops on the inputs, which the executor passes in order.
 // What changed for these ops after opset 17, other than element types that kiln refuses anyway: opset 18 made the
 // axes of ReduceMean, ReduceMax, ReduceMin and ReduceProd an input (as ReduceSum's since 13) and gave Pad an optional
