@@ -1,0 +1,291 @@
+#pragma once
+// The ONNX ops that model layers export (activations of their own, LayerNormalization and BatchNormalization for
+// inference, Conv and the pools through nn/conv.hpp, CumSum, Size) and the two ops of several outputs kiln computes
+// (Split, TopK: one kernel per output), each as eager kiln ops on its inputs. onnx_ops.hpp asks onnx_layer_kernel
+// first; docs/deployment.md lists the ops and what is refused.
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "onnx_read.hpp"
+
+namespace kiln {
+namespace detail {
+
+// An ONNX axis attribute or input (int64, negative from the end) as an axis of `x`, by the vocabulary's own check.
+inline int onnx_axis(std::int64_t axis, const dims& x, std::string_view op) {
+    return ops::detail_gather::axis_in(static_cast<int>(std::clamp<std::int64_t>(axis, -max_rank - 1, max_rank)), x, op);
+}
+
+// Output `which` of a Split into `count` parts along `axis`: the sizes come from its second input (opset 13 on),
+// or from num_outputs (opset 18 on: parts of ceil(extent / n), the last smaller), or are equal.
+template <class AttrInt>
+replay_fn onnx_split_kernel(std::int64_t opset, AttrInt&& ai, std::size_t which, std::size_t count, std::size_t& lo, std::size_t& hi) {
+    lo = 1, hi = 2;
+    const std::int64_t axis = ai("axis", 0), num_outputs = ai("num_outputs", 0);
+    if (num_outputs != 0 && opset < 18) throw value_error("num_outputs is an attribute of opset 18 on");
+    if (num_outputs != 0 && num_outputs != static_cast<std::int64_t>(count))
+        throw value_error("num_outputs is " + std::to_string(num_outputs) + " but the node has " + std::to_string(count) + " outputs");
+    return [axis, num_outputs, which, count](auto in, auto) {
+        const auto& x = in[0];
+        const int a = onnx_axis(axis, x.shape(), "Split");
+        const std::int64_t extent = x.shape()[a], n = static_cast<std::int64_t>(count);
+        std::vector<std::int64_t> sizes;
+        if (in.size() > 1 && in[1].valid()) {
+            sizes = int_values(in[1], "Split's sizes");
+            std::int64_t total = 0;
+            for (std::int64_t v : sizes) {
+                if (v < 0 || v > extent) throw value_error("kiln: value_error in 'Split': a part's size is out of range");
+                total += v;
+            }
+            if (static_cast<std::int64_t>(sizes.size()) != n || total != extent)
+                throw shape_error("kiln: shape_error in 'Split': " + std::to_string(sizes.size()) + " sizes summing to " +
+                                  std::to_string(total) + " for " + std::to_string(n) + " outputs of an axis of " + std::to_string(extent));
+        } else if (num_outputs != 0) {
+            const std::int64_t part = (extent + n - 1) / n;
+            for (std::int64_t i = 0; i < n; ++i) sizes.push_back(std::max<std::int64_t>(0, std::min(part, extent - i * part)));
+        } else {
+            if (extent % n != 0)
+                throw shape_error("kiln: shape_error in 'Split': an axis of " + std::to_string(extent) + " does not split into " +
+                                  std::to_string(n) + " equal parts");
+            sizes.assign(static_cast<std::size_t>(n), extent / n);
+        }
+        std::int64_t begin = 0;
+        for (std::size_t i = 0; i < which; ++i) begin += sizes[i];
+        return x.slice(a, begin, begin + sizes[which]);
+    };
+}
+
+// Output `which` of a TopK (0: the values, 1: their int64 indices) along `axis`: the k largest (or smallest) in
+// order, ties by the lower index (kiln's argsort is stable).
+template <class AttrInt>
+replay_fn onnx_topk_kernel(AttrInt&& ai, std::size_t which, std::size_t& lo, std::size_t& hi) {
+    lo = hi = 2;
+    const std::int64_t axis = ai("axis", -1);
+    const bool largest = ai("largest", 1) != 0;
+    return [axis, largest, which](auto in, auto) {
+        const auto& x = in[0];
+        const int a = onnx_axis(axis, x.shape(), "TopK");
+        const std::vector<std::int64_t> k = int_values(in[1], "TopK's k");
+        if (k.size() != 1 || k[0] < 0 || k[0] > x.shape()[a])
+            throw value_error("kiln: value_error in 'TopK': k must be one value in [0, " + std::to_string(x.shape()[a]) + "]");
+        const auto order = argsort(x, a, largest).slice(a, 0, k[0]);
+        if (which == 1) return order.contiguous();
+        return take_along_axis(x, order, a);
+    };
+}
+
+// The kernel of a layer op above, or an empty replay_fn when `op` is none of them (lo and hi as onnx_op_kernel's).
+template <int N, class Attr, class AttrInt>
+replay_fn onnx_layer_kernel(const std::string& op, std::int64_t opset, Attr&& A, AttrInt&& ai, std::size_t& lo, std::size_t& hi) {
+    // Activations that PyTorch and Keras export as ops of their own.
+    auto attr_f = [&](const char* name, double fallback) {
+        const onnx_attr* a = A(name);
+        return a ? static_cast<double>(a->f) : fallback;
+    };
+    if (op == "Clip") {  // (opset 13: the bounds are optional inputs, rank 0)
+        lo = 1, hi = 3;
+        return [](auto in, auto) {
+            auto bound = [&](std::size_t i) -> std::optional<tensor> {
+                if (in.size() <= i || !in[i].valid()) return std::nullopt;
+                if (in[i].dim() != 0 && in[i].numel() != 1)
+                    throw shape_error("kiln: shape_error in 'Clip': a bound must hold one value, got " + to_string(in[i].shape()));
+                return in[i].reshape(dims{});
+            };
+            auto low = bound(1), high = bound(2);
+            // A bound left out is the dtype's lowest or largest value (ONNX's definition: so Clip(-inf) without a
+            // lower bound is float's lowest finite value); for integers that is no bound at all.
+            if (is_floating(in[0].dtype())) {
+                const double top = in[0].dtype() == dtype::float32 ? static_cast<double>(std::numeric_limits<float>::max())
+                                                                   : std::numeric_limits<double>::max();
+                if (!low) low = full(dims{}, -top, in[0].dtype());
+                if (!high) high = full(dims{}, top, in[0].dtype());
+            }
+            if (low && high) return clamp(in[0], *low, *high);
+            if (low) return maximum(in[0], *low);
+            if (high) return minimum(in[0], *high);
+            return in[0];
+        };
+    }
+    if (op == "HardSigmoid" || op == "HardSwish") {
+        const bool swish = op == "HardSwish";
+        const double alpha = swish ? 1.0 / 6 : attr_f("alpha", 0.2), beta = swish ? 0.5 : attr_f("beta", 0.5);
+        return [alpha, beta, swish](auto in, auto) {
+            const auto h = clamp(in[0] * alpha + beta, 0.0, 1.0);
+            return swish ? in[0] * h : h;
+        };
+    }
+    if (op == "PRelu") {
+        lo = hi = 2;
+        return [](auto in, auto) { return where(in[0] < 0.0, in[0] * in[1], in[0]); };
+    }
+    if (op == "Selu") {
+        const double alpha = attr_f("alpha", 1.67326319217681884765625), gamma = attr_f("gamma", 1.05070102214813232421875);
+        return [alpha, gamma](auto in, auto) { return where(in[0] > 0.0, in[0] * gamma, expm1(in[0]) * (alpha * gamma)); };
+    }
+    if (op == "Celu") {
+        const double alpha = attr_f("alpha", 1.0);
+        if (alpha == 0) throw value_error("Celu's alpha must not be 0");
+        return [alpha](auto in, auto) { return where(in[0] > 0.0, in[0], expm1(in[0] / alpha) * alpha); };
+    }
+    if (op == "ThresholdedRelu") {
+        const double alpha = attr_f("alpha", 1.0);
+        return [alpha](auto in, auto) { return where(in[0] > alpha, in[0], 0.0); };
+    }
+    if (op == "Softsign") return [](auto in, auto) { return in[0] / (abs(in[0]) + 1.0); };
+    if (op == "Mish") {  // (opset 18 on)
+        if (opset < 18) throw value_error("Mish is an operator of opset 18 on, and the model's opset is " + std::to_string(opset));
+        return [](auto in, auto) { return in[0] * tanh(softplus(in[0])); };
+    }
+    // Normalizations for inference: LayerNormalization (opset 17) over the axes from `axis` on, BatchNormalization
+    // with its running statistics over axis 1. Only their first output can be read (the others are training's).
+    if (op == "LayerNormalization") {
+        if (opset < 17) throw value_error("LayerNormalization is an operator of opset 17 on, and the model's opset is " + std::to_string(opset));
+        lo = 2, hi = 3;
+        const std::int64_t axis = ai("axis", -1);
+        const double eps = attr_f("epsilon", 1e-5);
+        return [axis, eps](auto in, auto) {
+            const auto& x = in[0];
+            const int r = x.dim();
+            std::vector<int> axes;
+            for (int i = onnx_axis(axis, x.shape(), "LayerNormalization"); i < r; ++i) axes.push_back(i);
+            const auto centred = x - mean(x, axes, true);
+            const auto y = centred / sqrt(mean(centred * centred, axes, true) + eps) * in[1];
+            return (in.size() > 2 && in[2].valid() ? y + in[2] : y).to(x.dtype());
+        };
+    }
+    if (op == "BatchNormalization") {
+        lo = hi = 5;
+        if (ai("training_mode", 0) != 0) throw value_error("BatchNormalization with training_mode=1 is training; kiln reads models for inference");
+        const double eps = attr_f("epsilon", 1e-5);
+        return [eps](auto in, auto) {
+            const auto& x = in[0];
+            if (x.dim() < 2) throw shape_error("kiln: shape_error in 'BatchNormalization': the input must be (N, C, ...), got " + to_string(x.shape()));
+            const std::ptrdiff_t c = x.shape()[1];
+            std::vector<std::ptrdiff_t> extents(static_cast<std::size_t>(x.dim() - 1), 1);
+            extents[0] = c;
+            dims per_channel;
+            per_channel.assign(extents.begin(), extents.size());
+            auto channel = [&](std::size_t i, const char* what) {
+                if (in[i].numel() != c)
+                    throw shape_error(std::string("kiln: shape_error in 'BatchNormalization': ") + what + " has " +
+                                      std::to_string(in[i].numel()) + " values for " + std::to_string(c) + " channels");
+                return in[i].reshape(per_channel);
+            };
+            const auto scale = channel(1, "the scale"), bias = channel(2, "the bias"), m = channel(3, "the mean"),
+                       v = channel(4, "the variance");
+            return ((x - m) / sqrt(v + eps) * scale + bias).to(x.dtype());
+        };
+    }
+    // Convolution and pooling over one or two spatial axes (N, C, L) or (N, C, H, W), with nn::conv2d and the
+    // pools of nn/conv.hpp (a 1-d op runs as a 2-d one of height 1).
+    if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+        const bool conv = op == "Conv", max_pool = op == "MaxPool";
+        lo = conv ? 2 : 1, hi = conv ? 3 : 1;
+        auto ints = [&](const char* name) {
+            const onnx_attr* a = A(name);
+            return a ? a->ints : std::vector<std::int64_t>{};
+        };
+        const std::vector<std::int64_t> kernel_attr = ints("kernel_shape"), strides = ints("strides"), dilations = ints("dilations"),
+                                        pads = ints("pads");
+        const onnx_attr* ap = A("auto_pad");
+        const std::string auto_pad = ap ? ap->s : "NOTSET";
+        if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
+            throw value_error("auto_pad '" + json::reader::printable(auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
+        if (auto_pad != "NOTSET" && !pads.empty()) throw value_error("pads are given with auto_pad " + auto_pad);
+        const bool ceil_mode = ai("ceil_mode", 0) != 0;
+        if (op == "AveragePool" && ceil_mode) throw value_error("ceil_mode=1 is read for MaxPool only");
+        if (max_pool && ai("storage_order", 0) != 0) throw value_error("storage_order=1 is not read");
+        if (!conv && kernel_attr.empty()) throw value_error("kernel_shape is required");
+        const std::int64_t groups = conv ? ai("group", 1) : 1;
+        const bool include_pad = ai("count_include_pad", 0) != 0;
+        return [=](auto in, auto) {
+            const tensor& x0 = in[0];
+            const int spatial = x0.dim() - 2;
+            if (spatial != 1 && spatial != 2)
+                throw shape_error("kiln: shape_error in '" + op + "': kiln reads 1-d and 2-d inputs ((N, C, L) or (N, C, H, W)), got " +
+                                  to_string(x0.shape()));
+            auto per_axis = [&](const std::vector<std::int64_t>& v, std::size_t want, std::int64_t fallback, const char* what) {
+                if (v.empty()) return std::vector<std::int64_t>(want, fallback);
+                if (v.size() != want)
+                    throw value_error("kiln: value_error in '" + op + "': " + what + " has " + std::to_string(v.size()) +
+                                      " values for " + std::to_string(spatial) + " spatial axes");
+                return v;
+            };
+            const std::size_t s = static_cast<std::size_t>(spatial);
+            std::vector<std::int64_t> kernel = kernel_attr;
+            if (conv) {
+                if (in[1].dim() != x0.dim())
+                    throw shape_error("kiln: shape_error in 'Conv': the weight " + to_string(in[1].shape()) + " does not match the input " +
+                                      to_string(x0.shape()));
+                std::vector<std::int64_t> from_w;
+                for (int i = 2; i < in[1].dim(); ++i) from_w.push_back(in[1].shape()[i]);
+                if (!kernel.empty() && kernel != from_w) throw shape_error("kiln: shape_error in 'Conv': kernel_shape disagrees with the weight");
+                kernel = from_w;
+            }
+            kernel = per_axis(kernel, s, 1, "kernel_shape");
+            const std::vector<std::int64_t> st = per_axis(strides, s, 1, "strides"), di = per_axis(dilations, s, 1, "dilations");
+            std::vector<std::int64_t> pd = per_axis(pads, 2 * s, 0, "pads");
+            if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+                for (std::size_t i = 0; i < s; ++i) {
+                    const std::int64_t extent = x0.shape()[static_cast<int>(2 + i)], out = (extent + st[i] - 1) / st[i];
+                    const std::int64_t total = std::max<std::int64_t>((out - 1) * st[i] + (kernel[i] - 1) * di[i] + 1 - extent, 0);
+                    pd[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+                    pd[i + s] = total - pd[i];
+                }
+            // As 2-d: (N, C, L) becomes (N, C, 1, L).
+            const tensor x = spatial == 1 ? x0.unsqueeze(2) : x0;
+            auto two = [&](const std::vector<std::int64_t>& v, std::ptrdiff_t one) {
+                return std::array<std::ptrdiff_t, 2>{spatial == 1 ? one : v[0], spatial == 1 ? v[0] : v[1]};
+            };
+            const std::array<std::ptrdiff_t, 2> k2 = two(kernel, 1), s2 = two(st, 1), d2 = two(di, 1);
+            const pads4 p4 = spatial == 1 ? pads4{0, 0, pd[0], pd[1]} : pads4{pd[0], pd[2], pd[1], pd[3]};
+            tensor y;
+            if (conv) {
+                const tensor w = spatial == 1 ? in[1].unsqueeze(2) : in[1];
+                const tensor b = in.size() > 2 && in[2].valid() ? in[2] : tensor();
+                y = conv2d_padded<0>(x, w, b, s2, p4, d2, groups);
+            } else if (max_pool) {
+                y = max_pool2d_padded<0>(x, k2, s2, p4, d2, ceil_mode);
+            } else {
+                if (d2[0] != 1 || d2[1] != 1) throw value_error("kiln: value_error in 'AveragePool': dilations are not read");
+                y = avg_pool2d_padded<0>(x, k2, s2, p4, include_pad);
+            }
+            return spatial == 1 ? y.squeeze(2) : y;
+        };
+    }
+    if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+        const bool average = op == "GlobalAveragePool";
+        return [average](auto in, auto) {
+            if (in[0].dim() < 3)
+                throw shape_error("kiln: shape_error in '" + std::string(average ? "GlobalAveragePool" : "GlobalMaxPool") +
+                                  "': the input must be (N, C, spatial...), got " + to_string(in[0].shape()));
+            std::vector<int> axes;
+            for (int i = 2; i < in[0].dim(); ++i) axes.push_back(i);
+            return average ? mean(in[0], axes, true) : max(in[0], axes, true);
+        };
+    }
+    if (op == "CumSum") {
+        lo = hi = 2;
+        const bool exclusive = ai("exclusive", 0) != 0, reverse = ai("reverse", 0) != 0;
+        return [exclusive, reverse](auto in, auto) {
+            const std::vector<std::int64_t> ax = int_values(in[1], "CumSum's axis");
+            const auto& x = in[0];
+            if (ax.size() != 1) throw value_error("kiln: value_error in 'CumSum': the axis must be one value");
+            const int a = onnx_axis(ax[0], x.shape(), "CumSum");
+            if (!exclusive || x.shape()[a] == 0) return cumsum(x, a, reverse).to(x.dtype());
+            // Exclusive: the sums of the elements before each one (after it, reversed), so the first is 0.
+            const std::ptrdiff_t n = x.shape()[a];
+            dims one = x.shape();
+            one[static_cast<std::size_t>(a)] = 1;
+            const tensor zero = zeros(one, x.dtype(), x.device());
+            const auto shifted = reverse ? concat({x.slice(a, 1, n), zero}, a) : concat({zero, x.slice(a, 0, n - 1)}, a);
+            return cumsum(shifted, a, reverse).to(x.dtype());
+        };
+    }
+    if (op == "Size") return [](auto in, auto) { return full(dims{}, static_cast<double>(in[0].numel()), dtype::int64); };
+    return {};
+}
+
+}  // namespace detail
+}  // namespace kiln
