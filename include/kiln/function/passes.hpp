@@ -9,6 +9,7 @@
 // A value that an effect writes into, and every value it is a view of, is never folded or merged; a node whose
 // parameters follow a dynamic dimension is never folded or simplified, and merges only with its equal.
 #include <algorithm>
+#include <ostream>
 #include <unordered_map>
 
 #include "graph.hpp"
@@ -192,8 +193,14 @@ std::size_t simplify_identities(function_graph& g) {
 }
 
 // What each pass did to one graph.
+// How many nodes each pass changed; printed as "folded 1, simplified 2, merged 0, removed 3".
 struct pass_report {
     std::size_t folded = 0, simplified = 0, merged = 0, removed = 0;
+    friend bool operator==(const pass_report&, const pass_report&) = default;
+    friend std::ostream& operator<<(std::ostream& os, const pass_report& r) {
+        return os << "folded " << r.folded << ", simplified " << r.simplified << ", merged " << r.merged
+                  << ", removed " << r.removed;
+    }
 };
 
 // The passes in order: folding, identities, merging, then removing what became dead.
