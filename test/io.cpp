@@ -565,6 +565,63 @@ TEST_CASE("ONNX: kiln's export reads back with kiln::load_onnx and computes what
     CHECK(kiln::to_string(f.graph()).find("Gemm(") != std::string::npos);  // (matmul + bias: one Gemm)
 }
 
+TEST_CASE("ONNX export: a traced convolution and pools are one Conv, MaxPool and AveragePool, from the notes the tracer keeps") {
+    kiln::generator g(21);
+    const kiln::tensor w = kiln::randn({4, 2, 3, 3}, kiln::float32, g), b = kiln::randn({4}, kiln::float32, g);
+    auto net = kiln::function([&](const kiln::tensor& x) {
+        const kiln::tensor y = kiln::nn::conv2d(x, w, b, {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2});
+        const kiln::tensor p = kiln::nn::max_pool2d(kiln::relu(y), {2, 2}, {.padding = {1, 1}});
+        return kiln::nn::avg_pool2d(p, {2, 2}, {.stride = {1, 1}, .count_include_pad = false, .ceil_mode = false});
+    }, {kiln::spec(kiln::float32, {kiln::dyn, 4, 9, 10})});
+    const kiln::tensor x = kiln::randn({3, 4, 9, 10}, kiln::float32, g);
+    // The graph after the passes: three notes, each naming the value that is the op's result and the values it reads.
+    const kiln::function_graph& graph = net.graph(x);
+    REQUIRE(graph.composites.size() == 3);
+    const kiln::composite_note& conv = graph.composites[0];
+    CHECK(conv.op == "conv2d");
+    CHECK(conv.attrs == "kernel=3,3 stride=2,1 pads=1,1,0,0 dilation=1,2 groups=2");
+    REQUIRE(conv.inputs.size() == 3);
+    CHECK(graph.nodes[static_cast<std::size_t>(conv.inputs[0])].kind == kiln::node_kind::argument);
+    CHECK(graph.nodes[static_cast<std::size_t>(conv.inputs[1])].shape == kiln::dims{4, 2, 3, 3});  // (kept: its reshape was folded)
+    CHECK(graph.nodes[static_cast<std::size_t>(conv.output)].shape == kiln::dims{3, 4, 5, 6});
+    CHECK(graph.composites[1].op == "max_pool2d");
+    CHECK(graph.composites[1].attrs == "kernel=2,2 stride=2,2 pads=1,1,1,1 dilation=1,1 ceil_mode=false");
+    CHECK(graph.composites[2].op == "avg_pool2d");
+    CHECK(graph.composites[2].attrs == "kernel=2,2 stride=1,1 pads=0,0,0,0 dilation=1,1 count_include_pad=false");
+    CHECK(graph.composites[2].output == graph.outputs[0]);
+    // The model: one operator each, none of their parts; kiln reads it back to the function's values.
+    const std::string onnx = kiln::onnx_bytes(net, {kiln::spec(kiln::float32, {kiln::dyn, 4, 9, 10})});
+    for (const char* op : {"Conv", "MaxPool", "AveragePool"}) CHECK(onnx.find(op) != std::string::npos);
+    for (const char* op : {"Slice", "MatMul", "ReduceMax"}) CHECK(onnx.find(op) == std::string::npos);
+    const kiln::loaded_function back = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    for (std::ptrdiff_t n : {1, 3}) {
+        const kiln::tensor xn = kiln::randn({n, 4, 9, 10}, kiln::float32, g);
+        const std::vector<double> got = values(back(xn)[0]), want = values(net(xn));
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+    }
+    // kiln::save writes what the function computes: not the weight that only the note kept.
+    const std::string file = temp_path("conv.kfn");
+    kiln::save(net, {kiln::spec(kiln::float32, {kiln::dyn, 4, 9, 10})}, file);
+    const kiln::loaded_function loaded = kiln::load(file);
+    std::remove(file.c_str());
+    for (const kiln::graph_node& n : loaded.graph().nodes) CHECK_FALSE(n.shape == kiln::dims{4, 2, 3, 3});
+    CHECK(kiln::allclose(loaded(x)[0], net(x), 0, 0));
+    // In a training step the gradient's nodes read the notes' parts; the notes stay.
+    kiln::variable wv(w.clone());
+    std::vector<kiln::variable*> params{&wv};
+    kiln::optim::sgd opt(params, 0.1);
+    auto step = kiln::function([&](const kiln::tensor& xb) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::sum(kiln::nn::max_pool2d(kiln::nn::conv2d(xb, wv, b, {.groups = 2}), {2, 2}));
+        opt.apply_gradients(tape.gradient(loss, params), params);
+        return loss;
+    });
+    const kiln::function_graph& sg = step.graph(x);
+    REQUIRE(sg.composites.size() == 2);
+    CHECK(sg.nodes[static_cast<std::size_t>(sg.composites[0].inputs[1])].kind == kiln::node_kind::variable);
+}
+
 TEST_CASE("ONNX: an op whose result the file makes larger than max_node_bytes is refused before it allocates") {
     // A Pad of 4 Mi elements (16 MiB) in a model loaded with a 1 MiB limit: the loader's check run refuses it at
     // the allocation, naming the op, instead of allocating it and then comparing.

@@ -36,7 +36,7 @@ def check(ok, what):
 
 
 models = sorted(glob.glob(os.path.join(work, "*.onnx")))
-check(len(models) >= 7, "the tool wrote %d models" % len(models))
+check(len(models) >= 8, "the tool wrote %d models" % len(models))
 for path in models:
     name = os.path.basename(path)[:-5]
     model = onnx.load(path)
@@ -52,7 +52,8 @@ for path in models:
     ops = [n.op_type for n in model.graph.node]
     want_ops = {"reference": {"Gemm", "Relu"}, "graph_mode": {"Gemm", "Relu"}, "classifier": {"Softmax", "LogSoftmax", "Gemm", "Tanh"},
                 "composites": {"Gemm", "Squeeze", "Mod", "Atan"}, "many_ops": {"ReduceMean", "ReduceProd", "ArgMin"},
-                "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements", "ScatterElements"}}.get(name, set())
+                "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements", "ScatterElements"},
+                "cnn": {"Conv", "MaxPool", "AveragePool", "Gemm"}, "cnn2": {"Conv", "MaxPool", "AveragePool"}}.get(name, set())
     check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
     if name == "classifier":
         check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,
@@ -61,6 +62,22 @@ for path in models:
                 for o in model.graph.output]
         check(dims[0][1] == 4 and isinstance(dims[0][0], str) and dims[1] == [dims[1][0]] and dims[2][1] == 4,
               "classifier: outputs have their static extents fixed and the batch named (%s)" % dims)
+    if name == "cnn":
+        check(not {"Slice", "MatMul", "Pad", "ReduceMax", "ReduceSum"} & set(ops),
+              "cnn: the convolution and the pools are one operator each, their parts not written (operators: %s)" % sorted(set(ops)))
+        conv = [n for n in model.graph.node if n.op_type == "Conv"]
+        attrs = {a.name: list(a.ints) if a.ints else a.i for a in conv[0].attribute} if conv else {}
+        check(len(conv) == 1 and attrs.get("strides") == [1, 2] and attrs.get("pads") == [1, 1, 1, 1] and
+              attrs.get("kernel_shape") == [3, 3] and len(conv[0].input) == 3,
+              "cnn: Conv with its strides, pads, kernel and bias (%s)" % attrs)
+    if name == "cnn2":
+        pools = [n for n in model.graph.node if n.op_type == "MaxPool"]
+        check(len(pools) == 1 and any(a.name == "ceil_mode" and a.i == 1 for a in pools[0].attribute),
+              "cnn2: the max pool whose extent ONNX's ceil_mode formula gives is a MaxPool; the other is written as its parts")
+        conv = [n for n in model.graph.node if n.op_type == "Conv"]
+        check(len(conv) == 1 and len(conv[0].input) == 2 and
+              {(a.name, a.i) for a in conv[0].attribute if a.type == onnx.AttributeProto.INT} == {("group", 2)},
+              "cnn2: Conv without a bias, with its groups")
     if name == "composites":
         gemm = [n for n in model.graph.node if n.op_type == "Gemm"]
         check(len(gemm) == 1 and any(a.name == "transB" and a.i == 1 for a in gemm[0].attribute),

@@ -217,7 +217,19 @@ int main(int argc, char** argv) {
         auto conv = kiln::function([&](const kiln::tensor& x) { return cnn(x); }, {.name = "cnn"});
         write<1>(dir, "cnn", conv, {kiln::spec(kiln::float32, {kiln::dyn, 2, 8, 8})},
                  {{kiln::randn({3, 2, 8, 8}, kiln::float32, g)}, {kiln::randn({1, 2, 8, 8}, kiln::float32, g)}});
-        std::printf("onnx_tool: wrote 7 models and their kiln results in %s\n", dir.c_str());
+        // The functional forms: a convolution with groups, a dilation and no bias; a max pool with ceil_mode that
+        // ONNX's formula agrees with (MaxPool) and one whose last window would start in the padding (written as
+        // its parts); average pooling counting the padding.
+        const kiln::tensor w2 = kiln::randn({6, 2, 3, 3}, kiln::float32, g);
+        auto conv2 = kiln::function([&](const kiln::tensor& x) {
+            const kiln::tensor y = kiln::nn::conv2d(x, w2, kiln::tensor(), {.stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 2}, .groups = 2});
+            const kiln::tensor p = kiln::nn::max_pool2d(y, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true});
+            const kiln::tensor q = kiln::nn::max_pool2d(p, {2, 2}, {.stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true});
+            return kiln::nn::avg_pool2d(q, {3, 3}, {.stride = {1, 1}, .padding = {1, 1}});
+        }, {.name = "cnn2"});
+        write<1>(dir, "cnn2", conv2, {kiln::spec(kiln::float32, {kiln::dyn, 4, 9, 9})},
+                 {{kiln::randn({2, 4, 9, 9}, kiln::float32, g)}, {kiln::randn({1, 4, 9, 9}, kiln::float32, g)}});
+        std::printf("onnx_tool: wrote 8 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;

@@ -134,10 +134,21 @@ struct tracer_base {
     // A use of a symbolic tensor's values (item(), at(), data()): throws kiln::trace_error saying what to do.
     // `at` is where the user's code read it ("file.cpp:12"), or empty.
     [[noreturn]] virtual void refuse(std::string_view what, std::string_view at = {}) const = 0;
+    // Notes that `output`, computed just now by ops already recorded, is the composite op `op` (attributes as
+    // text) of `inputs` ("conv2d" of the image, the weight and the bias), so that an exporter can write it as one
+    // operator. Nothing runs differently.
+    virtual void note_composite(std::string_view /*op*/, std::string /*attrs*/, std::span<const tensor> /*inputs*/,
+                                const tensor& /*output*/) {}
 };
 
 // The tracer recording on this thread, or null (the common case: eager ops test this one pointer).
 inline thread_local tracer_base* active_tracer = nullptr;
+
+// Tells the thread's tracer, if any, that `output` is the composite op `op` of `inputs` (tracer_base::note_composite).
+inline void note_composite(std::string_view op, std::string attrs, std::span<const tensor> inputs, const tensor& output) {
+    if (active_tracer) [[unlikely]]
+        active_tracer->note_composite(op, std::move(attrs), inputs, output);
+}
 
 // Runs eager ops with values for a scope while a trace records: state that outlives the trace (an optimizer's slots
 // made at its first, traced, step) must hold values, not symbolic tensors that the trace's end leaves empty.

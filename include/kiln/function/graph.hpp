@@ -57,10 +57,22 @@ struct graph_node {
     detail::effect_fn effect; // an effect: performs it
 };
 
+// A value that the nodes before it computed as the parts of one composite op ("conv2d" as pad, slices, stack and
+// matmul): the op, its attributes as text and the values it reads. Exporters may write the op in one operator
+// (ONNX's Conv); the executor runs the parts, and the passes keep the note's values current (a note whose output
+// is removed goes too).
+struct composite_note {
+    std::string op;
+    std::string attrs;
+    std::vector<std::int32_t> inputs;
+    std::int32_t output = -1;
+};
+
 // A run-time graph: its nodes in program order and the values the function returns.
 struct function_graph {
     std::vector<graph_node> nodes;
     std::vector<std::int32_t> outputs;
+    std::vector<composite_note> composites;
 
     std::size_t size() const noexcept { return nodes.size(); }
     // How many nodes are the op `op` (or, with an empty name, of kind `k`).

@@ -62,11 +62,26 @@ std::vector<char> written_values(const function_graph& g) {
     return w;
 }
 
+// The composite notes' values after a pass moved them (`to[v]`, -1 for removed): a note that lost a value goes.
+inline void remap_composites(function_graph& g, const std::vector<std::int32_t>& to) {
+    std::vector<composite_note> kept;
+    for (composite_note& c : g.composites) {
+        bool whole = c.output >= 0 && to[static_cast<std::size_t>(c.output)] >= 0;
+        for (std::int32_t v : c.inputs) whole = whole && to[static_cast<std::size_t>(v)] >= 0;
+        if (!whole) continue;
+        c.output = to[static_cast<std::size_t>(c.output)];
+        for (std::int32_t& v : c.inputs) v = to[static_cast<std::size_t>(v)];
+        kept.push_back(std::move(c));
+    }
+    g.composites = std::move(kept);
+}
+
 template <int = 0>
 void remap(function_graph& g, const std::vector<std::int32_t>& to) {
     for (graph_node& n : g.nodes)
         for (std::int32_t& in : n.inputs) in = to[static_cast<std::size_t>(in)];
     for (std::int32_t& o : g.outputs) o = to[static_cast<std::size_t>(o)];
+    remap_composites(g, to);
 }
 
 // Runs f with no tracer and no tape recording (what a pass evaluates is not part of any trace or tape).
@@ -132,6 +147,7 @@ std::size_t eliminate_common_subexpressions(function_graph& g) {
         }
     }
     for (std::int32_t& o : g.outputs) o = to[static_cast<std::size_t>(o)];
+    detail::remap_composites(g, to);
     return merged;
 }
 
@@ -140,11 +156,19 @@ std::size_t remove_dead_code(function_graph& g) {
     const std::size_t n = g.nodes.size();
     std::vector<char> live(n, 0);
     for (std::int32_t o : g.outputs) live[static_cast<std::size_t>(o)] = 1;
+    // A live composite's inputs stay (a constant weight whose reshape was folded), so that its note can name them.
+    std::unordered_multimap<std::int32_t, const composite_note*> noted;
+    for (const composite_note& c : g.composites) noted.emplace(c.output, &c);
     for (std::size_t i = n; i-- > 0;) {
         const graph_node& node = g.nodes[i];
         if (node.kind == node_kind::effect || node.kind == node_kind::argument) live[i] = 1;
-        if (live[i])
-            for (std::int32_t in : node.inputs) live[static_cast<std::size_t>(in)] = 1;
+        if (!live[i]) continue;
+        for (std::int32_t in : node.inputs) live[static_cast<std::size_t>(in)] = 1;
+        if (!noted.empty()) {
+            const auto [first, last] = noted.equal_range(static_cast<std::int32_t>(i));
+            for (auto it = first; it != last; ++it)
+                for (std::int32_t in : it->second->inputs) live[static_cast<std::size_t>(in)] = 1;
+        }
     }
     std::vector<std::int32_t> to(n, -1);
     std::vector<graph_node> kept;
@@ -189,6 +213,7 @@ std::size_t simplify_identities(function_graph& g) {
         }
     }
     for (std::int32_t& o : g.outputs) o = to[static_cast<std::size_t>(o)];
+    detail::remap_composites(g, to);
     return simplified;
 }
 

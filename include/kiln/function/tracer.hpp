@@ -182,6 +182,34 @@ public:
         graph.nodes.push_back(std::move(n));
     }
 
+    void note_composite(std::string_view op, std::string attrs, std::span<const tensor> inputs, const tensor& output) override {
+        // Only a result of this trace, from values this trace has already seen (a note names values; it makes none).
+        auto seen = [&](const tensor& t, std::int32_t* v) {
+            if (!t.valid() || !t.storage_handle()) return false;
+            const storage& s = *t.storage_handle();
+            if (s.trace_owner == this) {
+                *v = static_cast<std::int32_t>(s.trace_value);
+                const graph_node& n = graph.nodes[static_cast<std::size_t>(*v)];
+                return t.shape() == n.shape && t.offset() == 0 && t.strides() == contiguous_strides(n.shape);
+            }
+            if (s.trace_owner) return false;
+            const auto found = captured_.find(key{t.storage_handle().get(), t.offset(), t.dtype(), t.shape(), t.strides()});
+            if (found == captured_.end()) return false;
+            *v = found->second;
+            return true;
+        };
+        composite_note c;
+        c.op = std::string(op);
+        c.attrs = std::move(attrs);
+        if (!seen(output, &c.output) || graph.nodes[static_cast<std::size_t>(c.output)].kind != node_kind::op) return;
+        for (const tensor& t : inputs) {
+            std::int32_t v = -1;
+            if (!seen(t, &v)) return;
+            c.inputs.push_back(v);
+        }
+        graph.composites.push_back(std::move(c));
+    }
+
     [[noreturn]] void refuse(std::string_view what, std::string_view at = {}) const override {
         throw trace_error(error_prefix("trace_error", what) + (at.empty() ? "" : "at " + std::string(at) + ": ") +
                           "the tensor is symbolic: kiln::function '" + name_ +

@@ -84,7 +84,15 @@ inline std::string json_dims(const dims& d) {
 template <int N = 0, class Sink>
 void write_function_file(Sink&& sink, const executable& exe, const std::vector<spec>& specs, const std::string& fname,
                          const char* entry) {
-    const function_graph& g = exe.graph;
+    // The file holds what the function computes: the inputs that only a composite note kept (a constant weight
+    // whose reshape was folded, kept for the ONNX export's Conv) are not written.
+    function_graph pruned;
+    if (!exe.graph.composites.empty()) {
+        pruned = exe.graph;
+        pruned.composites.clear();
+        passes::remove_dead_code(pruned);
+    }
+    const function_graph& g = exe.graph.composites.empty() ? exe.graph : pruned;
     std::set<std::string> used;
     std::map<std::string, tensor> payload;
     std::string nodes;

@@ -18,12 +18,13 @@
 namespace kiln::detail {
 
 struct onnx_fused {
-    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean } kind = none;
+    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, max_pool, avg_pool } kind = none;
     std::vector<std::int32_t> inputs;  // the values it reads instead of the node's own inputs
     int axis = 0;
     bool trans_a = false, trans_b = false;
     std::vector<std::int64_t> axes;  // reduce_mean: the axes (normalized) and keepdims
     bool keepdims = false;
+    std::string attrs;  // conv, max_pool, avg_pool: the composite note's attributes (nn/conv.hpp's window_attrs)
 
     static onnx_fused of(kind_t k, std::vector<std::int32_t> in, int axis = 0, bool ta = false, bool tb = false) {
         onnx_fused f;
@@ -251,6 +252,34 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         const int ax = normalized_axis(attr_axis(split_attrs(n.attrs), "axis"), x.shape.rank);
         if (ax >= 0 && ax < x.shape.rank && x.shape[ax] == 1 && !(p.dynamic_axes[static_cast<std::size_t>(n.inputs[0])] >> ax & 1u))
             p.fused[i] = onnx_fused::of(onnx_fused::squeeze, {n.inputs[0]}, ax);
+    }
+    // Convolution and pooling, traced as their parts (nn/conv.hpp), from the notes the tracer kept: Conv, MaxPool
+    // and AveragePool of float32 images (the dtype ONNX Runtime's kernels all take).
+    for (const composite_note& c : g.composites) {
+        if (c.output < 0 || static_cast<std::size_t>(c.output) >= size || c.inputs.empty()) continue;
+        const graph_node& out = node(c.output);
+        bool fits = out.kind == node_kind::op && out.dtype == dtype::float32 && out.shape.rank == 4;
+        for (std::int32_t v : c.inputs) fits = fits && v >= 0 && v < c.output && node(v).dtype == dtype::float32;
+        if (!fits || node(c.inputs[0]).shape.rank != 4) continue;
+        const onnx_fused::kind_t k = c.op == "conv2d" ? onnx_fused::conv : c.op == "max_pool2d" ? onnx_fused::max_pool
+                                   : c.op == "avg_pool2d" ? onnx_fused::avg_pool : onnx_fused::none;
+        if (k == onnx_fused::none) continue;
+        if (k == onnx_fused::max_pool && attr_bool(split_attrs(c.attrs), "ceil_mode")) {
+            // ONNX's ceil_mode formula has no exception for a last window that would start in the end padding
+            // (PyTorch's and kiln's drop it): where the two differ, the parts are written instead.
+            const std::map<std::string, std::string> w = split_attrs(c.attrs);
+            const std::vector<std::int64_t> kr = attr_ints(w, "kernel"), st = attr_ints(w, "stride"), pd = attr_ints(w, "pads"),
+                                            dl = attr_ints(w, "dilation");
+            bool same = true;
+            for (int i = 0; i < 2; ++i) {
+                const std::int64_t room = node(c.inputs[0]).shape[2 + i] + pd[2 * i] + pd[2 * i + 1] - (dl[i] * (kr[i] - 1) + 1);
+                same = same && room >= 0 && (room + st[i] - 1) / st[i] + 1 == out.shape[2 + i];
+            }
+            if (!same) continue;
+        }
+        onnx_fused f = onnx_fused::of(k, c.inputs);
+        f.attrs = c.attrs;
+        p.fused[static_cast<std::size_t>(c.output)] = std::move(f);
     }
     // The values the outputs need, from the last node back.
     p.live.assign(size, false);

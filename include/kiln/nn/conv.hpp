@@ -93,6 +93,15 @@ tensor windows(const tensor& x_in, std::array<std::ptrdiff_t, 2> kernel, std::ar
     return kiln::stack(taps, 2);
 }
 
+// A composite note's attributes (function/graph.hpp): "kernel=3,3 stride=1,1 pads=1,1,1,1 dilation=1,1", the pads
+// as top, bottom, left, right.
+inline std::string window_attrs(std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
+                                std::array<std::ptrdiff_t, 2> dilation) {
+    auto two = [](std::array<std::ptrdiff_t, 2> a) { return std::to_string(a[0]) + "," + std::to_string(a[1]); };
+    return "kernel=" + two(kernel) + " stride=" + two(stride) + " pads=" + std::to_string(pads[0]) + "," + std::to_string(pads[1]) +
+           "," + std::to_string(pads[2]) + "," + std::to_string(pads[3]) + " dilation=" + two(dilation);
+}
+
 template <int N>
 tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
                      std::array<std::ptrdiff_t, 2> dilation, std::ptrdiff_t groups) {
@@ -118,7 +127,11 @@ tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::arr
     const dependent_tensor<N> cols =
         windows<N>(x, {kh, kw}, stride, pads, dilation, 0.0, oh, ow).reshape({n, groups, (c / groups) * kh * kw, oh * ow});
     const dependent_tensor<N> y = kiln::matmul(w.reshape({groups, m / groups, (c / groups) * kh * kw}), cols).reshape({n, m, oh, ow});
-    return b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : y;
+    tensor out = b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : tensor(y);
+    const tensor parts[3] = {x, w, b};
+    note_composite("conv2d", window_attrs({kh, kw}, stride, pads, dilation) + " groups=" + std::to_string(groups),
+                   std::span<const tensor>(parts, b.numel() != 0 ? 3 : 2), out);
+    return out;
 }
 
 template <int N>
@@ -150,7 +163,10 @@ tensor max_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
                        : d == dtype::int32 ? static_cast<double>(std::numeric_limits<std::int32_t>::lowest())
                        : d == dtype::int64 ? -9.2233720368547758e18  // (-2^63, exact in a double)
                                            : 0.0;                    // (bool: false)
-    return kiln::max<N>(windows<N>(x_in, kernel, stride, pads, dilation, low, oh, ow), {2});
+    tensor out = kiln::max<N>(windows<N>(x_in, kernel, stride, pads, dilation, low, oh, ow), {2});
+    note_composite("max_pool2d", window_attrs(kernel, stride, given, dilation) + (ceil_mode ? " ceil_mode=true" : " ceil_mode=false"),
+                   std::span<const tensor>(&x_in, 1), out);
+    return out;
 }
 
 template <int N>
@@ -164,10 +180,17 @@ tensor avg_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
     const std::ptrdiff_t ow = window_out("avg_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], 1);
     const dependent_tensor<N> total = kiln::sum<N>(windows<N>(x_in, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
     const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
-    if (count_include_pad || !padded) return total / static_cast<double>(kernel[0] * kernel[1]);
-    // The number of real elements in each window: the same windows over ones, as a (1, 1, oh, ow) divisor.
-    const tensor ones_image = kiln::ones({1, 1, x_in.shape()[2], x_in.shape()[3]}, x_in.dtype(), x_in.device());
-    return total / kiln::sum<N>(windows<N>(ones_image, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
+    tensor out;
+    if (count_include_pad || !padded) {
+        out = total / static_cast<double>(kernel[0] * kernel[1]);
+    } else {
+        // The number of real elements in each window: the same windows over ones, as a (1, 1, oh, ow) divisor.
+        const tensor ones_image = kiln::ones({1, 1, x_in.shape()[2], x_in.shape()[3]}, x_in.dtype(), x_in.device());
+        out = total / kiln::sum<N>(windows<N>(ones_image, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
+    }
+    note_composite("avg_pool2d", window_attrs(kernel, stride, pads, {1, 1}) + (count_include_pad ? " count_include_pad=true" : " count_include_pad=false"),
+                   std::span<const tensor>(&x_in, 1), out);
+    return out;
 }
 
 inline pads4 symmetric(std::array<std::ptrdiff_t, 2> p) { return {p[0], p[0], p[1], p[1]}; }
