@@ -68,6 +68,27 @@ int main() {
                 kiln::tensor r = kiln::index_select(t, 0, it);
                 asm volatile("" : : "r"(r.raw_data()) : "memory");
             });
+        // Its gradient: the rows of g added back into a zero table (repeated indices add up).
+        std::vector<float> gv(static_cast<std::size_t>(n * width));
+        for (float& v : gv) v = uni(rng);
+        const kiln::tensor g = kiln::from_vector(gv, kiln::dims{n, width});
+        std::vector<float> grad(table.size());
+        pair(
+            "embedding gradient (4,096 rows of 64 into 10,000)", "zero fill + row adds",
+            [&] {
+                std::fill(grad.begin(), grad.end(), 0.f);
+                for (std::ptrdiff_t k = 0; k < n; ++k) {
+                    float* to = grad.data() + idx[static_cast<std::size_t>(k)] * width;
+                    const float* from = gv.data() + k * width;
+                    for (std::ptrdiff_t j = 0; j < width; ++j) to[j] += from[j];
+                }
+                asm volatile("" : : "r"(grad.data()) : "memory");
+            },
+            "`op_gradient(\"index_select\", ...)`",
+            [&] {
+                auto r = kiln::op_gradient("index_select", {t, it}, g, {{"axis", 0}});
+                asm volatile("" : : "r"(r[0]->raw_data()) : "memory");
+            });
     }
     {  // Row sort.
         const std::ptrdiff_t rows = 256, len = 1024;

@@ -434,6 +434,50 @@ TEST_CASE("the gathers, scatters, sort order, tiles and pads read strided operan
                    ::idx = kiln::view(picks.data(), {2, 2}));
 }
 
+TEST_CASE("index_select's gradient adds each row of g back where it was read, for row-major and strided operands alike") {
+    // An embedding's gradient: 6 rows of a (5, 4) table, a row read three times, once by a negative index; against
+    // a loop. The same with a strided index and a strided g.
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> gv(24);
+    for (double& v : gv) v = u(rng);
+    const kiln::tensor table = kiln::zeros({5, 4}, kiln::float64);
+    const std::vector<std::int64_t> iv{1, 3, -4, 0, 1, 4};
+    const kiln::tensor idx = kiln::from_vector(iv, kiln::dims{6});
+    const kiln::tensor g = kiln::from_vector(gv, kiln::dims{6, 4});
+    std::vector<double> want(20, 0.0);
+    for (std::size_t k = 0; k < 6; ++k) {
+        const std::int64_t row = iv[k] < 0 ? iv[k] + 5 : iv[k];
+        for (std::size_t a = 0; a < 4; ++a) want[static_cast<std::size_t>(row) * 4 + a] += gv[k * 4 + a];
+    }
+    const auto grads = kiln::op_gradient("index_select", {table, idx}, g, {{"axis", 0}});
+    REQUIRE(grads[0]);
+    CHECK(kiln_test::values(*grads[0]) == want);
+    CHECK_FALSE(grads[1]);
+    // Strided: every other element of a longer index; g as a transposed copy transposed back.
+    std::vector<std::int64_t> spread(12, 99);
+    for (std::size_t k = 0; k < 6; ++k) spread[2 * k] = iv[k];
+    const kiln::tensor idx_s = kiln::from_vector(spread, kiln::dims{12}).slice(0, 0, 12, 2);
+    const kiln::tensor g_s = g.transpose(0, 1).contiguous().transpose(0, 1);
+    REQUIRE_FALSE(idx_s.is_contiguous());
+    REQUIRE_FALSE(g_s.is_contiguous());
+    CHECK(kiln_test::values(*kiln::op_gradient("index_select", {table, idx_s}, g, {{"axis", 0}})[0]) == want);
+    CHECK(kiln_test::values(*kiln::op_gradient("index_select", {table, idx}, g_s, {{"axis", 0}})[0]) == want);
+    // Along a middle axis, through the tape, against central differences' exact answer for a linear function.
+    const kiln::tensor x = kiln::from_vector(std::vector<double>(2 * 5 * 3, 0.5), kiln::dims{2, 5, 3});
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    const kiln::tensor cols = kiln::from_values<std::int64_t>({4, 4, 0, -1}, {4});
+    const kiln::tensor y = kiln::sum(kiln::index_select(x, 1, cols) * 2.0);
+    const std::vector<double> gx = kiln_test::values(tape.gradient(y, x));
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t r = 0; r < 5; ++r)
+            for (std::size_t c = 0; c < 3; ++c) CHECK(gx[(b * 5 + r) * 3 + c] == (r == 4 ? 6.0 : r == 0 ? 2.0 : 0.0));
+    // An index out of range is refused by the gradient as by the gather.
+    CHECK_THROWS_AS(kiln::op_gradient("index_select", {table, kiln::from_values<std::int64_t>({5}, {1})}, kiln::ones({1, 4}, kiln::float64), {{"axis", 0}}),
+                    kiln::value_error);
+}
+
 TEST_CASE("concat, stack, expand_dims and squeeze in graph mode: the same rule and sentences as eager mode's concat") {
     constexpr kiln::input<"y", double> y{};
     std::vector<double> v{1, 2, 3, 4, 5, 6}, u{7, 8, 9, 10};

@@ -189,6 +189,22 @@ void take_add_into(const strided<const T>& g, const strided<const I>& index, int
     const dims cs = contiguous_strides(shape);
     const int ri = index.shape.rank;
     const std::ptrdiff_t n = shape[axis];
+    if (is_row_major(g) && is_row_major(index)) {
+        // (An embedding's gradient: each of g's rows added into the row its index names, as runs.)
+        std::ptrdiff_t before = 1, after = 1;
+        for (int d = 0; d < axis; ++d) before *= shape[d];
+        for (int d = axis + 1; d < shape.rank; ++d) after *= shape[d];
+        const std::ptrdiff_t count = index.shape.numel();
+        const T* from = g.data;
+        for (std::ptrdiff_t b = 0; b < before; ++b) {
+            U* block = out + b * n * after;
+            for (std::ptrdiff_t j = 0; j < count; ++j, from += after) {
+                U* to = block + checked_index(index.data[j], n, op) * after;
+                for (std::ptrdiff_t a = 0; a < after; ++a) kernels::accumulate(to[a], static_cast<U>(from[a]));
+            }
+        }
+        return;
+    }
     for_each_index(g.shape, [&](const std::array<std::ptrdiff_t, max_rank>& i) {
         std::ptrdiff_t off = 0, ioff = 0;
         for (int d = 0; d < axis; ++d) off += i[static_cast<std::size_t>(d)] * cs[d];
