@@ -473,6 +473,22 @@ TEST_CASE("index_select's gradient adds each row of g back where it was read, fo
     for (std::size_t b = 0; b < 2; ++b)
         for (std::size_t r = 0; r < 5; ++r)
             for (std::size_t c = 0; c < 3; ++c) CHECK(gx[(b * 5 + r) * 3 + c] == (r == 4 ? 6.0 : r == 0 ? 2.0 : 0.0));
+    // Columns picked from a matrix (one element per index: the gather's own loop), with a row-major and a strided
+    // index, against a loop; an index out of range is refused, except where x has no lines to pick from.
+    const kiln::tensor m = kiln::arange(0, 12, 1, kiln::float64).reshape({3, 4});
+    const std::vector<std::int64_t> picks{3, -4, 3, 1, -1};
+    std::vector<double> cols_want;
+    for (std::int64_t r = 0; r < 3; ++r)
+        for (std::int64_t p : picks) cols_want.push_back(static_cast<double>(r * 4 + (p < 0 ? p + 4 : p)));
+    CHECK(kiln_test::values(kiln::index_select(m, 1, kiln::from_vector(picks, kiln::dims{5}))) == cols_want);
+    std::vector<std::int64_t> picks_spread(10, 0);
+    for (std::size_t k = 0; k < 5; ++k) picks_spread[2 * k + 1] = picks[k];
+    CHECK(kiln_test::values(kiln::index_select(m, 1, kiln::from_vector(picks_spread, kiln::dims{10}).slice(0, 1, 10, 2))) == cols_want);
+    CHECK(kiln_test::values(kiln::index_select(m.transpose(0, 1), 0, kiln::from_vector(picks, kiln::dims{5}).slice(0, 0, 5, 2))) ==
+          std::vector<double>({3, 7, 11, 3, 7, 11, 3, 7, 11}));
+    CHECK_THROWS_WITH_AS(kiln::index_select(m, 1, kiln::from_values<std::int64_t>({4}, {1})),
+                         "kiln: value_error in 'index_select': index 4 is out of range for a dimension of size 4", kiln::value_error);
+    CHECK(kiln::index_select(kiln::zeros({0, 4}), 1, kiln::from_values<std::int64_t>({9}, {1})).shape() == kiln::dims{0, 1});
     // An index out of range is refused by the gradient as by the gather.
     CHECK_THROWS_AS(kiln::op_gradient("index_select", {table, kiln::from_values<std::int64_t>({5}, {1})}, kiln::ones({1, 4}, kiln::float64), {{"axis", 0}}),
                     kiln::value_error);

@@ -44,14 +44,18 @@ std::ptrdiff_t offset_of(const strided<T>& v, const std::array<std::ptrdiff_t, m
 }
 
 // An index read from an integer operand, checked against an extent of n (a negative one counts from the end).
+// (The message is built out of line, so that the check itself inlines into the gathers' loops.)
+[[noreturn, gnu::noinline, gnu::cold]] inline void index_out_of_range(long long raw, std::ptrdiff_t n, std::string_view op) {
+    throw value_error(error_prefix("value_error", op) + "index " + std::to_string(raw) +
+                      " is out of range for a dimension of size " + std::to_string(n));
+}
 template <class I>
-std::ptrdiff_t checked_index(I raw, std::ptrdiff_t n, std::string_view op) {
+inline std::ptrdiff_t checked_index(I raw, std::ptrdiff_t n, std::string_view op) {
     static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>, "kiln: indices are integers.");
     auto v = static_cast<std::ptrdiff_t>(raw);
     if (v < 0) v += n;
-    if (v < 0 || v >= n)
-        throw value_error(error_prefix("value_error", op) + "index " + std::to_string(static_cast<long long>(raw)) +
-                          " is out of range for a dimension of size " + std::to_string(n));
+    if (v < 0 || v >= n) [[unlikely]]
+        index_out_of_range(static_cast<long long>(raw), n, op);
     return v;
 }
 
@@ -155,6 +159,19 @@ void take_into(const strided<const T>& x, const strided<const I>& index, int axi
     const std::ptrdiff_t inner = after.numel();
     if (inner == 0 || index.shape.numel() == 0) return;
     std::ptrdiff_t k = 0;
+    if (run == 1 && is_row_major(index) && before.numel() > 0) {
+        // One element per index (x's axis is its last, or what follows has extent 1: columns picked from a
+        // matrix): the index read once, then a plain loop per line.
+        const std::ptrdiff_t count = index.shape.numel(), along = x.strides[axis];
+        std::vector<std::ptrdiff_t> at(static_cast<std::size_t>(count));
+        for (std::ptrdiff_t j = 0; j < count; ++j) at[static_cast<std::size_t>(j)] = checked_index(index.data[j], n, op) * along;
+        for_each_index(before, [&](const std::array<std::ptrdiff_t, max_rank>& b) {
+            const T* line = x.data;
+            for (int d = 0; d < axis; ++d) line += b[static_cast<std::size_t>(d)] * x.strides[d];
+            for (std::ptrdiff_t j = 0; j < count; ++j) out[k++] = static_cast<U>(line[at[static_cast<std::size_t>(j)]]);
+        });
+        return;
+    }
     for_each_index(before, [&](const std::array<std::ptrdiff_t, max_rank>& b) {
         std::ptrdiff_t base = 0;
         for (int d = 0; d < axis; ++d) base += b[static_cast<std::size_t>(d)] * x.strides[d];
