@@ -428,3 +428,65 @@ TEST_CASE("a small convolutional network learns, eagerly and as a kiln::function
     CHECK(eager.back() < 0.05);
     kiln_test::check_all_close(traced, eager, 1e-5);
 }
+
+TEST_CASE("nn::embedding looks rows up by id, adds gradients back to the rows used, refuses ids outside the table, and traces") {
+    kiln::generator g(17);
+    kiln::nn::embedding emb(5, 3, g);
+    REQUIRE(emb.w.shape() == kiln::dims{5, 3});
+    REQUIRE(emb.parameters().size() == 1);
+    const std::vector<double> table = values(emb.w);
+    // Ids of any shape: the result has their shape and one more axis.
+    const kiln::tensor ids = kiln::from_values<std::int64_t>({4, 0, 4, 2}, {2, 2});
+    const kiln::tensor y = emb(ids);
+    REQUIRE(y.shape() == kiln::dims{2, 2, 3});
+    const std::vector<double> got = values(y);
+    const std::int64_t picked[4] = {4, 0, 4, 2};
+    for (std::size_t k = 0; k < 4; ++k)
+        for (std::size_t c = 0; c < 3; ++c) CHECK(got[k * 3 + c] == table[static_cast<std::size_t>(picked[k]) * 3 + c]);
+    CHECK(emb(kiln::from_values<std::int32_t>({1}, {1})).shape() == kiln::dims{1, 3});
+    CHECK(emb(kiln::zeros({0}, kiln::int64)).shape() == kiln::dims{0, 3});
+    // The gradient of sum(y * weights): row 4 read twice gets both, rows 1 and 3 nothing.
+    const kiln::tensor weights = kiln::from_values<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 2, 3});
+    kiln::gradient_tape tape;
+    const kiln::tensor loss = kiln::sum(emb(ids) * weights);
+    const std::vector<double> gw = values(tape.gradient(loss, emb.w));
+    CHECK(gw == std::vector<double>{4, 5, 6, 0, 0, 0, 10, 11, 12, 0, 0, 0, 8, 10, 12});
+    // Ids outside [0, 5), negative ones too, and ids that are not integers.
+    CHECK_THROWS_WITH_AS(emb(kiln::from_values<std::int64_t>({0, 5}, {2})),
+                         "kiln: value_error in 'nn::embedding': id 5 is out of range for a table of 5 rows", kiln::value_error);
+    CHECK_THROWS_WITH_AS(emb(kiln::from_values<std::int64_t>({-1}, {1})),
+                         "kiln: value_error in 'nn::embedding': id -1 is out of range for a table of 5 rows", kiln::value_error);
+    CHECK_THROWS_WITH_AS(emb(kiln::from_values<float>({1}, {1})),
+                         "kiln: dtype_error in 'nn::embedding': ids must be int32 or int64, got float32", kiln::dtype_error);
+    CHECK_THROWS_AS(kiln::nn::embedding(0, 3), kiln::value_error);
+    // Traced: the same values; an id out of range in a later call, negative too, is index_select's value_error.
+    auto f = kiln::function([&](const kiln::tensor& i) { return emb(i); });
+    CHECK(values(f(ids)) == got);
+    CHECK(values(f(kiln::from_values<std::int64_t>({3, 1, 0, 2}, {2, 2}))).size() == 12);
+    CHECK_THROWS_AS(f(kiln::from_values<std::int64_t>({0, 1, 2, 7}, {2, 2})), kiln::value_error);
+    CHECK_THROWS_AS(f(kiln::from_values<std::int64_t>({0, 1, 2, -1}, {2, 2})), kiln::value_error);
+    // A bag-of-words classifier trains, eagerly and traced to the same losses: the mean of each sentence's
+    // embeddings, then a dense layer; sentences with id 1 are class 1.
+    const kiln::tensor sentences = kiln::from_values<std::int64_t>({1, 2, 3, 0, 2, 3, 4, 1, 0, 0, 2, 4, 3, 4, 1, 2}, {4, 4});
+    const kiln::tensor labels = kiln::from_values<float>({1, 1, 0, 1}, {4, 1});
+    auto train = [&](bool traced) {
+        kiln::generator g2(5);
+        kiln::nn::embedding words(5, 4, g2);
+        kiln::nn::dense out(4, 1, kiln::nn::identity, g2);
+        std::vector<kiln::variable*> params{&words.w, &out.w, &out.b};
+        kiln::optim::adam opt(params, 0.05);
+        auto step = [&](const kiln::tensor& s, const kiln::tensor& l) {
+            kiln::gradient_tape t;
+            const kiln::tensor loss = kiln::nn::mse(kiln::sigmoid(out(kiln::mean(words(s), {1}))), l);
+            opt.apply_gradients(t.gradient(loss, params), params);
+            return loss;
+        };
+        auto fn = kiln::function(step);
+        std::vector<double> losses;
+        for (int e = 0; e < 60; ++e) losses.push_back((traced ? fn(sentences, labels) : step(sentences, labels)).item<double>());
+        return losses;
+    };
+    const std::vector<double> eager = train(false), traced = train(true);
+    CHECK(eager.back() < eager.front() * 0.2);
+    kiln_test::check_all_close(traced, eager, 1e-5);
+}

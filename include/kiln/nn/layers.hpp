@@ -195,6 +195,55 @@ public:
     std::vector<variable*> parameters() override { return {}; }
 };
 
+// A lookup table: each integer id of the input (int32 or int64, any shape) becomes row `id` of w (num, dim), so
+// the result has the ids' shape and one more axis of `dim`. w starts normally distributed, N(0, 1), as PyTorch's
+// nn.Embedding. The gradient adds each row of the result's gradient back to the row it came from (index_select's),
+// so only the rows used change. An id must lie in [0, num): eagerly one outside is a value_error naming nn::embedding;
+// traced (where ids have no values yet) it is index_select's value_error at the call, for negative ids too (they
+// never count from the end).
+template <int N = 0>
+class basic_embedding : public module {
+public:
+    basic_embedding(std::ptrdiff_t num, std::ptrdiff_t dim, generator& g = default_generator(), dtype d = dtype::float32)
+        : w(make_table(num, dim, g, d)) {}
+
+    tensor forward(const tensor& ids_in) override {
+        const detail::dependent_tensor<N>& ids = ids_in;
+        if (ids.dtype() != dtype::int32 && ids.dtype() != dtype::int64)
+            throw dtype_error("kiln: dtype_error in 'nn::embedding': ids must be int32 or int64, got " + std::string(name(ids.dtype())));
+        if (ids.dim() + 1 > max_rank)
+            throw shape_error("kiln: shape_error in 'nn::embedding': ids of rank " + std::to_string(ids.dim()) +
+                              " leave no room for the embedding's axis");
+        const std::ptrdiff_t num = w.shape()[0];
+        if (!ids.is_symbolic() && ids.numel() > 0) {
+            const auto low = kiln::min(ids).template item<std::int64_t>(), high = kiln::max(ids).template item<std::int64_t>();
+            if (low < 0 || high >= num)
+                throw value_error("kiln: value_error in 'nn::embedding': id " + std::to_string(low < 0 ? low : high) +
+                                  " is out of range for a table of " + std::to_string(num) + " rows");
+        }
+        // A negative id moved below -num, so that index_select refuses it rather than counting from the end.
+        const detail::dependent_tensor<N>& table = w;
+        const detail::dependent_tensor<N> flat = ids.reshape({-1});
+        const detail::dependent_tensor<N> safe = kiln::where(flat < 0, flat - num, flat);
+        dims out = ids.shape();
+        out.rank = ids.dim() + 1;
+        out[ids.dim()] = w.shape()[1];
+        return kiln::index_select(table, 0, safe).reshape(out);
+    }
+    std::vector<variable*> parameters() override { return {&w}; }
+
+    variable w;
+
+private:
+    static tensor make_table(std::ptrdiff_t num, std::ptrdiff_t dim, generator& g, dtype d) {
+        if (num < 1 || dim < 1)
+            throw value_error("kiln: value_error in 'nn::embedding': " + std::to_string(num) + " rows of " + std::to_string(dim) +
+                              ": both must be positive");
+        return randn({num, dim}, d, g);
+    }
+};
+using embedding = basic_embedding<>;
+
 // Modules applied in order.
 class sequential : public module {
 public:
