@@ -359,6 +359,27 @@ TEST_CASE("conv2d and the pools run on device tensors, with their gradients, as 
     for (std::size_t i = 0; i < gc.size(); ++i) check_close(gg[i], gc[i], 1e-5);
 }
 
+TEST_CASE("nn::embedding moved to the device looks rows up and adds its gradient back as on the CPU") {
+    auto run = [](const kiln::device& dev) {
+        kiln::generator g(3);
+        kiln::nn::embedding emb(6, 4, g);
+        emb.to(dev);
+        const kiln::tensor ids = kiln::from_values<std::int64_t>({5, 0, 5, 2, 1, 5}, {2, 3}).to(dev);
+        kiln::gradient_tape tape;
+        const kiln::tensor y = emb(ids);
+        const kiln::tensor loss = kiln::sum(y * seq({2, 3, 4}, 0.3).to(dev));
+        const kiln::tensor gw = tape.gradient(loss, emb.w);
+        CHECK(y.device() == dev);
+        CHECK(gw.device() == dev);
+        CHECK_THROWS_AS(emb(kiln::from_values<std::int64_t>({6}, {1}).to(dev)), kiln::value_error);
+        return std::make_tuple(y, gw);
+    };
+    const auto [yc, gc] = run(kiln::cpu);
+    const auto [yg, gg] = run(kiln::cuda);
+    check_close(yg, yc, 0);
+    check_close(gg, gc, 1e-6);
+}
+
 TEST_CASE("a model moved to the device trains with Adam (one kernel per parameter) as on the CPU") {
     auto train = [](const kiln::device& dev) {
         kiln::generator g(11);
