@@ -229,7 +229,14 @@ int main(int argc, char** argv) {
         }, {.name = "cnn2"});
         write<1>(dir, "cnn2", conv2, {kiln::spec(kiln::float32, {kiln::dyn, 4, 9, 9})},
                  {{kiln::randn({2, 4, 9, 9}, kiln::float32, g)}, {kiln::randn({1, 4, 9, 9}, kiln::float32, g)}});
-        std::printf("onnx_tool: wrote 8 models and their kiln results in %s\n", dir.c_str());
+        // nn::embedding: int64 ids looked up (Gather, after the Where that keeps negative ids from counting from
+        // the end), averaged per row, then a dense layer.
+        kiln::nn::embedding words(7, 4, g);
+        kiln::nn::dense head(4, 2, kiln::nn::identity, g);
+        auto bag = kiln::function([&](const kiln::tensor& ids) { return head(kiln::mean(words(ids), {1})); }, {.name = "embedding"});
+        write<1>(dir, "embedding", bag, {kiln::spec(kiln::int64, {kiln::dyn, 3})},
+                 {{kiln::from_values<std::int64_t>({0, 6, 3, 3, 3, 1}, {2, 3})}, {kiln::from_values<std::int64_t>({5, 2, 0}, {1, 3})}});
+        std::printf("onnx_tool: wrote 9 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;
