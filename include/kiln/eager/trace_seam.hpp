@@ -145,9 +145,11 @@ struct tracer_base {
 inline thread_local tracer_base* active_tracer = nullptr;
 
 // Tells the thread's tracer, if any, that `output` is the composite op `op` of `inputs` (tracer_base::note_composite).
-inline void note_composite(std::string_view op, std::string attrs, std::span<const tensor> inputs, const tensor& output) {
+// `attrs()` makes the attributes' text, only while tracing (an eager call builds no string).
+template <class MakeAttrs>
+void note_composite(std::string_view op, MakeAttrs&& attrs, std::span<const tensor> inputs, const tensor& output) {
     if (active_tracer) [[unlikely]]
-        active_tracer->note_composite(op, std::move(attrs), inputs, output);
+        active_tracer->note_composite(op, attrs(), inputs, output);
 }
 
 // Runs eager ops with values for a scope while a trace records: state that outlives the trace (an optimizer's slots

@@ -264,10 +264,10 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         const onnx_fused::kind_t k = c.op == "conv2d" ? onnx_fused::conv : c.op == "max_pool2d" ? onnx_fused::max_pool
                                    : c.op == "avg_pool2d" ? onnx_fused::avg_pool : onnx_fused::none;
         if (k == onnx_fused::none) continue;
-        if (k == onnx_fused::max_pool && attr_bool(split_attrs(c.attrs), "ceil_mode")) {
+        const std::map<std::string, std::string> w = split_attrs(c.attrs);
+        if (k == onnx_fused::max_pool && attr_bool(w, "ceil_mode")) {
             // ONNX's ceil_mode formula has no exception for a last window that would start in the end padding
             // (PyTorch's and kiln's drop it): where the two differ, the parts are written instead.
-            const std::map<std::string, std::string> w = split_attrs(c.attrs);
             const std::vector<std::int64_t> kr = attr_ints(w, "kernel"), st = attr_ints(w, "stride"), pd = attr_ints(w, "pads"),
                                             dl = attr_ints(w, "dilation");
             bool same = true;

@@ -129,7 +129,7 @@ tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::arr
     const dependent_tensor<N> y = kiln::matmul(w.reshape({groups, m / groups, (c / groups) * kh * kw}), cols).reshape({n, m, oh, ow});
     tensor out = b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : tensor(y);
     const tensor parts[3] = {x, w, b};
-    note_composite("conv2d", window_attrs({kh, kw}, stride, pads, dilation) + " groups=" + std::to_string(groups),
+    note_composite("conv2d", [&] { return window_attrs({kh, kw}, stride, pads, dilation) + " groups=" + std::to_string(groups); },
                    std::span<const tensor>(parts, b.numel() != 0 ? 3 : 2), out);
     return out;
 }
@@ -164,7 +164,7 @@ tensor max_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
                        : d == dtype::int64 ? -9.2233720368547758e18  // (-2^63, exact in a double)
                                            : 0.0;                    // (bool: false)
     tensor out = kiln::max<N>(windows<N>(x_in, kernel, stride, pads, dilation, low, oh, ow), {2});
-    note_composite("max_pool2d", window_attrs(kernel, stride, given, dilation) + (ceil_mode ? " ceil_mode=true" : " ceil_mode=false"),
+    note_composite("max_pool2d", [&] { return window_attrs(kernel, stride, given, dilation) + (ceil_mode ? " ceil_mode=true" : " ceil_mode=false"); },
                    std::span<const tensor>(&x_in, 1), out);
     return out;
 }
@@ -188,7 +188,7 @@ tensor avg_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
         const tensor ones_image = kiln::ones({1, 1, x_in.shape()[2], x_in.shape()[3]}, x_in.dtype(), x_in.device());
         out = total / kiln::sum<N>(windows<N>(ones_image, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
     }
-    note_composite("avg_pool2d", window_attrs(kernel, stride, pads, {1, 1}) + (count_include_pad ? " count_include_pad=true" : " count_include_pad=false"),
+    note_composite("avg_pool2d", [&] { return window_attrs(kernel, stride, pads, {1, 1}) + (count_include_pad ? " count_include_pad=true" : " count_include_pad=false"); },
                    std::span<const tensor>(&x_in, 1), out);
     return out;
 }

@@ -215,16 +215,19 @@ public:
             throw shape_error("kiln: shape_error in 'nn::embedding': ids of rank " + std::to_string(ids.dim()) +
                               " leave no room for the embedding's axis");
         const std::ptrdiff_t num = w.shape()[0];
-        if (!ids.is_symbolic() && ids.numel() > 0) {
+        // (While a trace records, even ids with values are read by the ops it records: no item() then.)
+        const bool traced = ids.is_symbolic() || detail::active_tracer != nullptr;
+        if (!traced && ids.numel() > 0) {
             const auto low = kiln::min(ids).template item<std::int64_t>(), high = kiln::max(ids).template item<std::int64_t>();
             if (low < 0 || high >= num)
                 throw value_error("kiln: value_error in 'nn::embedding': id " + std::to_string(low < 0 ? low : high) +
                                   " is out of range for a table of " + std::to_string(num) + " rows");
         }
-        // A negative id moved below -num, so that index_select refuses it rather than counting from the end.
+        // Traced, a negative id is moved below -num, so that index_select refuses it rather than counting from the
+        // end (eagerly the check above has seen every id).
         const detail::dependent_tensor<N>& table = w;
         const detail::dependent_tensor<N> flat = ids.reshape({-1});
-        const detail::dependent_tensor<N> safe = kiln::where(flat < 0, flat - num, flat);
+        const detail::dependent_tensor<N> safe = traced ? tensor(kiln::where(flat < 0, flat - num, flat)) : tensor(flat);
         dims out = ids.shape();
         out.rank = ids.dim() + 1;
         out[ids.dim()] = w.shape()[1];
