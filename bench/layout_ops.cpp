@@ -164,5 +164,25 @@ int main() {
                 asm volatile("" : : "r"(r.raw_data()) : "memory");
             });
     }
+    {  // Dropout (p = 0.5) of 128 Ki float32, below the parallel threshold: its counter-based draw per element against
+       // the floor of applying a mask that is already stored (what a framework that keeps its mask pays in backward).
+        const std::ptrdiff_t n = 256 * 512;
+        std::vector<float> xv(static_cast<std::size_t>(n)), mask(xv.size()), out(xv.size());
+        for (float& v : xv) v = uni(rng);
+        for (float& m : mask) m = uni(rng) < 0 ? 0.0f : 2.0f;
+        const kiln::tensor x = kiln::from_vector(xv, kiln::dims{256, 512});
+        kiln::tensor key = kiln::nn::dropout_key();
+        pair(
+            "dropout, 256 x 512, p = 0.5", "x * stored mask",
+            [&] {
+                for (std::size_t i = 0; i < out.size(); ++i) out[i] = xv[i] * mask[i];
+                asm volatile("" : : "r"(out.data()) : "memory");
+            },
+            "`nn::dropout(x, 0.5, key)`",
+            [&] {
+                kiln::tensor r = kiln::nn::dropout(x, 0.5, key);
+                asm volatile("" : : "r"(r.raw_data()) : "memory");
+            });
+    }
     return 0;
 }

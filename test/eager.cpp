@@ -51,6 +51,12 @@ TEST_CASE("factories") {
     CHECK(v.at<int>({1, 2}) == 6);
     CHECK(v.at<int>({-1, 0}) == 4);
     CHECK_THROWS_AS(kiln::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), kiln::shape_error);
+    // Without a shape, a braced list is a vector of its values, with their element type.
+    const auto lv = kiln::from_values({1.5, 2.5, 3.5});
+    CHECK(lv.dtype() == kiln::float64);
+    CHECK(lv.shape() == kiln::dims{3});
+    CHECK(lv.at<double>({2}) == 3.5);
+    CHECK(kiln::from_values({std::int64_t{4}, std::int64_t{5}}).dtype() == kiln::int64);
     const xt::xarray<double> xa = {{1.5, 2.5}, {3.5, 4.5}};
     const auto fx = kiln::from_xtensor(xa);
     CHECK(fx.dtype() == kiln::float64);
@@ -192,7 +198,14 @@ TEST_CASE("without kiln's GPU device, kiln::cuda is refused with a clear message
     CHECK(!kiln::gpu_compiled_in);
     CHECK(!kiln::cuda_available());
     CHECK(kiln::device_count() == 0);
+    CHECK(!kiln::cuda_emulated());
     CHECK(kiln::to_string(kiln::cuda) == "cuda:0");
+    // Portable code may ask for the device's statistics and synchronize: nothing is held, nothing waits.
+    kiln::synchronize();
+    const kiln::gpu_memory_stats st = kiln::cuda_memory_stats();
+    CHECK(st.allocated_bytes == 0);
+    CHECK(st.peak_bytes == 0);
+    CHECK(st.allocations == 0);
     try {
         (void)kiln::ones({2}).to(kiln::cuda);
         FAIL("expected a device_error");

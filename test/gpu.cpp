@@ -380,6 +380,35 @@ TEST_CASE("nn::embedding moved to the device looks rows up and adds its gradient
     check_close(gg, gc, 1e-6);
 }
 
+TEST_CASE("dropout on the device drops the elements the CPU drops, with the key on the device, and its gradient too") {
+    auto run = [](const kiln::device& dev) {
+        kiln::generator g(19);
+        kiln::nn::sequential model(kiln::nn::dense(6, 8, kiln::nn::relu, g), kiln::nn::dropout_layer(0.4, g));
+        model.to(dev);
+        CHECK(model.layer<kiln::nn::dropout_layer>(1).key.device() == dev);
+        const kiln::tensor x = seq({5, 6}, 0.37).to(dev);
+        std::vector<kiln::tensor> out;
+        for (int call = 0; call < 2; ++call) {
+            kiln::gradient_tape tape;
+            const kiln::tensor y = model(x);
+            const kiln::tensor gw = tape.gradient(kiln::sum(y * seq({5, 8}, 0.2).to(dev)), model.layer<kiln::nn::dense>(0).w);
+            CHECK(y.device() == dev);
+            out.push_back(y);
+            out.push_back(gw);
+        }
+        // A transposed (strided) input drops by its row-major positions, as its contiguous copy does.
+        kiln::tensor k1 = kiln::nn::dropout_key(g, dev), k2 = k1.clone();
+        const kiln::tensor t = seq({7, 3}, 0.5).to(dev).transpose(0, 1);
+        check_close(kiln::nn::dropout(t, 0.5, k1), kiln::nn::dropout(t.contiguous(), 0.5, k2), 0);
+        out.push_back(kiln::nn::dropout(t, 0.5, k1));
+        return out;
+    };
+    const std::vector<kiln::tensor> c = run(kiln::cpu), d = run(kiln::cuda);
+    REQUIRE(c.size() == d.size());
+    for (std::size_t i = 0; i < c.size(); ++i) check_close(d[i], c[i], i % 2 ? 1e-6 : 0);
+    CHECK_FALSE(kiln::allclose(c[0].to(kiln::cpu), c[2].to(kiln::cpu), 0, 0));  // each call drops other elements
+}
+
 TEST_CASE("a model moved to the device trains with Adam (one kernel per parameter) as on the CPU") {
     auto train = [](const kiln::device& dev) {
         kiln::generator g(11);

@@ -313,6 +313,35 @@ TEST_CASE("a traced call on a CUDA device is captured as a CUDA graph from its t
     CHECK(ss.why.find("sgd_step") != std::string::npos);
 }
 
+TEST_CASE("a traced dropout on the device draws new elements at every call, captured and replayed, as eagerly on the CPU") {
+    // The layer's key lives on the device and is the function's state: the replays read it and move it on in
+    // device memory, so every call drops other elements, the ones the same layer drops eagerly on the CPU.
+    kiln::generator ga(17), gb(17);
+    kiln::nn::dropout_layer on_cpu(0.5, ga), on_device(0.5, gb);
+    on_device.to(kiln::cuda);
+    CHECK(on_device.key.device() == kiln::cuda);
+    auto fn = kiln::function([&](const kiln::tensor& x) { return on_device(x) * 2.0f; });
+    const kiln::tensor x = kiln::ones({6, 10});
+    const kiln::tensor xd = x.to(kiln::cuda);
+    std::vector<std::vector<double>> seen;
+    for (int call = 0; call < 6; ++call) {
+        INFO("call " << call);
+        const kiln::tensor got = fn(xd);
+        REQUIRE(got.device() == kiln::cuda);
+        same_tensor(got.to(kiln::cpu), on_cpu(x) * 2.0f, 0);
+        const kiln::tensor h = got.to(kiln::cpu);
+        seen.emplace_back(h.data<float>(), h.data<float>() + h.numel());
+    }
+    CHECK(seen[2] != seen[3]);
+    CHECK(seen[4] != seen[5]);
+    CHECK(fn.trace_count() == 1);
+    const auto st = fn.cuda_graph_status(xd);
+    INFO(st.why);
+    CHECK(st.captured);
+    CHECK(st.replays == 4);
+    CHECK(on_device.key.to(kiln::cpu).at<std::int64_t>({1}) == 6);
+}
+
 TEST_CASE("a fused group with an operand that repeats along it (a bias) runs on the device as one compiled kernel") {
     // x W + b, relu: the bias (16,) repeats along the (40, 16) group; the group's kernel reads it at i % 16.
     kiln::generator gen(22);

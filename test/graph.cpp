@@ -166,3 +166,28 @@ TEST_CASE("to_dot draws each unique node once") {
     CHECK(count("n2 -> n3;") == 2);  // the shared x*y feeds its square twice
     CHECK(dot.back() == '\n');
 }
+
+TEST_CASE("to_string and to_dot print several roots: a tuple (a step's gradients()) or a kiln::fetch") {
+    CHECK(kiln::to_string(std::make_tuple(x * y, -y)) == "(x * y, -y)");
+    CHECK(kiln::to_string(kiln::fetch(x + y, kiln::exp(x))) == "(x + y, exp(x))");
+    // A tuple prints each element as it prints alone.
+    const auto loss = kiln::sum(x * y + kiln::exp(x));
+    CHECK(kiln::to_string(kiln::grad(loss, x, y)) ==
+          "(" + kiln::to_string(kiln::grad(loss, x)) + ", " + kiln::to_string(kiln::grad(loss, y)) + ")");
+    // Both roots share x * y: drawn once, with an edge to each root's node and each root marked.
+    const std::string dot = kiln::to_dot(kiln::fetch((x * y) + y, (x * y) * x));
+    auto count = [&](const std::string& s) {
+        std::size_t n = 0;
+        for (auto p = dot.find(s); p != std::string::npos; p = dot.find(s, p + 1)) ++n;
+        return n;
+    };
+    CHECK(dot.rfind("digraph kiln {", 0) == 0);
+    CHECK(count("[label=\"mul\"]") == 2);
+    CHECK(count("[label=\"add\"]") == 1);
+    CHECK(count("label=\"x\\ninput float32\"") == 1);
+    CHECK(count("[label=\"root 0\", shape=plaintext]") == 1);
+    CHECK(count("[label=\"root 1\", shape=plaintext]") == 1);
+    CHECK(count(" -> r0;") == 1);
+    CHECK(count(" -> r1;") == 1);
+    CHECK(kiln::to_dot(std::make_tuple(x * y)) == kiln::to_dot(kiln::fetch(x * y)));
+}

@@ -631,6 +631,39 @@ TEST_CASE("ONNX export: a traced convolution and pools are one Conv, MaxPool and
     CHECK(sg.nodes[static_cast<std::size_t>(sg.composites[0].inputs[1])].kind == kiln::node_kind::variable);
 }
 
+TEST_CASE("ONNX export: nn::layer_norm is one LayerNormalization, and an imported one exports as one again") {
+    kiln::generator g(29);
+    kiln::nn::layer_norm_layer norm({6});
+    norm.w.assign(kiln::randn({6}, kiln::float32, g));
+    norm.b.assign(kiln::randn({6}, kiln::float32, g));
+    auto net = kiln::function([&](const kiln::tensor& x) { return kiln::nn::layer_norm(kiln::relu(norm(x)), {3, 6}); });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {kiln::dyn, 3, 6})};
+    const std::string onnx = kiln::onnx_bytes(net, sig);
+    for (const char* op : {"ReduceMean", "Sqrt", "Div"}) CHECK(onnx.find(op) == std::string::npos);
+    const kiln::loaded_function back = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    // The loaded graph holds the model's operators by their ONNX names: two LayerNormalizations.
+    std::size_t count = 0;
+    for (const kiln::graph_node& n : back.graph().nodes) count += n.op == "LayerNormalization";
+    CHECK(count == 2);
+    const kiln::tensor x = kiln::randn({4, 3, 6}, kiln::float32, g);
+    // Read back through nn::layer_norm: the same ops in the same order, so the same bits.
+    CHECK(kiln::allclose(back(x)[0], net(x), 0, 0));
+    auto again = kiln::function([&](const kiln::tensor& xb) { return back(xb)[0]; });
+    const kiln::function_graph& graph = again.graph(x);
+    REQUIRE(graph.composites.size() == 2);
+    CHECK(graph.composites[0].op == "layer_norm");
+    CHECK(graph.composites[1].attrs == "axis=1 epsilon=9.9999997473787516e-06 scale=true bias=false");  // (ONNX's float)
+    const std::string onnx2 = kiln::onnx_bytes(again, sig);
+    CHECK(onnx2.find("LayerNormalization") != std::string::npos);
+    CHECK(onnx2.find("ReduceMean") == std::string::npos);
+    // float64 is written as its parts (ONNX Runtime's LayerNormalization is float32 here), which compute the same.
+    auto wide = kiln::function([&](const kiln::tensor& x64) { return kiln::nn::layer_norm(x64, {6}); });
+    const std::string onnx64 = kiln::onnx_bytes(wide, {kiln::spec(kiln::float64, {2, 6})});
+    CHECK(onnx64.find("LayerNormalization") == std::string::npos);
+    const kiln::tensor x64 = kiln::randn({2, 6}, kiln::float64, g);
+    CHECK(kiln::allclose(kiln::load_onnx_bytes(onnx64.data(), onnx64.size())(x64)[0], wide(x64), 1e-12, 1e-12));
+}
+
 TEST_CASE("ONNX: an op whose result the file makes larger than max_node_bytes is refused before it allocates") {
     // A Pad of 4 Mi elements (16 MiB) in a model loaded with a 1 MiB limit: the loader's check run refuses it at
     // the allocation, naming the op, instead of allocating it and then comparing.
@@ -710,6 +743,12 @@ TEST_CASE("ONNX export: an op opset 17 cannot express is refused, naming the nod
     // On bools the bitwise ops are the logical ones, which ONNX has.
     auto g = kiln::function([](const kiln::tensor& a) { return kiln::bitwise_and(a, kiln::logical_not(a)); });
     CHECK(!kiln::onnx_bytes(g, {kiln::spec(kiln::bool_, {4})}).empty());
+    // argsort and sort: ONNX's TopK promises neither kiln's stable ties nor NaN last.
+    auto s = kiln::function([](const kiln::tensor& a) { return kiln::sort(a, 0); }, {.name = "sorted"});
+    CHECK_THROWS_WITH_AS((void)kiln::onnx_bytes(s, {kiln::spec(kiln::float32, {5})}),
+                         doctest::Contains("('argsort' axis=0 descending=false) cannot be exported to ONNX: ONNX's "
+                                           "TopK neither promises a stable order for ties nor places NaN last"),
+                         kiln::value_error);
 }
 
 TEST_CASE("saved random programs load and give eager mode's results, static and with a dynamic batch") {

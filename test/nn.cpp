@@ -490,3 +490,310 @@ TEST_CASE("nn::embedding looks rows up by id, adds gradients back to the rows us
     CHECK(eager.back() < eager.front() * 0.2);
     kiln_test::check_all_close(traced, eager, 1e-5);
 }
+
+// Layer normalization by its definition, in double: each row of the trailing `inner` elements centred, divided by
+// sqrt(biased variance + eps), then scaled and shifted elementwise where w and b are given.
+static std::vector<double> layer_norm_by_loops(const std::vector<double>& x, std::size_t inner, const std::vector<double>& w,
+                                               const std::vector<double>& b, double eps) {
+    std::vector<double> out(x.size());
+    for (std::size_t r = 0; r < x.size() / inner; ++r) {
+        double mean = 0, var = 0;
+        for (std::size_t j = 0; j < inner; ++j) mean += x[r * inner + j];
+        mean /= static_cast<double>(inner);
+        for (std::size_t j = 0; j < inner; ++j) var += (x[r * inner + j] - mean) * (x[r * inner + j] - mean);
+        var /= static_cast<double>(inner);
+        for (std::size_t j = 0; j < inner; ++j)
+            out[r * inner + j] = (x[r * inner + j] - mean) / std::sqrt(var + eps) * (w.empty() ? 1.0 : w[j]) + (b.empty() ? 0.0 : b[j]);
+    }
+    return out;
+}
+
+TEST_CASE("nn::layer_norm normalizes the trailing axes as PyTorch does, differentiates, traces, and refuses bad shapes") {
+    kiln::generator g(23);
+    const kiln::tensor x = kiln::randn({3, 4, 5}, g) * 3.0f + 2.0f;
+    const kiln::tensor w = kiln::randn({4, 5}, g), b = kiln::randn({4, 5}, g), b5 = kiln::randn({5}, g);
+    // Over the last two axes with weight and bias, over the last one with a bias only and with neither.
+    kiln_test::check_all_close(values(kiln::nn::layer_norm(x, {4, 5}, w, b)), layer_norm_by_loops(values(x), 20, values(w), values(b), 1e-5),
+                               2e-5, 2e-5);
+    kiln_test::check_all_close(values(kiln::nn::layer_norm(x, {5}, kiln::tensor(), b5, 0.5)),
+                               layer_norm_by_loops(values(x), 5, {}, values(b5), 0.5), 2e-5, 2e-5);
+    const kiln::tensor plain = kiln::nn::layer_norm(x, {5});
+    kiln_test::check_all_close(values(plain), layer_norm_by_loops(values(x), 5, {}, {}, 1e-5), 2e-5, 2e-5);
+    // Each row of the result has mean 0 and (biased) variance 1 - eps / (var + eps), near 1.
+    CHECK(kiln::max(kiln::abs(kiln::mean(plain, {-1}))).item<float>() < 1e-6f);
+    CHECK(kiln::max(kiln::abs(kiln::var(plain, {-1}, 0) - 1.0f)).item<float>() < 1e-4f);
+    CHECK(kiln::nn::layer_norm(x.to(kiln::float64), {5}).dtype() == kiln::float64);
+
+    // Gradients (float64) of a random projection against central differences, for x, the weight and the bias.
+    const kiln::tensor xd = x.to(kiln::float64), wd = w.to(kiln::float64), bd = b.to(kiln::float64);
+    const kiln::tensor proj = kiln::randn({3, 4, 5}, g).to(kiln::float64);
+    kiln::gradient_tape tape;
+    tape.watch(xd);
+    tape.watch(wd);
+    tape.watch(bd);
+    const std::vector<kiln::tensor> grads =
+        tape.gradient(kiln::sum(kiln::nn::layer_norm(xd, {4, 5}, wd, bd) * proj), std::vector<kiln::tensor>{xd, wd, bd});
+    auto objective = [&](const kiln::tensor& xx, const kiln::tensor& ww, const kiln::tensor& bb) {
+        return kiln::sum(kiln::nn::layer_norm(xx, {4, 5}, ww, bb) * proj).item<double>();
+    };
+    for (int which = 0; which < 3; ++which)
+        for (int t = 0; t < 8; ++t) {
+            const kiln::tensor& base = which == 0 ? xd : which == 1 ? wd : bd;
+            const std::ptrdiff_t at = (t * 7919 + which * 13) % base.numel();
+            kiln::tensor plus = base.clone(), minus = base.clone();
+            plus.data<double>()[at] += 1e-6;
+            minus.data<double>()[at] -= 1e-6;
+            auto eval = [&](const kiln::tensor& v) {
+                return which == 0 ? objective(v, wd, bd) : which == 1 ? objective(xd, v, bd) : objective(xd, wd, v);
+            };
+            const double numeric = (eval(plus) - eval(minus)) / 2e-6;
+            CAPTURE(which);
+            CHECK(grads[static_cast<std::size_t>(which)].contiguous().data<double>()[at] == doctest::Approx(numeric).epsilon(1e-6));
+        }
+
+    // The layer: a weight of ones and a bias of zeros, trainable; without the affine part it has no parameters.
+    kiln::nn::layer_norm_layer layer({5});
+    REQUIRE(layer.parameters().size() == 2);
+    CHECK(values(layer.w) == std::vector<double>(5, 1.0));
+    CHECK(values(layer.b) == std::vector<double>(5, 0.0));
+    CHECK(kiln::allclose(layer(x), plain, 0, 0));
+    CHECK(kiln::nn::layer_norm_layer({5}, 1e-5, false).parameters().empty());
+    // Traced, bit for bit what eager mode computes, and the tracer notes it (the ONNX export's LayerNormalization).
+    layer.w.assign(kiln::randn({5}, g));
+    auto fn = kiln::function([&](const kiln::tensor& a) { return layer(a); });
+    CHECK(kiln::allclose(fn(x), layer(x), 0, 0));
+    const kiln::function_graph& graph = fn.graph(x);
+    REQUIRE(graph.composites.size() == 1);
+    CHECK(graph.composites[0].op == "layer_norm");
+    CHECK(graph.composites[0].attrs == "axis=2 epsilon=1.0000000000000001e-05 scale=true bias=true");
+    CHECK(graph.composites[0].inputs.size() == 3);
+
+    // Bad input, each with a sentence.
+    CHECK_THROWS_WITH_AS(kiln::nn::layer_norm(x, {5, 4}),
+                         "kiln: shape_error in 'nn::layer_norm': the input (3, 4, 5) does not end in the normalized shape (5, 4)",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::layer_norm(x, {5}, w),
+                         "kiln: shape_error in 'nn::layer_norm': the weight has shape (4, 5), but the normalized shape is (5,)",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::layer_norm(x, {4, 5}, w, b.to(kiln::float64)),
+                         "kiln: dtype_error in 'nn::layer_norm': the bias is float64, but the input is float32", kiln::dtype_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::layer_norm(kiln::arange(5), {5}),
+                         "kiln: dtype_error in 'nn::layer_norm': the input must be floating, got int64", kiln::dtype_error);
+    CHECK_THROWS_AS(kiln::nn::layer_norm(x, {5}, kiln::tensor(), kiln::tensor(), -1.0), kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::layer_norm(x, {}), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::layer_norm_layer({0}), kiln::value_error);
+}
+
+TEST_CASE("optim::clip_by_global_norm scales every gradient by max_norm / norm above max_norm, as TensorFlow does") {
+    const kiln::tensor a = kiln::from_values<float>({3, 4}, {2}), b = f64({12}, {1, 1});
+    kiln::tensor norm;
+    const std::vector<kiln::tensor> half = kiln::optim::clip_by_global_norm({a, b}, 6.5, &norm);  // norm 13
+    CHECK(norm.dtype() == kiln::float64);
+    CHECK(norm.dim() == 0);
+    CHECK(norm.item<double>() == 13.0);
+    REQUIRE(half.size() == 2);
+    CHECK(half[0].dtype() == kiln::float32);
+    CHECK(values(half[0]) == std::vector<double>{1.5, 2.0});
+    CHECK(half[1].shape() == kiln::dims{1, 1});
+    CHECK(values(half[1]) == std::vector<double>{6.0});
+    // At or below max_norm the gradients come back unchanged, to the bit.
+    for (double m : {13.0, 100.0}) {
+        const std::vector<kiln::tensor> same = kiln::optim::clip_by_global_norm({a, b}, m);
+        CHECK(values(same[0]) == values(a));
+        CHECK(values(same[1]) == values(b));
+    }
+    // A NaN or infinite norm makes every gradient NaN.
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+        const std::vector<kiln::tensor> out = kiln::optim::clip_by_global_norm({a, f64({1, bad}, {2})}, 1.0);
+        for (const kiln::tensor& t : out)
+            for (double v : values(t)) CHECK(std::isnan(v));
+    }
+    // No gradients: none back, and a norm of 0.
+    CHECK(kiln::optim::clip_by_global_norm({}, 1.0, &norm).empty());
+    CHECK(norm.item<double>() == 0.0);
+    CHECK_THROWS_WITH_AS(kiln::optim::clip_by_global_norm({a}, 0.0),
+                         "kiln: value_error in 'optim::clip_by_global_norm': max_norm must be positive and finite, got 0",
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::optim::clip_by_global_norm({a}, std::numeric_limits<double>::infinity()), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::optim::clip_by_global_norm({a, kiln::arange(3)}, 1.0),
+                         "kiln: dtype_error in 'optim::clip_by_global_norm': gradient 1 is int64; gradients are floating",
+                         kiln::dtype_error);
+
+    // Inside a traced training step: the same parameters as eager steps, step by step.
+    kiln::generator g(31);
+    const kiln::tensor x = kiln::randn({8, 3}, g) * 10.0f, y = kiln::randn({8, 1}, g);
+    kiln::generator g1(5), g2(5);
+    kiln::nn::dense eager_layer(3, 1, kiln::nn::identity, g1), traced_layer(3, 1, kiln::nn::identity, g2);
+    kiln::optim::sgd eager_opt({&eager_layer.w, &eager_layer.b}, 0.1), traced_opt({&traced_layer.w, &traced_layer.b}, 0.1);
+    auto eager_step = [&] {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::nn::mse(eager_layer(x), y);
+        eager_opt.step(kiln::optim::clip_by_global_norm(tape.gradient(loss, {eager_layer.w, eager_layer.b}), 0.5));
+    };
+    auto traced_step = kiln::function([&](const kiln::tensor& xx, const kiln::tensor& yy) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::nn::mse(traced_layer(xx), yy);
+        traced_opt.step(kiln::optim::clip_by_global_norm(tape.gradient(loss, {traced_layer.w, traced_layer.b}), 0.5));
+    });
+    for (int i = 0; i < 3; ++i) {
+        const std::vector<double> before = values(eager_layer.w);
+        eager_step();
+        traced_step(x, y);
+        // Each step moves the parameters by at most lr * max_norm (the gradients are large: they are clipped).
+        double moved = 0;
+        for (std::size_t k = 0; k < before.size(); ++k) moved += (values(eager_layer.w)[k] - before[k]) * (values(eager_layer.w)[k] - before[k]);
+        CHECK(std::sqrt(moved) <= 0.05 * (1 + 1e-6));
+        CHECK(std::sqrt(moved) > 0.01);
+        kiln_test::check_all_close(values(traced_layer.w), values(eager_layer.w), 1e-6, 1e-7);
+        kiln_test::check_all_close(values(traced_layer.b), values(eager_layer.b), 1e-6, 1e-7);
+    }
+    CHECK(traced_step.trace_count() == 1);
+}
+
+namespace {
+// The documented draw (ops/random.hpp), written again here: SplitMix64's output function; the key's stream and its
+// block key; element i kept when lowbias32(block key ^ low 32 bits of i) >= p * 2^32.
+std::uint64_t splitmix_out(std::uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+std::uint32_t lowbias32(std::uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+bool kept_by_formula(std::int64_t seed, std::int64_t counter, std::uint64_t i, double p) {
+    const std::uint64_t stream = splitmix_out(static_cast<std::uint64_t>(seed) ^ splitmix_out(static_cast<std::uint64_t>(counter)));
+    const auto block = static_cast<std::uint32_t>(splitmix_out(stream + (i >> 32)));
+    return static_cast<double>(lowbias32(block ^ static_cast<std::uint32_t>(i))) >= p * 4294967296.0;
+}
+}  // namespace
+
+TEST_CASE("nn::dropout drops with probability p, scales the rest, advances its key, and its gradient drops the same") {
+    kiln::generator g(41);
+    kiln::tensor key = kiln::nn::dropout_key(g);
+    REQUIRE(key.dtype() == kiln::int64);
+    REQUIRE(key.shape() == kiln::dims{2});
+    const std::int64_t seed = key.at<std::int64_t>({0});
+    CHECK(key.at<std::int64_t>({1}) == 0);
+    const kiln::tensor ones = kiln::ones({200, 500});
+    const kiln::tensor y = kiln::nn::dropout(ones, 0.3, key);
+    CHECK(key.at<std::int64_t>({0}) == seed);
+    CHECK(key.at<std::int64_t>({1}) == 1);  // moved on by one call
+    // Every element is 0 or exactly float(1 / 0.7); which ones is the documented formula's.
+    const float scale = static_cast<float>(1.0 / 0.7);
+    const std::vector<double> v = values(y);
+    std::size_t kept = 0, formula_mismatches = 0, other_values = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        kept += v[i] != 0;
+        other_values += v[i] != 0 && v[i] != scale;
+        formula_mismatches += (v[i] != 0) != kept_by_formula(seed, 0, i, 0.3);
+    }
+    CHECK(other_values == 0);
+    CHECK(formula_mismatches == 0);
+    // 100000 draws kept with probability 0.7: within five standard deviations (145) of 70000.
+    CHECK(std::abs(static_cast<double>(kept) - 70000.0) < 5 * 145.0);
+    // The next call draws new numbers: about 2 p (1 - p) = 42% of the elements differ.
+    const std::vector<double> v2 = values(kiln::nn::dropout(ones, 0.3, key));
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) differ += v[i] != v2[i];
+    CHECK(std::abs(static_cast<double>(differ) - 42000.0) < 5 * 156.0);
+    // The same key gives the same elements; a NaN stays NaN whether kept or dropped (a mask multiplies, as in
+    // PyTorch); p = 0 and training = false pass x through without moving the key; p = 1 drops everything.
+    kiln::tensor k1 = kiln::nn::dropout_key(g), k2 = k1.clone();
+    const kiln::tensor x = kiln::randn({6, 7}, g);
+    CHECK(kiln::allclose(kiln::nn::dropout(x, 0.5, k1), kiln::nn::dropout(x, 0.5, k2), 0, 0));
+    const kiln::tensor nans = kiln::full({64}, std::numeric_limits<double>::quiet_NaN());
+    for (double e : values(kiln::nn::dropout(nans, 0.5, k1))) CHECK(std::isnan(e));
+    const kiln::tensor before = k1.clone();
+    CHECK(kiln::nn::dropout(x, 0.0, k1).shares_storage_with(x));
+    CHECK(kiln::nn::dropout(x, 0.5, k1, false).shares_storage_with(x));
+    CHECK(values(k1) == values(before));
+    CHECK(values(kiln::nn::dropout(x, 1.0, k1)) == std::vector<double>(42, 0.0));
+    // A transposed input drops by its own row-major positions: as its contiguous copy does.
+    kiln::tensor k3 = kiln::nn::dropout_key(g), k4 = k3.clone();
+    CHECK(kiln::allclose(kiln::nn::dropout(x.transpose(0, 1), 0.5, k3), kiln::nn::dropout(x.transpose(0, 1).contiguous(), 0.5, k4), 0, 0));
+
+    // The gradient is dropout of g with the call's key: g scaled where the element was kept, 0 where dropped.
+    kiln::tensor k5 = kiln::nn::dropout_key(g);
+    const kiln::tensor xd = kiln::randn({5, 9}, g).to(kiln::float64), w = kiln::randn({5, 9}, g).to(kiln::float64);
+    kiln::gradient_tape tape;
+    tape.watch(xd);
+    const kiln::tensor out = kiln::nn::dropout(xd, 0.25, k5);
+    const kiln::tensor grad = tape.gradient(kiln::sum(out * w), xd);
+    const std::vector<double> o = values(out), gv = values(grad), xv = values(xd), wv = values(w);
+    for (std::size_t i = 0; i < o.size(); ++i) {
+        const bool keep = o[i] != 0;
+        CHECK(o[i] == (keep ? xv[i] * (1.0 / 0.75) : 0.0));
+        CHECK(gv[i] == (keep ? wv[i] * (1.0 / 0.75) : 0.0));
+    }
+
+    // Bad input, each with a sentence.
+    CHECK_THROWS_WITH_AS(kiln::nn::dropout(x, 1.5, k1),
+                         "kiln: value_error in 'nn::dropout': the drop probability must lie in [0, 1], got 1.5", kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::dropout(x, std::numeric_limits<double>::quiet_NaN(), k1), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::dropout(kiln::arange(3), 0.5, k1),
+                         "kiln: dtype_error in 'nn::dropout': the input must be floating, got int64", kiln::dtype_error);
+    kiln::tensor bad = kiln::zeros({3}, kiln::int64);
+    CHECK_THROWS_WITH_AS(kiln::nn::dropout(x, 0.5, bad),
+                         "kiln: value_error in 'nn::dropout': the key must be an int64 tensor of shape (2,) "
+                         "(kiln::nn::dropout_key), got int64 (3,)",
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::dropout_layer(-0.1), kiln::value_error);
+}
+
+TEST_CASE("nn::dropout_layer: train and eval, in a sequential model, and traced, where each call drops other elements") {
+    // A traced layer computes what the same layer computes eagerly, call after call: its key is the function's
+    // state, read and moved on at every call (one trace).
+    kiln::generator ga(8), gb(8);
+    kiln::nn::dropout_layer eager_layer(0.5, ga), traced_layer(0.5, gb);
+    auto fn = kiln::function([&](const kiln::tensor& a) { return traced_layer(a); });
+    const kiln::tensor z = kiln::ones({4, 16});
+    std::vector<std::vector<double>> seen;
+    for (int call = 0; call < 4; ++call) {
+        const kiln::tensor e = eager_layer(z), t = fn(z);
+        CHECK(values(t) == values(e));
+        seen.push_back(values(t));
+    }
+    CHECK(fn.trace_count() == 1);
+    CHECK(seen[0] != seen[1]);
+    CHECK(seen[1] != seen[2]);
+    CHECK(values(traced_layer.key) == values(eager_layer.key));
+    CHECK(traced_layer.key.at<std::int64_t>({1}) == 4);
+    // In evaluation the layer passes its input through.
+    eager_layer.eval();
+    CHECK_FALSE(eager_layer.training());
+    CHECK(eager_layer(z).shares_storage_with(z));
+    // A sequential model sets the mode of every layer, and a training step with dropout traces and learns.
+    kiln::generator g(12);
+    kiln::nn::sequential model(kiln::nn::dense(3, 32, kiln::nn::relu, g), kiln::nn::dropout_layer(0.2, g),
+                               kiln::nn::dense(32, 1, kiln::nn::identity, g));
+    model.eval();
+    CHECK_FALSE(model.layer<kiln::nn::dropout_layer>(1).training());
+    model.train();
+    CHECK(model.layer<kiln::nn::dropout_layer>(1).training());
+    CHECK(model.parameters().size() == 4);  // the dropout layer has none
+    kiln::optim::adam opt(model.parameters(), 0.01);
+    const kiln::tensor x = kiln::randn({64, 3}, g), y = kiln::sum(x, {1}, true);
+    auto step = kiln::function([&](const kiln::tensor& xb, const kiln::tensor& yb) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::nn::mse(model(xb), yb);
+        opt.apply_gradients(tape.gradient(loss, model.parameters()), model.parameters());
+        return loss;
+    });
+    const float first = step(x, y).item<float>();
+    float last = first;
+    for (int i = 0; i < 150; ++i) last = step(x, y).item<float>();
+    CHECK(last < 0.2f * first);
+    CHECK(step.trace_count() == 1);
+    model.eval();
+    const float evaluated = kiln::nn::mse(model(x), y).item<float>();
+    CHECK(evaluated < 0.2f * first);
+    // The functional form with a generator draws its key while tracing: a trace_error that names the way out.
+    auto wrong = kiln::function([](const kiln::tensor& a) { return kiln::nn::dropout(a, 0.5); });
+    CHECK_THROWS_WITH_AS(wrong(z), doctest::Contains("pass a key that the function keeps"), kiln::trace_error);
+}

@@ -54,7 +54,7 @@ for path in models:
                 "composites": {"Gemm", "Squeeze", "Mod", "Atan"}, "many_ops": {"ReduceMean", "ReduceProd", "ArgMin"},
                 "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements", "ScatterElements"},
                 "cnn": {"Conv", "MaxPool", "AveragePool", "Gemm"}, "cnn2": {"Conv", "MaxPool", "AveragePool"},
-                "embedding": {"Gather", "ReduceMean", "Gemm"}}.get(name, set())
+                "embedding": {"Gather", "ReduceMean", "Gemm"}, "layer_norm": {"LayerNormalization"}}.get(name, set())
     check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
     if name == "classifier":
         check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,
@@ -79,6 +79,15 @@ for path in models:
         check(len(conv) == 1 and len(conv[0].input) == 2 and
               {(a.name, a.i) for a in conv[0].attribute if a.type == onnx.AttributeProto.INT} == {("group", 2)},
               "cnn2: Conv without a bias, with its groups")
+    if name == "layer_norm":
+        norms = [n for n in model.graph.node if n.op_type == "LayerNormalization"]
+        eps = sorted(round(a.f, 9) for n in norms for a in n.attribute if a.name == "epsilon")
+        axes = sorted(a.i for n in norms for a in n.attribute if a.name == "axis")
+        check(len(norms) == 3 and [len(n.input) for n in norms] == [3, 3, 2] and eps == [1e-05, 1e-05, 0.001] and axes == [1, 2, 2],
+              "layer_norm: three LayerNormalizations (with weight and bias, bias only over two axes, neither): %s" %
+              [(list(n.input), [(a.name, a.i or a.f) for a in n.attribute]) for n in norms])
+        check(not {"ReduceMean", "ReduceSum", "Sqrt", "Div"} & set(ops),
+              "layer_norm: the normalizations' parts are not written (operators: %s)" % sorted(set(ops)))
     if name == "composites":
         gemm = [n for n in model.graph.node if n.op_type == "Gemm"]
         check(len(gemm) == 1 and any(a.name == "transB" and a.i == 1 for a in gemm[0].attribute),

@@ -236,7 +236,21 @@ int main(int argc, char** argv) {
         auto bag = kiln::function([&](const kiln::tensor& ids) { return head(kiln::mean(words(ids), {1})); }, {.name = "embedding"});
         write<1>(dir, "embedding", bag, {kiln::spec(kiln::int64, {kiln::dyn, 3})},
                  {{kiln::from_values<std::int64_t>({0, 6, 3, 3, 3, 1}, {2, 3})}, {kiln::from_values<std::int64_t>({5, 2, 0}, {1, 3})}});
-        std::printf("onnx_tool: wrote 9 models and their kiln results in %s\n", dir.c_str());
+        // nn::layer_norm: a layer with its weight and bias (LayerNormalization with Scale and B), the functional form
+        // over two axes with a bias only (its Scale written as ones), and one with neither.
+        kiln::nn::dense proj(6, 8, kiln::nn::identity, g);
+        kiln::nn::layer_norm_layer norm({8});
+        norm.w.assign(kiln::randn({8}, kiln::float32, g));
+        norm.b.assign(kiln::randn({8}, kiln::float32, g));
+        const kiln::tensor shift = kiln::randn({4, 8}, kiln::float32, g);
+        auto normed = kiln::function([&](const kiln::tensor& x) {
+            const kiln::tensor h = kiln::relu(norm(proj(x)));
+            const kiln::tensor k = kiln::nn::layer_norm(h, {4, 8}, kiln::tensor(), shift, 1e-3);
+            return kiln::nn::layer_norm(k * 3.0f, {8});
+        }, {.name = "layer_norm"});
+        write<1>(dir, "layer_norm", normed, {kiln::spec(kiln::float32, {kiln::dyn, 4, 6})},
+                 {{kiln::randn({2, 4, 6}, kiln::float32, g)}, {kiln::randn({1, 4, 6}, kiln::float32, g)}});
+        std::printf("onnx_tool: wrote 10 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;

@@ -24,6 +24,8 @@
 //   fill(out, v)                       every element of a strided view set to v
 //   gather_along, scatter_add_along    take_along_axis and its gradient; take, take_add: numpy.take and its
 //   take, take_add                     gradient (indices checked, negative ones from the end)
+//   dropout(out, x, key, key_stride, p)  x's elements (row-major) dropped or kept by the counter-based draws of an
+//                                      int64 key (seed, counter) in device memory (ops/random.hpp)
 //   sort_order(x, axis, descending, out)
 //                                      the stable order of each line (argsort), NaN last
 //   gemm_strided_batched(c, batches, m, n, k, a, sa, b, sb)
@@ -66,6 +68,7 @@ concept device_backend =
         D::take(x, detail::strided<const std::int64_t>{}, 0, c, "");
         D::take_add(x, detail::strided<const std::int64_t>{}, 0, keep, c, "");
         D::sort_order(x, 0, false, pos);
+        D::dropout(c, x, pos, std::ptrdiff_t{1}, 0.5);
     };
 
 }  // namespace backend

@@ -43,12 +43,15 @@ inline void synchronize() {
 #endif
 }
 
-#if KILN_HAS_GPU
-// Bytes in GPU tensors now and at most at once, and how many allocations were made.
+// Bytes in GPU tensors now and at most at once, and how many allocations were made (zeros where the device is not
+// compiled in).
 inline gpu_memory_stats cuda_memory_stats() {
+#if KILN_HAS_GPU
     auto& c = backend::gpu_memory::stats_of();
     return {c.allocated.load(), c.peak.load(), c.count.load()};
-}
+#else
+    return {};
 #endif
+}
 
 }  // namespace kiln

@@ -129,6 +129,11 @@ template <class T>
 tensor from_vector(const std::vector<T>& v) {
     return from_vector(v, dims{static_cast<std::ptrdiff_t>(v.size())});
 }
+// A vector of the values: kiln::from_values({1.f, 2.f, 3.f}) has shape (3,).
+template <class T>
+tensor from_values(std::initializer_list<T> v) {
+    return from_vector(std::vector<T>(v));
+}
 template <class T>
 tensor from_values(std::initializer_list<T> v, dims shape) {
     return from_vector(std::vector<T>(v), shape);

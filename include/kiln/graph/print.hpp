@@ -3,6 +3,8 @@
 // appear once, with one edge to each user).
 #include <cstdio>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../expr/unique_nodes.hpp"
@@ -123,6 +125,38 @@ struct dot_writer {
     }
 };
 
+template <class... Roots>
+struct fetch_t;
+
+template <class... Es, class Get>
+std::string roots_text(Get get) {
+    static_assert(sizeof...(Es) > 0, "kiln::to_string: the tuple holds no expression.");
+    static_assert((is_graph_v<Es> && ...), "kiln::to_string: every element must be a graph-mode expression.");
+    std::string out = "(";
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+        ((out += (J == 0 ? "" : ", ") + text(get(std::integral_constant<std::size_t, J>{}))), ...);
+    }(std::index_sequence_for<Es...>{});
+    return out + ")";
+}
+
+template <class... Es, class Get>
+std::string roots_dot(Get get) {
+    static_assert(sizeof...(Es) > 0, "kiln::to_dot: the tuple holds no expression.");
+    static_assert((is_graph_v<Es> && ...), "kiln::to_dot: every element must be a graph-mode expression.");
+    dot_writer<unique_nodes_t<Es...>> w;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+        ((w.body += "  r" + std::to_string(J) + " [label=\"root " + std::to_string(J) +
+                    "\", shape=plaintext];\n  n" + std::to_string(w.visit(get(std::integral_constant<std::size_t, J>{}))) +
+                    " -> r" + std::to_string(J) + ";\n"),
+         ...);
+    }(std::index_sequence_for<Es...>{});
+    return w.body;
+}
+
+inline std::string dot_document(const std::string& body) {
+    return "digraph kiln {\n  rankdir=BT;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n" + body + "}\n";
+}
+
 }  // namespace detail
 
 // The expression as infix text: "relu(x * y + 0.5 * x - y) * 2 + y".
@@ -138,7 +172,28 @@ std::string to_dot(const E& expr) {
     static_assert(is_graph_v<E>, "kiln::to_dot: the argument must be a graph-mode expression.");
     detail::dot_writer<detail::unique_nodes_t<E>> w;
     w.visit(expr);
-    return "digraph kiln {\n  rankdir=BT;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n" + w.body + "}\n";
+    return detail::dot_document(w.body);
+}
+
+// Several roots: a std::tuple of expressions (a training step's gradients()) or a kiln::fetch(...). The text is
+// "(a, b)"; the picture draws every root's graph once, shared nodes once, each root marked "root i".
+template <class... Es>
+std::string to_string(const std::tuple<Es...>& roots) {
+    return detail::roots_text<Es...>([&](auto j) -> decltype(auto) { return std::get<j()>(roots); });
+}
+template <class... Es>
+std::string to_dot(const std::tuple<Es...>& roots) {
+    return detail::dot_document(
+        detail::roots_dot<Es...>([&](auto j) -> decltype(auto) { return std::get<j()>(roots); }));
+}
+template <class... Es>
+std::string to_string(const detail::fetch_t<Es...>& f) {
+    return detail::roots_text<Es...>([&](auto j) -> decltype(auto) { return f.roots.template get<j()>(); });
+}
+template <class... Es>
+std::string to_dot(const detail::fetch_t<Es...>& f) {
+    return detail::dot_document(
+        detail::roots_dot<Es...>([&](auto j) -> decltype(auto) { return f.roots.template get<j()>(); }));
 }
 
 }  // namespace kiln

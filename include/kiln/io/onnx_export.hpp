@@ -11,7 +11,7 @@
 // (silu, gelu, leaky_relu, clamp, relu_backward); matmul MatMul; reductions ReduceSum/Max/Min/Prod and ArgMax/ArgMin;
 // the views Reshape, Expand, Transpose, Slice, Gather (select) and Unsqueeze; concat Concat; casts Cast; full
 // ConstantOfShape; nn::conv2d and the pools (traced as their parts, with a note of what they are) Conv, MaxPool and
-// AveragePool. A parameter that follows a dynamic dimension (a reshape's target) is computed in the model from
+// AveragePool, nn::layer_norm LayerNormalization. A parameter that follows a dynamic dimension (a reshape's target) is computed in the model from
 // the input's Shape. Captured tensors are initializers. An op with no mapping is a kiln::value_error naming it.
 #include <cstdint>
 #include <cstring>
@@ -221,6 +221,24 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
                 at.push_back(onnx_builder::int_attr("count_include_pad", attr_bool(w, "count_include_pad") ? 1 : 0));
                 out = b.op1("AveragePool", ins, at);
             }
+        } else if (f.kind == onnx_fused::layer_norm) {
+            // Inputs X, Scale, B: the note lists x, then the weight and the bias that it has.
+            const std::map<std::string, std::string> w = split_attrs(f.attrs);
+            const bool scale = attr_bool(w, "scale"), bias = attr_bool(w, "bias");
+            std::vector<std::string> ins{fused_in(0)};
+            if (scale) {
+                ins.push_back(fused_in(1));
+            } else {
+                const graph_node& x = g.nodes[static_cast<std::size_t>(f.inputs[0])];
+                std::vector<std::int64_t> normalized;
+                for (int k = f.axis; k < x.shape.rank; ++k) normalized.push_back(x.shape[k]);
+                const std::string one = onnx_tensor("value", full(dims{1}, 1.0, dtype::float32));
+                ins.push_back(b.op1("ConstantOfShape", {b.int64s(normalized)}, {onnx_builder::tensor_attr("value", one)}));
+            }
+            if (bias) ins.push_back(fused_in(scale ? 2 : 1));
+            out = b.op1("LayerNormalization", ins,
+                        {onnx_builder::int_attr("axis", f.axis),
+                         onnx_builder::float_attr("epsilon", static_cast<float>(attr_number(w, "epsilon")))});
         } else if (f.kind == onnx_fused::squeeze) {
             out = b.op1("Squeeze", {fused_in(0), b.int64s({f.axis})});
         } else if (op == "matmul") {
@@ -353,6 +371,12 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             out = b.op1("ConstantOfShape", {params_tensor(i, 0, r)}, {onnx_builder::tensor_attr("value", v)});
         } else {
             // Elementwise: tensors and numbers in operand order, each as the dtype the op computes in.
+            if (op == "dropout")
+                unsupported(i, "a training-mode dropout draws from kiln's own generator, which ONNX has no operator for; "
+                               "export the model in evaluation mode (model.eval()), where dropout passes its input through");
+            if (op == "argsort")
+                unsupported(i, "ONNX's TopK neither promises a stable order for ties nor places NaN last, so it would "
+                               "not compute what kiln's argsort (and sort, which gathers with it) computes");
             const op_schema* s = find_op_or_null<N>(op);
             if (!s || (s->family != op_family::elementwise && s->family != op_family::activation) || s->min_inputs != s->max_inputs)
                 unsupported(i, "ONNX has no mapping for it in kiln");

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 
+#include "../nn/normalization.hpp"
 #include "onnx_read.hpp"
 
 namespace kiln {
@@ -148,7 +149,17 @@ replay_fn onnx_layer_kernel(const std::string& op, std::int64_t opset, Attr&& A,
             const auto& x = in[0];
             const int r = x.dim();
             std::vector<int> axes;
-            for (int i = onnx_axis(axis, x.shape(), "LayerNormalization"); i < r; ++i) axes.push_back(i);
+            const int first = onnx_axis(axis, x.shape(), "LayerNormalization");
+            for (int i = first; i < r; ++i) axes.push_back(i);
+            // A scale and bias of the normalized shape and x's dtype: nn::layer_norm itself, so that the model
+            // traced inside a kiln::function exports as a LayerNormalization again. Others broadcast, as below.
+            dims normalized;
+            normalized.rank = r - first;
+            for (int i = first; i < r; ++i) normalized[i - first] = x.shape()[i];
+            const bool has_bias = in.size() > 2 && in[2].valid();
+            if (is_floating(x.dtype()) && in[1].shape() == normalized && in[1].dtype() == x.dtype() &&
+                (!has_bias || (in[2].shape() == normalized && in[2].dtype() == x.dtype())))
+                return nn::layer_norm(x, normalized, in[1], has_bias ? in[2] : tensor(), eps);
             const auto centred = x - mean(x, axes, true);
             const auto y = centred / sqrt(mean(centred * centred, axes, true) + eps) * in[1];
             return (in.size() > 2 && in[2].valid() ? y + in[2] : y).to(x.dtype());

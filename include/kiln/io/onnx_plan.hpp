@@ -6,6 +6,8 @@
 // - the patterns ONNX has one operator for: softmax and log_softmax (kiln traces them as max, sub, exp, sum and div
 //   or log) become Softmax and LogSoftmax, a matmul of matrices plus a bias becomes Gemm (with transA/transB where
 //   an operand is a transposed matrix), and a sum divided by its count (kiln's mean) becomes ReduceMean;
+// - the composites the tracer noted (function/graph.hpp): nn::conv2d and the pools as Conv, MaxPool and
+//   AveragePool, nn::layer_norm as LayerNormalization;
 // - which values the outputs need once those patterns stand for their parts, so that nothing else is written.
 #include <cstdint>
 #include <map>
@@ -18,13 +20,14 @@
 namespace kiln::detail {
 
 struct onnx_fused {
-    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, max_pool, avg_pool } kind = none;
+    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, max_pool, avg_pool, layer_norm } kind = none;
     std::vector<std::int32_t> inputs;  // the values it reads instead of the node's own inputs
     int axis = 0;
     bool trans_a = false, trans_b = false;
     std::vector<std::int64_t> axes;  // reduce_mean: the axes (normalized) and keepdims
     bool keepdims = false;
-    std::string attrs;  // conv, max_pool, avg_pool: the composite note's attributes (nn/conv.hpp's window_attrs)
+    std::string attrs;  // conv, max_pool, avg_pool, layer_norm: the composite note's attributes (nn/conv.hpp's window_attrs,
+                        // nn/normalization.hpp's axis, epsilon, scale and bias)
 
     static onnx_fused of(kind_t k, std::vector<std::int32_t> in, int axis = 0, bool ta = false, bool tb = false) {
         onnx_fused f;
@@ -258,6 +261,22 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
     for (const composite_note& c : g.composites) {
         if (c.output < 0 || static_cast<std::size_t>(c.output) >= size || c.inputs.empty()) continue;
         const graph_node& out = node(c.output);
+        if (c.op == "layer_norm") {
+            // LayerNormalization (opset 17) of float32 over static trailing axes: the scale, when the note has none,
+            // is written as ones of the normalized shape, which must then be the same for every call.
+            bool fits = out.kind == node_kind::op && out.dtype == dtype::float32;
+            for (std::int32_t v : c.inputs) fits = fits && v >= 0 && v < c.output && node(v).dtype == dtype::float32;
+            if (!fits) continue;
+            const std::map<std::string, std::string> w = split_attrs(c.attrs);
+            const std::int64_t axis = attr_int(w, "axis");
+            const graph_node& x = node(c.inputs[0]);
+            if (axis < 0 || axis >= x.shape.rank || !(x.shape == out.shape)) continue;
+            if (p.dynamic_axes[static_cast<std::size_t>(c.inputs[0])] >> axis) continue;  // (a normalized axis may change)
+            onnx_fused f = onnx_fused::of(onnx_fused::layer_norm, c.inputs, static_cast<int>(axis));
+            f.attrs = c.attrs;
+            p.fused[static_cast<std::size_t>(c.output)] = std::move(f);
+            continue;
+        }
         bool fits = out.kind == node_kind::op && out.dtype == dtype::float32 && out.shape.rank == 4;
         for (std::int32_t v : c.inputs) fits = fits && v >= 0 && v < c.output && node(v).dtype == dtype::float32;
         if (!fits || node(c.inputs[0]).shape.rank != 4) continue;

@@ -196,6 +196,10 @@ std::optional<replay_fn> rebuild_layout_op(const std::string& op, const std::map
         attrs_only(a, {"axis", "descending"});
         return structural_replay<ops::argsort>(ops::sort_attrs{attr_axis(a, "axis"), attr_bool(a, "descending")}, inputs);
     }
+    if (op == "dropout") {
+        attrs_only(a, {"p"});
+        return structural_replay<ops::dropout>(ops::make_dropout_attrs(attr_number(a, "p")), inputs);
+    }
     if (op == "flip") {
         attrs_only(a, {"axes"});
         return structural_replay<ops::flip>(ops::make_flip_attrs(attr_axes(a, "axes")), inputs);

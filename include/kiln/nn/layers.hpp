@@ -2,6 +2,7 @@
 // Eager-mode layers, activations and losses, written once against the op vocabulary.
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "../eager/eager.hpp"
 #include "activations.hpp"
 #include "conv.hpp"
+#include "dropout.hpp"
+#include "normalization.hpp"
 
 namespace kiln::nn {
 
@@ -106,8 +109,23 @@ public:
     auto to(const device& d) -> module& {
         for (variable* p : parameters())
             if (!(p->device() == d)) *p = variable(p->to(d));
+        move_state(d);
         return *this;
     }
+    // Training or evaluation mode (PyTorch's train() and eval(); a module starts in training mode): layers that
+    // behave differently while training read it (dropout_layer passes its input through in evaluation), and a
+    // sequential model sets it on every layer.
+    virtual auto train(bool on = true) -> module& {
+        training_ = on;
+        return *this;
+    }
+    auto eval() -> module& { return train(false); }
+    bool training() const noexcept { return training_; }
+
+protected:
+    // State that is not a parameter (a dropout layer's key) moves with the module (to()).
+    virtual void move_state(const device&) {}
+    bool training_ = true;
 };
 
 // y = activation(x @ w + b), w of shape (in, out) with Glorot initialization and b zeros. (A class template with
@@ -247,6 +265,79 @@ private:
 };
 using embedding = basic_embedding<>;
 
+// nn.LayerNorm: layer normalization over `normalized_shape` with a weight of ones and a bias of zeros (both
+// trainable) unless `elementwise_affine` is false, when it has no parameters.
+template <int N = 0>
+class basic_layer_norm : public module {
+public:
+    explicit basic_layer_norm(dims normalized_shape, double eps = 1e-5, bool elementwise_affine = true, dtype d = dtype::float32)
+        : w(ones(checked(normalized_shape, eps), d)), b(zeros(normalized_shape, d)), shape_(normalized_shape), eps_(eps),
+          affine_(elementwise_affine) {}
+
+    tensor forward(const tensor& x) override {
+        return affine_ ? layer_norm<N>(x, shape_, w, b, eps_) : layer_norm<N>(x, shape_, tensor(), tensor(), eps_);
+    }
+    std::vector<variable*> parameters() override {
+        if (!affine_) return {};
+        return {&w, &b};
+    }
+    const dims& normalized_shape() const noexcept { return shape_; }
+    double eps() const noexcept { return eps_; }
+
+    variable w, b;  // (unused when elementwise_affine is false)
+
+private:
+    static const dims& checked(const dims& s, double eps) {
+        if (s.rank < 1)
+            throw value_error("kiln: value_error in 'nn::layer_norm_layer': the normalized shape must name at least one axis");
+        for (int i = 0; i < s.rank; ++i)
+            if (s[i] < 1)
+                throw value_error("kiln: value_error in 'nn::layer_norm_layer': the normalized shape " + to_string(s) +
+                                  " must have positive extents");
+        if (!(eps >= 0) || !std::isfinite(eps))
+            throw value_error("kiln: value_error in 'nn::layer_norm_layer': eps must be finite and not negative, got " +
+                              kiln::detail::exact_number_text(eps));
+        return s;
+    }
+    dims shape_;
+    double eps_;
+    bool affine_;
+};
+using layer_norm_layer = basic_layer_norm<>;
+
+// nn.Dropout: while training, each element zeroed with probability p and the others scaled by 1 / (1 - p); in
+// evaluation (eval()) the input passes through. The layer keeps its key (nn::dropout_key, a seed drawn from g), which
+// every training call moves on, eagerly and in a kiln::function, where the key is state read and advanced at each
+// call. The key moves with the layer (to()).
+template <int N = 0>
+class basic_dropout_layer : public module {
+public:
+    explicit basic_dropout_layer(double p = 0.5, generator& g = default_generator())
+        : key(dropout_key(g)), p_(ops::make_dropout_attrs(p, "nn::dropout_layer").p()) {}
+    tensor forward(const tensor& x) override {
+        if (!training_) return x;
+        if (!(key.device() == x.device())) {
+            if (detail::active_tracer != nullptr || x.is_symbolic())
+                throw device_error("kiln: device_error in 'nn::dropout_layer': its key lives on " + to_string(key.device()) +
+                                   " and the input on " + to_string(x.device()) + "; move the layer (or the model) with .to(" +
+                                   to_string(x.device()) + ") before tracing");
+            key = key.to(x.device());
+        }
+        return dropout<N>(x, p_, key, true);
+    }
+    std::vector<variable*> parameters() override { return {}; }
+    double p() const noexcept { return p_; }
+
+    tensor key;  // (seed, counter): int64 of shape (2,)
+
+private:
+    void move_state(const device& d) override {
+        if (!(key.device() == d)) key = key.to(d);
+    }
+    double p_;
+};
+using dropout_layer = basic_dropout_layer<>;
+
 // Modules applied in order.
 class sequential : public module {
 public:
@@ -271,6 +362,11 @@ public:
             for (variable* p : l->parameters()) out.push_back(p);
         return out;
     }
+    auto train(bool on = true) -> module& override {
+        training_ = on;
+        for (auto& l : layers_) l->train(on);
+        return *this;
+    }
 
     // The layers, in order: model[0], model.size(), model.layers(), model.layer<kiln::nn::dense>(0).w.
     std::size_t size() const noexcept { return layers_.size(); }
@@ -294,6 +390,9 @@ public:
     }
 
 private:
+    void move_state(const device& d) override {
+        for (auto& l : layers_) l->to(d);  // (their parameters are moved already: to() moves only what is elsewhere)
+    }
     std::vector<std::unique_ptr<module>> layers_;
 };
 

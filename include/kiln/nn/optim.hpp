@@ -462,4 +462,40 @@ void adam::step_impl(const std::vector<tensor>& grads) {
     });
 }
 
+// TensorFlow's tf.clip_by_global_norm (what PyTorch's clip_grad_norm_ computes): with norm = sqrt(the sum of every
+// squared element of every gradient), each gradient times max_norm / max(norm, max_norm), so nothing changes while
+// norm <= max_norm (the factor is exactly 1). A norm that is NaN or infinite makes every gradient NaN, as in
+// TensorFlow. Written with the vocabulary's ops, so it traces inside a kiln::function step. `global_norm`, when
+// given, receives the norm before clipping (a float64 rank-0 tensor).
+template <int N = 0>
+std::vector<tensor> clip_by_global_norm(const std::vector<tensor>& grads, double max_norm, tensor* global_norm = nullptr) {
+    if (!(max_norm > 0) || !std::isfinite(max_norm)) {
+        char got[32];
+        std::snprintf(got, sizeof got, "%g", max_norm);
+        throw value_error(std::string("kiln: value_error in 'optim::clip_by_global_norm': max_norm must be positive and finite, got ") + got);
+    }
+    using dt = kiln::detail::dependent_tensor<N>;
+    std::optional<dt> total;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        const dt& g = grads[i];
+        g.check_valid("optim::clip_by_global_norm");
+        if (!kiln::detail::is_floating(g.dtype()))
+            throw dtype_error("kiln: dtype_error in 'optim::clip_by_global_norm': gradient " + std::to_string(i) + " is " +
+                              std::string(name(g.dtype())) + "; gradients are floating");
+        const dt squares = kiln::sum<N>(g * g).to(dtype::float64);
+        total = total ? dt(*total + squares) : squares;
+    }
+    const dt norm = total ? dt(kiln::sqrt(*total)) : dt(zeros({}, dtype::float64));
+    // max_norm / max(norm, max_norm), plus (norm - norm): 0 for a finite norm, NaN for an infinite or NaN one.
+    const dt scale = max_norm / kiln::maximum(norm, max_norm) + (norm - norm);
+    if (global_norm) *global_norm = norm;
+    std::vector<tensor> out;
+    out.reserve(grads.size());
+    for (const tensor& g_in : grads) {
+        const dt& g = g_in;
+        out.push_back(g * scale.to(g.dtype()));
+    }
+    return out;
+}
+
 }  // namespace kiln::optim

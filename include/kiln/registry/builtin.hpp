@@ -311,6 +311,30 @@ inline tensor_spec softmax_shape_rule(std::span<const tensor_spec> in, const att
     return {mean_dtype(in[0].dtype), in[0].shape};
 }
 
+// layer_norm by name: the axes from `axis` on are normalized; the weight and bias, where given, have their shape.
+inline tensor_spec layer_norm_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    reduced_shape(in[0].shape, in[0].dtype, {int_attr(a, "axis")}, true, "layer_norm");  // checks the axis
+    if (!is_floating(in[0].dtype))
+        throw dtype_error("kiln: dtype_error in 'nn::layer_norm': the input must be floating, got " + std::string(name(in[0].dtype)));
+    return {in[0].dtype, in[0].shape};
+}
+inline dims layer_norm_normalized(const dims& x, int axis) {
+    if (axis < 0) axis += x.rank;
+    dims d;
+    d.rank = x.rank - axis;
+    for (int i = axis; i < x.rank; ++i) d[i - axis] = x[i];
+    return d;
+}
+
+// dropout by name: the pure op of a key's current value (nn::dropout is the one that moves a key on).
+inline tensor_spec dropout_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    (void)ops::make_dropout_attrs(a.number("p"));  // checks p
+    if (!is_floating(in[0].dtype))
+        throw dtype_error("kiln: dtype_error in 'nn::dropout': the input must be floating, got " + std::string(name(in[0].dtype)));
+    if (in[1].dtype != dtype::int64) throw dtype_error("kiln: dtype_error in 'dropout': the key must be int64, got " + std::string(name(in[1].dtype)));
+    return {in[0].dtype, ops::dropout::result_shape(ops::dropout_attrs{}, in[0].shape, in[1].shape)};
+}
+
 inline std::vector<tensor> tensor_vector(std::span<const tensor> in) { return {in.begin(), in.end()}; }
 
 template <int N>
@@ -575,6 +599,34 @@ std::vector<op_schema> build_registry() {
                                return nn::log_softmax(in[0], int_attr(a, "axis"));
                            },
                            &softmax_shape_rule, "log(softmax(x)) along an axis, computed stably"));
+    r.push_back(structural("dropout", op_family::activation, 2, 2,
+                           {{"p", ar::number, true, std::nullopt, "the probability that an element is dropped"}}, true,
+                           shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               const ops::dropout_attrs at = detail::check_dropout(in[0], a.number("p"));
+                               if (in[1].dtype() != dtype::int64)
+                                   throw dtype_error("kiln: dtype_error in 'dropout': the key must be int64, got " +
+                                                     std::string(name(in[1].dtype())));
+                               return detail::apply_structural<ops::dropout>(at, in[0], in[1]);
+                           },
+                           &dropout_shape_rule,
+                           "x with elements zeroed with probability p and the rest scaled by 1 / (1 - p), by the draws of "
+                           "an int64 key (seed, counter) of shape (2,) (inputs x, key); nn::dropout also moves the key on"));
+    r.push_back(structural("layer_norm", op_family::activation, 1, 3,
+                           {axis_attr(attr_value(-1), "the first normalized axis (every axis from it on)"),
+                            {"epsilon", ar::number, false, attr_value(1e-5), "added to the variance"}},
+                           true, shape_rule::closed,
+                           [](std::span<const tensor> in, const attributes& a) {
+                               const int axis = int_attr(a, "axis");
+                               if (axis < -in[0].dim() || axis >= in[0].dim())
+                                   throw value_error("kiln: value_error in 'layer_norm': axis " + std::to_string(axis) +
+                                                     " is out of range for shape " + to_string(in[0].shape()));
+                               return nn::layer_norm(in[0], layer_norm_normalized(in[0].shape(), axis),
+                                                     in.size() > 1 ? in[1] : tensor(), in.size() > 2 ? in[2] : tensor(),
+                                                     a.number("epsilon"));
+                           },
+                           &layer_norm_shape_rule,
+                           "(x - mean) / sqrt(var + epsilon) * weight + bias over the trailing axes (inputs x[, weight[, bias]])"));
     return r;
 }
 

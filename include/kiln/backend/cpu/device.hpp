@@ -2,9 +2,13 @@
 // kiln::backend::cpu_device: the CPU's implementation of the device interface (backend/device.hpp). Its kernels
 // are the CPU backend's only ones: one matrix product (matmul.hpp), one reduction engine (reduce.hpp), one scan
 // (scan.hpp), one strided copy (copy.hpp), the gathers, scatters and sort order of gather.hpp, memory from the caching allocator and work spread by the thread pool.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../../core/allocator.hpp"
+#include "../../ops/random.hpp"
 #include "../device.hpp"
 #include "copy.hpp"
 #include "gather.hpp"
@@ -58,6 +62,50 @@ struct cpu_device {
     template <class U, class T>
     static void copy_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
         detail::strided_copy(out, in);
+    }
+
+    // Dropout (ops/random.hpp): out[i] = x[i] kept or dropped by the counter-based draw of key (seed, counter), for
+    // the elements in row-major order; out is contiguous. A row-major x runs a branch-free loop that vectorizes
+    // (32-bit hashes); above parallel_threshold() it is split over the thread pool.
+    template <class U, class T>
+    static void dropout(U* out, const detail::strided<const T>& x, const std::int64_t* key, std::ptrdiff_t key_stride, double p) {
+        namespace r = ops::detail_random;
+        static_assert(std::is_same_v<U, T>, "kiln: internal: dropout's result has its input's element type");
+        const std::ptrdiff_t n = x.shape.numel();
+        if (n == 0) return;
+        const std::uint64_t stream = r::stream(static_cast<std::uint64_t>(key[0]), static_cast<std::uint64_t>(key[key_stride]));
+        const r::keep_rule rule = r::rule_of(p);
+        const T scale = static_cast<T>(rule.scale);
+        const std::uint32_t threshold = rule.threshold;
+        const bool row_major = detail::is_row_major(x);
+        auto run = [&](std::ptrdiff_t lo, std::ptrdiff_t hi) {
+            while (lo < hi) {
+                const auto block = static_cast<std::uint64_t>(lo) >> 32;
+                const std::ptrdiff_t end = std::min<std::ptrdiff_t>(hi, static_cast<std::ptrdiff_t>((block + 1) << 32));
+                const std::uint32_t k = r::block_key(stream, block);
+                if (row_major) {
+                    U* __restrict o = out + lo;
+                    const T* __restrict xs = x.data + lo;
+                    const auto first = static_cast<std::uint32_t>(lo);
+                    for (std::ptrdiff_t t = 0, m = end - lo; t < m; ++t)
+                        o[t] = r::dropped<T>(xs[t], k, first + static_cast<std::uint32_t>(t), threshold, scale);
+                } else {
+                    for (std::ptrdiff_t i = lo; i < end; ++i) {
+                        std::ptrdiff_t at = 0, rem = i;
+                        for (int d = x.shape.rank - 1; d >= 0; --d) {
+                            at += (rem % x.shape[d]) * x.strides[d];
+                            rem /= x.shape[d];
+                        }
+                        out[i] = r::dropped<T>(x.data[at], k, static_cast<std::uint32_t>(i), threshold, scale);
+                    }
+                }
+                lo = end;
+            }
+        };
+        const std::ptrdiff_t chunk = std::ptrdiff_t{1} << 16;
+        if (n < parallel_threshold()) return run(0, n);
+        const int tasks = static_cast<int>((n + chunk - 1) / chunk);
+        parallel_for(tasks, [&](int t) { run(t * chunk, std::min(n, (t + 1) * chunk)); });
     }
 
     // Every element of `out` set to v.

@@ -155,6 +155,14 @@ struct thrust_device {
                                                   gpu::steps_of(in.strides)});
     }
 
+    template <class U, class T>
+    static void dropout(U* out, const detail::strided<const T>& x, const std::int64_t* key, std::ptrdiff_t key_stride, double p) {
+        static_assert(std::is_same_v<U, T>, "kiln: internal: dropout's result has its input's element type");
+        const ops::detail_random::keep_rule rule = ops::detail_random::rule_of(p);
+        gpu::for_each_n(x.shape.numel(), gpu::dropout_kernel<T>{gpu::walk_of(x.shape), x.data, gpu::steps_of(x.strides), out, key,
+                                                                key_stride, rule.threshold, static_cast<T>(rule.scale)});
+    }
+
     template <class U>
     static void fill(const detail::strided<U>& out, U v) {
         gpu::for_each_n(out.shape.numel(), gpu::fill_kernel<U>{gpu::walk_of(out.shape), out.data, gpu::steps_of(out.strides), v});

@@ -33,6 +33,7 @@
 #include "../../expr/unique_nodes.hpp"
 #include "../../ops/arithmetic.hpp"
 #include "../../ops/matmul.hpp"
+#include "../../ops/random.hpp"
 #include "../../ops/reduce.hpp"
 #include "../device.hpp"
 #include "memory.hpp"
@@ -325,6 +326,26 @@ struct fill_kernel {
     steps os;
     U v;
     KILN_HD void operator()(std::ptrdiff_t i) const { out[offset_of(i, shape, os)] = v; }
+};
+
+// Dropout (ops/random.hpp): element i (row-major) of x kept or dropped by the draw of the key, which the kernel
+// reads from device memory (so a captured CUDA graph replays with the key's value at each replay).
+template <class T>
+struct dropout_kernel {
+    walk shape;
+    const T* x;
+    steps xs;
+    T* out;
+    const std::int64_t* key;
+    std::ptrdiff_t key_stride;
+    std::uint32_t threshold;
+    T scale;
+    KILN_HD void operator()(std::ptrdiff_t i) const {
+        namespace r = ops::detail_random;
+        const std::uint64_t s = r::stream(static_cast<std::uint64_t>(key[0]), static_cast<std::uint64_t>(key[key_stride]));
+        out[i] = r::dropped<T>(x[offset_of(i, shape, xs)], r::block_key(s, static_cast<std::uint64_t>(i) >> 32),
+                               static_cast<std::uint32_t>(i), threshold, scale);
+    }
 };
 
 // ---- reductions: elements ordered (kept axes, reduced axes), folded by key (the output's position) ----

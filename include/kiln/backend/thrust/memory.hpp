@@ -41,13 +41,6 @@
 
 namespace kiln {
 
-// Bytes held by kiln's GPU device: in tensors now, at most at once, and how many allocations were made.
-struct gpu_memory_stats {
-    std::size_t allocated_bytes = 0;
-    std::size_t peak_bytes = 0;
-    std::size_t allocations = 0;
-};
-
 namespace backend {
 namespace gpu_memory {
 
