@@ -631,6 +631,19 @@ TEST_CASE("ONNX export: a traced convolution and pools are one Conv, MaxPool and
     CHECK(sg.nodes[static_cast<std::size_t>(sg.composites[0].inputs[1])].kind == kiln::node_kind::variable);
 }
 
+// The function exported to ONNX and read back: none of a normalization's parts written, and `count` nodes of the
+// ONNX operator `op` (the loaded graph holds the model's operators by their ONNX names).
+template <class F>
+kiln::loaded_function exported_normalization(F& net, const std::vector<kiln::spec>& sig, const std::string& op, std::size_t count) {
+    const std::string onnx = kiln::onnx_bytes(net, sig);
+    for (const char* part : {"ReduceMean", "Sqrt", "Div"}) CHECK(onnx.find(part) == std::string::npos);
+    kiln::loaded_function back = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    std::size_t found = 0;
+    for (const kiln::graph_node& n : back.graph().nodes) found += n.op == op;
+    CHECK(found == count);
+    return back;
+}
+
 TEST_CASE("ONNX export: nn::layer_norm is one LayerNormalization, and an imported one exports as one again") {
     kiln::generator g(29);
     kiln::nn::layer_norm_layer norm({6});
@@ -638,13 +651,7 @@ TEST_CASE("ONNX export: nn::layer_norm is one LayerNormalization, and an importe
     norm.b.assign(kiln::randn({6}, kiln::float32, g));
     auto net = kiln::function([&](const kiln::tensor& x) { return kiln::nn::layer_norm(kiln::relu(norm(x)), {3, 6}); });
     const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {kiln::dyn, 3, 6})};
-    const std::string onnx = kiln::onnx_bytes(net, sig);
-    for (const char* op : {"ReduceMean", "Sqrt", "Div"}) CHECK(onnx.find(op) == std::string::npos);
-    const kiln::loaded_function back = kiln::load_onnx_bytes(onnx.data(), onnx.size());
-    // The loaded graph holds the model's operators by their ONNX names: two LayerNormalizations.
-    std::size_t count = 0;
-    for (const kiln::graph_node& n : back.graph().nodes) count += n.op == "LayerNormalization";
-    CHECK(count == 2);
+    const kiln::loaded_function back = exported_normalization(net, sig, "LayerNormalization", 2);
     const kiln::tensor x = kiln::randn({4, 3, 6}, kiln::float32, g);
     // Read back through nn::layer_norm: the same ops in the same order, so the same bits.
     CHECK(kiln::allclose(back(x)[0], net(x), 0, 0));
@@ -662,6 +669,21 @@ TEST_CASE("ONNX export: nn::layer_norm is one LayerNormalization, and an importe
     CHECK(onnx64.find("LayerNormalization") == std::string::npos);
     const kiln::tensor x64 = kiln::randn({2, 6}, kiln::float64, g);
     CHECK(kiln::allclose(kiln::load_onnx_bytes(onnx64.data(), onnx64.size())(x64)[0], wide(x64), 1e-12, 1e-12));
+}
+
+TEST_CASE("ONNX export: an evaluating nn::batch_norm_layer is one BatchNormalization; a training one writes and is refused") {
+    kiln::generator g(37);
+    kiln::nn::batch_norm_layer bn(4);
+    bn.w.assign(kiln::randn({4}, kiln::float32, g));
+    bn.b.assign(kiln::randn({4}, kiln::float32, g));
+    for (int i = 0; i < 3; ++i) (void)bn(kiln::randn({5, 4, 3}, kiln::float32, g) * 3.0f + 1.0f);  // running statistics move
+    auto net = kiln::function([&](const kiln::tensor& x) { return bn(x); });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {kiln::dyn, 4, 3})};
+    CHECK_THROWS_WITH_AS((void)kiln::onnx_bytes(net, sig), doctest::Contains("writes into tensors"), kiln::value_error);
+    bn.eval();
+    const kiln::loaded_function back = exported_normalization(net, sig, "BatchNormalization", 1);
+    const kiln::tensor x = kiln::randn({2, 4, 3}, kiln::float32, g);
+    CHECK(kiln::allclose(back(x)[0], bn(x), 1e-5, 1e-6));
 }
 
 TEST_CASE("ONNX: an op whose result the file makes larger than max_node_bytes is refused before it allocates") {

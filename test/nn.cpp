@@ -797,3 +797,192 @@ TEST_CASE("nn::dropout_layer: train and eval, in a sequential model, and traced,
     auto wrong = kiln::function([](const kiln::tensor& a) { return kiln::nn::dropout(a, 0.5); });
     CHECK_THROWS_WITH_AS(wrong(z), doctest::Contains("pass a key that the function keeps"), kiln::trace_error);
 }
+
+TEST_CASE("learning-rate schedules and set_learning_rate, eagerly and in a traced step, which reads the rate at every call") {
+    // The schedules by their formulas.
+    const kiln::optim::exponential_decay ed{0.1, 10, 0.5};
+    CHECK(ed(0) == 0.1);
+    CHECK(ed(10) == doctest::Approx(0.05).epsilon(1e-15));
+    CHECK(ed(5) == doctest::Approx(0.1 * std::sqrt(0.5)).epsilon(1e-15));
+    const kiln::optim::exponential_decay stairs{0.1, 10, 0.5, true};
+    CHECK(stairs(9) == 0.1);
+    CHECK(stairs(25) == doctest::Approx(0.025).epsilon(1e-15));
+    const kiln::optim::cosine_decay cd{0.2, 100, 0.1};
+    CHECK(cd(0) == doctest::Approx(0.2).epsilon(1e-15));
+    CHECK(cd(50) == doctest::Approx(0.2 * (0.9 * 0.5 + 0.1)).epsilon(1e-12));
+    CHECK(cd(100) == doctest::Approx(0.02).epsilon(1e-12));
+    CHECK(cd(1000) == doctest::Approx(0.02).epsilon(1e-12));  // level after decay_steps
+    const kiln::optim::step_decay sd{1.0, 3, 0.5};
+    CHECK(sd(2) == 1.0);
+    CHECK(sd(3) == 0.5);
+    CHECK(sd(7) == 0.25);
+    CHECK_THROWS_WITH_AS(ed(-1), "kiln: value_error in 'optim::exponential_decay': the step must not be negative, got -1",
+                         kiln::value_error);
+    CHECK_THROWS_AS((kiln::optim::cosine_decay{0.1, 0}(1)), kiln::value_error);
+    CHECK_THROWS_AS((kiln::optim::step_decay{0.1, 2, -1.0}(1)), kiln::value_error);
+
+    // SGD on sum(w * x): the gradient is x, so each step moves w by -lr * x with the rate set before it.
+    const kiln::tensor x = kiln::from_values<float>({1.0f, -2.0f, 0.5f}, {3});
+    kiln::variable w_eager(kiln::zeros({3})), w_traced(kiln::zeros({3}));
+    kiln::optim::sgd eager({&w_eager}, 0.1), traced({&w_traced}, 0.1);
+    CHECK(traced.learning_rate() == 0.1);
+    auto step = kiln::function([&](const kiln::tensor& xb) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::sum(w_traced * xb);
+        traced.step(tape.gradient(loss, {w_traced}));
+        return loss;
+    });
+    double moved = 0;
+    for (std::int64_t k = 0; k < 6; ++k) {
+        const double lr = sd(k) * 0.1;
+        eager.set_learning_rate(lr);
+        traced.set_learning_rate(lr);
+        {
+            kiln::gradient_tape tape;
+            eager.step(tape.gradient(kiln::sum(w_eager * x), {w_eager}));
+        }
+        (void)step(x);
+        moved += lr;
+        CHECK(w_traced.at<float>({0}) == doctest::Approx(-moved).epsilon(1e-6));
+        CHECK(w_traced.at<float>({1}) == doctest::Approx(2 * moved).epsilon(1e-6));
+        CHECK(values(w_traced) == values(w_eager));
+    }
+    CHECK(step.trace_count() == 1);
+    // Adam's step follows its rate too: with the rate 0 a step changes nothing, and the same rate again moves on.
+    kiln::variable a(kiln::ones({3}));
+    kiln::optim::adam opt({&a}, 0.01);
+    auto adam_step = kiln::function([&](const kiln::tensor& xb) {
+        kiln::gradient_tape tape;
+        opt.step(tape.gradient(kiln::sum(a * xb), {a}));
+    });
+    adam_step(x);
+    const std::vector<double> after_one = values(a);
+    opt.set_learning_rate(0.0);
+    CHECK(opt.learning_rate() == 0.0);
+    adam_step(x);
+    CHECK(values(a) == after_one);
+    opt.set_learning_rate(0.01);
+    adam_step(x);
+    CHECK(values(a) != after_one);
+    CHECK(adam_step.trace_count() == 1);
+    CHECK_THROWS_WITH_AS(opt.set_learning_rate(-1.0),
+                         "kiln: value_error in 'optim::adam': the learning rate must be finite and non-negative, got -1",
+                         kiln::value_error);
+    CHECK_THROWS_AS(eager.set_learning_rate(std::numeric_limits<double>::infinity()), kiln::value_error);
+}
+
+TEST_CASE("nn::batch_norm_layer normalizes each channel by the batch while training and by its running statistics in eval") {
+    kiln::generator g(47);
+    const kiln::tensor x = kiln::randn({4, 3, 2, 5}, kiln::float64, g) * 2.0 + 1.5;
+    kiln::nn::batch_norm_layer bn(3, 1e-5, 0.1, true, kiln::float64);
+    REQUIRE(bn.parameters().size() == 2);
+    bn.w.assign(kiln::from_values<double>({0.5, -1.0, 2.0}, {3}));
+    bn.b.assign(kiln::from_values<double>({0.1, 0.2, -0.3}, {3}));
+    // Per channel, by loops: the batch's mean and biased variance normalize; the running statistics move to
+    // 0.9 * (0, 1) + 0.1 * (mean, unbiased variance).
+    const std::vector<double> xv = values(x), wv = values(bn.w), bv = values(bn.b);
+    const std::size_t per = 10, count = 40;  // 2 * 5 values per (sample, channel); 4 samples
+    std::vector<double> mean(3, 0), var(3, 0);
+    auto at = [&](std::size_t n, std::size_t ch, std::size_t k) { return (n * 3 + ch) * per + k; };
+    for (std::size_t ch = 0; ch < 3; ++ch) {
+        for (std::size_t n = 0; n < 4; ++n)
+            for (std::size_t k = 0; k < per; ++k) mean[ch] += xv[at(n, ch, k)];
+        mean[ch] /= count;
+        for (std::size_t n = 0; n < 4; ++n)
+            for (std::size_t k = 0; k < per; ++k) var[ch] += (xv[at(n, ch, k)] - mean[ch]) * (xv[at(n, ch, k)] - mean[ch]);
+        var[ch] /= count;
+    }
+    const std::vector<double> y = values(bn(x));
+    for (std::size_t n = 0; n < 4; ++n)
+        for (std::size_t ch = 0; ch < 3; ++ch)
+            for (std::size_t k = 0; k < per; ++k)
+                CHECK(y[at(n, ch, k)] == doctest::Approx((xv[at(n, ch, k)] - mean[ch]) / std::sqrt(var[ch] + 1e-5) * wv[ch] + bv[ch]).epsilon(1e-12));
+    for (std::size_t ch = 0; ch < 3; ++ch) {
+        CHECK(values(bn.running_mean)[ch] == doctest::Approx(0.1 * mean[ch]).epsilon(1e-12));
+        CHECK(values(bn.running_var)[ch] == doctest::Approx(0.9 + 0.1 * var[ch] * count / (count - 1)).epsilon(1e-12));
+    }
+    // Evaluation: the running statistics, and nothing moves.
+    bn.eval();
+    const std::vector<double> rm = values(bn.running_mean), rv = values(bn.running_var);
+    const std::vector<double> ye = values(bn(x));
+    for (std::size_t n = 0; n < 4; ++n)
+        for (std::size_t ch = 0; ch < 3; ++ch)
+            for (std::size_t k = 0; k < per; ++k)
+                CHECK(ye[at(n, ch, k)] == doctest::Approx((xv[at(n, ch, k)] - rm[ch]) / std::sqrt(rv[ch] + 1e-5) * wv[ch] + bv[ch]).epsilon(1e-12));
+    CHECK(values(bn.running_mean) == rm);
+
+    // Training-mode gradients (through the batch's statistics) against central differences.
+    bn.train();
+    const kiln::tensor proj = kiln::randn({4, 3, 2, 5}, kiln::float64, g);
+    auto objective = [&](const kiln::tensor& xx) {
+        kiln::variable m(kiln::zeros({3}, kiln::float64)), v(kiln::ones({3}, kiln::float64));
+        return kiln::sum(kiln::nn::batch_norm(xx, m, v, bn.w, bn.b, true) * proj).item<double>();
+    };
+    kiln::variable m0(kiln::zeros({3}, kiln::float64)), v0(kiln::ones({3}, kiln::float64));
+    const std::vector<kiln::tensor> grads = [&] {
+        kiln::gradient_tape tape;  // (ended before the traced calls below: a call under a recording tape runs eagerly)
+        tape.watch(x);
+        return tape.gradient(kiln::sum(kiln::nn::batch_norm(x, m0, v0, bn.w, bn.b, true) * proj), std::vector<kiln::tensor>{x, bn.w, bn.b});
+    }();
+    for (int t = 0; t < 10; ++t) {
+        const std::ptrdiff_t i = (t * 7919) % x.numel();
+        kiln::tensor plus = x.clone(), minus = x.clone();
+        plus.data<double>()[i] += 1e-6;
+        minus.data<double>()[i] -= 1e-6;
+        CHECK(grads[0].contiguous().data<double>()[i] == doctest::Approx((objective(plus) - objective(minus)) / 2e-6).epsilon(1e-6));
+    }
+    CHECK(grads[1].shape() == kiln::dims{3});
+    CHECK(grads[2].shape() == kiln::dims{3});
+    CHECK(values(m0) != std::vector<double>(3, 0.0));  // (the functional form moved the running mean it was given)
+
+    // Traced training steps compute what eager ones do, assigning the running statistics at every call (one trace);
+    // a traced evaluation reads them at every call, so it follows further training without a new trace.
+    kiln::nn::batch_norm_layer a(3), b(3);
+    auto traced = kiln::function([&](const kiln::tensor& xb) { return b(xb); });
+    const kiln::tensor xf = x.to(kiln::float32);
+    for (int call = 0; call < 3; ++call) CHECK(kiln::allclose(traced(xf), a(xf), 0, 0));
+    CHECK(values(b.running_mean) == values(a.running_mean));
+    CHECK(values(b.running_var) == values(a.running_var));
+    CHECK(traced.trace_count() == 1);
+    b.eval();
+    auto evaluate = kiln::function([&](const kiln::tensor& xb) { return b(xb); });
+    const std::vector<double> first = values(evaluate(xf));
+    b.train();
+    (void)b(xf * 3.0f);
+    b.eval();
+    const std::vector<double> later = values(evaluate(xf));
+    CHECK(later != first);
+    CHECK(later == values(b(xf)));
+    CHECK(evaluate.trace_count() == 1);
+    // With a dynamic batch, one trace serves every batch size (the unbiased variance's count - 1 follows the batch).
+    kiln::nn::batch_norm_layer c1(3), c2(3);
+    auto dynamic = kiln::function([&](const kiln::tensor& xb) { return c2(xb); }, {kiln::spec(kiln::float32, {kiln::dyn, 3, 2, 5})});
+    for (std::ptrdiff_t n : {4, 2, 3}) {
+        const kiln::tensor xn = xf.slice(0, 0, n);
+        CHECK(kiln::allclose(dynamic(xn), c1(xn), 1e-6, 1e-6));
+    }
+    CHECK(kiln::allclose(c2.running_var, c1.running_var, 1e-6, 1e-7));
+    CHECK(dynamic.trace_count() == 1);
+
+    // Bad input.
+    CHECK_THROWS_WITH_AS(b(kiln::randn({4, 2}, g)),
+                         "kiln: shape_error in 'nn::batch_norm': the running mean has shape (3,), but the input (4, 2) has 2 channels",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(b(kiln::randn({3}, g)), kiln::shape_error);
+    b.train();
+    CHECK_THROWS_WITH_AS(b(kiln::randn({1, 3}, g)),
+                         "kiln: value_error in 'nn::batch_norm': training needs more than one value per channel, got input (1, 3)",
+                         kiln::value_error);
+    CHECK_THROWS_AS(b(kiln::arange(6).reshape({2, 3})), kiln::dtype_error);
+    CHECK_THROWS_AS(kiln::nn::batch_norm_layer(0), kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::batch_norm(xf, b.running_mean, b.running_var, kiln::tensor(), kiln::tensor(), true, 1.5), kiln::value_error);
+    CHECK(kiln::nn::batch_norm_layer(3, 1e-5, 0.1, false).parameters().empty());
+    // An activation as a layer of a sequential model (nn.ReLU).
+    kiln::nn::sequential net(kiln::nn::batch_norm_layer(3), kiln::nn::activation_layer(kiln::nn::relu));
+    const kiln::tensor h = net(xf);
+    CHECK(kiln::min(h).item<float>() == 0.0f);
+    net.eval();
+    CHECK(kiln::allclose(net(xf), kiln::relu(net.layer<kiln::nn::batch_norm_layer>(0)(xf)), 0, 0));
+    CHECK(net.parameters().size() == 2);
+    CHECK_THROWS_AS(kiln::nn::activation_layer{kiln::nn::activation{}}, kiln::value_error);
+}

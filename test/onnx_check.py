@@ -54,7 +54,8 @@ for path in models:
                 "composites": {"Gemm", "Squeeze", "Mod", "Atan"}, "many_ops": {"ReduceMean", "ReduceProd", "ArgMin"},
                 "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements", "ScatterElements"},
                 "cnn": {"Conv", "MaxPool", "AveragePool", "Gemm"}, "cnn2": {"Conv", "MaxPool", "AveragePool"},
-                "embedding": {"Gather", "ReduceMean", "Gemm"}, "layer_norm": {"LayerNormalization"}}.get(name, set())
+                "embedding": {"Gather", "ReduceMean", "Gemm"}, "layer_norm": {"LayerNormalization"},
+                "batch_norm": {"Conv", "BatchNormalization", "Relu"}}.get(name, set())
     check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
     if name == "classifier":
         check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,
@@ -88,6 +89,10 @@ for path in models:
               [(list(n.input), [(a.name, a.i or a.f) for a in n.attribute]) for n in norms])
         check(not {"ReduceMean", "ReduceSum", "Sqrt", "Div"} & set(ops),
               "layer_norm: the normalizations' parts are not written (operators: %s)" % sorted(set(ops)))
+    if name == "batch_norm":
+        norms = [n for n in model.graph.node if n.op_type == "BatchNormalization"]
+        check(len(norms) == 2 and not {"ReduceMean", "Sqrt", "Div"} & set(ops),
+              "batch_norm: two BatchNormalizations and none of their parts (operators: %s)" % sorted(set(ops)))
     if name == "composites":
         gemm = [n for n in model.graph.node if n.op_type == "Gemm"]
         check(len(gemm) == 1 and any(a.name == "transB" and a.i == 1 for a in gemm[0].attribute),

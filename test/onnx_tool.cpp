@@ -250,7 +250,18 @@ int main(int argc, char** argv) {
         }, {.name = "layer_norm"});
         write<1>(dir, "layer_norm", normed, {kiln::spec(kiln::float32, {kiln::dyn, 4, 6})},
                  {{kiln::randn({2, 4, 6}, kiln::float32, g)}, {kiln::randn({1, 4, 6}, kiln::float32, g)}});
-        std::printf("onnx_tool: wrote 10 models and their kiln results in %s\n", dir.c_str());
+        // nn::batch_norm_layer in evaluation, with running statistics that two training batches moved: a
+        // BatchNormalization after a Conv; one without its affine part (scale and bias written as ones and zeros).
+        kiln::nn::sequential bnet(kiln::nn::conv2d_layer(2, 3, {3, 3}, {.padding = {1, 1}}, kiln::nn::identity, g),
+                                  kiln::nn::batch_norm_layer(3), kiln::nn::activation_layer(kiln::nn::relu),
+                                  kiln::nn::batch_norm_layer(3, 1e-3, 0.3, false));
+        bnet.layer<kiln::nn::batch_norm_layer>(1).w.assign(kiln::randn({3}, kiln::float32, g));
+        for (int i = 0; i < 2; ++i) (void)bnet(kiln::randn({4, 2, 5, 5}, kiln::float32, g) * 2.0f + 1.0f);
+        bnet.eval();
+        auto bn_model = kiln::function([&](const kiln::tensor& x) { return bnet(x); }, {.name = "batch_norm"});
+        write<1>(dir, "batch_norm", bn_model, {kiln::spec(kiln::float32, {kiln::dyn, 2, 5, 5})},
+                 {{kiln::randn({2, 2, 5, 5}, kiln::float32, g)}, {kiln::randn({1, 2, 5, 5}, kiln::float32, g)}});
+        std::printf("onnx_tool: wrote 11 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;

@@ -11,8 +11,9 @@
 // (silu, gelu, leaky_relu, clamp, relu_backward); matmul MatMul; reductions ReduceSum/Max/Min/Prod and ArgMax/ArgMin;
 // the views Reshape, Expand, Transpose, Slice, Gather (select) and Unsqueeze; concat Concat; casts Cast; full
 // ConstantOfShape; nn::conv2d and the pools (traced as their parts, with a note of what they are) Conv, MaxPool and
-// AveragePool, nn::layer_norm LayerNormalization. A parameter that follows a dynamic dimension (a reshape's target) is computed in the model from
-// the input's Shape. Captured tensors are initializers. An op with no mapping is a kiln::value_error naming it.
+// AveragePool, nn::layer_norm LayerNormalization, nn::batch_norm (evaluation) BatchNormalization. A parameter that
+// follows a dynamic dimension (a reshape's target) is computed in the model from the input's Shape. Captured
+// tensors are initializers. An op with no mapping is a kiln::value_error naming it.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -239,6 +240,19 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             out = b.op1("LayerNormalization", ins,
                         {onnx_builder::int_attr("axis", f.axis),
                          onnx_builder::float_attr("epsilon", static_cast<float>(attr_number(w, "epsilon")))});
+        } else if (f.kind == onnx_fused::batch_norm) {
+            // Inputs X, scale, B, mean, var: the note lists x, the running mean and variance, then the weight and the
+            // bias that it has.
+            const std::map<std::string, std::string> w = split_attrs(f.attrs);
+            const bool scale = attr_bool(w, "scale"), bias = attr_bool(w, "bias");
+            const std::int64_t channels = g.nodes[static_cast<std::size_t>(f.inputs[0])].shape[1];
+            auto filled = [&](double v) {
+                const std::string t = onnx_tensor("value", full(dims{1}, v, dtype::float32));
+                return b.op1("ConstantOfShape", {b.int64s({channels})}, {onnx_builder::tensor_attr("value", t)});
+            };
+            const std::string sc = scale ? fused_in(3) : filled(1.0), sh = bias ? fused_in(scale ? 4 : 3) : filled(0.0);
+            out = b.op1("BatchNormalization", {fused_in(0), sc, sh, fused_in(1), fused_in(2)},
+                        {onnx_builder::float_attr("epsilon", static_cast<float>(attr_number(w, "epsilon")))});
         } else if (f.kind == onnx_fused::squeeze) {
             out = b.op1("Squeeze", {fused_in(0), b.int64s({f.axis})});
         } else if (op == "matmul") {

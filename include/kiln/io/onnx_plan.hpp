@@ -7,7 +7,7 @@
 //   or log) become Softmax and LogSoftmax, a matmul of matrices plus a bias becomes Gemm (with transA/transB where
 //   an operand is a transposed matrix), and a sum divided by its count (kiln's mean) becomes ReduceMean;
 // - the composites the tracer noted (function/graph.hpp): nn::conv2d and the pools as Conv, MaxPool and
-//   AveragePool, nn::layer_norm as LayerNormalization;
+//   AveragePool, nn::layer_norm as LayerNormalization, nn::batch_norm (evaluation) as BatchNormalization;
 // - which values the outputs need once those patterns stand for their parts, so that nothing else is written.
 #include <cstdint>
 #include <map>
@@ -20,7 +20,7 @@
 namespace kiln::detail {
 
 struct onnx_fused {
-    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, max_pool, avg_pool, layer_norm } kind = none;
+    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, max_pool, avg_pool, layer_norm, batch_norm } kind = none;
     std::vector<std::int32_t> inputs;  // the values it reads instead of the node's own inputs
     int axis = 0;
     bool trans_a = false, trans_b = false;
@@ -261,6 +261,17 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
     for (const composite_note& c : g.composites) {
         if (c.output < 0 || static_cast<std::size_t>(c.output) >= size || c.inputs.empty()) continue;
         const graph_node& out = node(c.output);
+        if (c.op == "batch_norm") {
+            // BatchNormalization (inference) of float32 (N, C, ...) with the running statistics; a missing scale or
+            // bias is written as ones or zeros of the channels.
+            bool fits = out.kind == node_kind::op && out.dtype == dtype::float32 && out.shape.rank >= 2 && c.inputs.size() >= 3;
+            for (std::int32_t v : c.inputs) fits = fits && v >= 0 && v < c.output && node(v).dtype == dtype::float32;
+            if (!fits || !(node(c.inputs[0]).shape == out.shape)) continue;
+            onnx_fused f = onnx_fused::of(onnx_fused::batch_norm, c.inputs);
+            f.attrs = c.attrs;
+            p.fused[static_cast<std::size_t>(c.output)] = std::move(f);
+            continue;
+        }
         if (c.op == "layer_norm") {
             // LayerNormalization (opset 17) of float32 over static trailing axes: the scale, when the note has none,
             // is written as ones of the normalized shape, which must then be the same for every call.

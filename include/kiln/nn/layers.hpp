@@ -213,6 +213,19 @@ public:
     std::vector<variable*> parameters() override { return {}; }
 };
 
+// An activation as a layer of its own (PyTorch's nn.ReLU, nn.Tanh, ...): activation_layer(kiln::nn::relu).
+class activation_layer : public module {
+public:
+    explicit activation_layer(activation act) : act_(std::move(act)) {
+        if (!act_) throw value_error("kiln: value_error in 'nn::activation_layer': the activation is empty");
+    }
+    tensor forward(const tensor& x) override { return act_(x); }
+    std::vector<variable*> parameters() override { return {}; }
+
+private:
+    activation act_;
+};
+
 // A lookup table: each integer id of the input (int32 or int64, any shape) becomes row `id` of w (num, dim), so
 // the result has the ids' shape and one more axis of `dim`. w starts normally distributed, N(0, 1), as PyTorch's
 // nn.Embedding. The gradient adds each row of the result's gradient back to the row it came from (index_select's),
@@ -304,6 +317,47 @@ private:
     bool affine_;
 };
 using layer_norm_layer = basic_layer_norm<>;
+
+// nn.BatchNorm1d/2d/3d: batch normalization of (N, C, ...) inputs (nn::batch_norm) over every axis but the channels,
+// with a trainable weight of ones and bias of zeros (unless affine is false) and running statistics (mean 0,
+// variance 1 at first) that training moves and evaluation (eval()) uses. The running statistics are variables but
+// not parameters: parameters() leaves them out, to() moves them, and a traced function reads (and, training,
+// assigns) them at every call.
+template <int N = 0>
+class basic_batch_norm_layer : public module {
+public:
+    explicit basic_batch_norm_layer(std::ptrdiff_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                                    dtype d = dtype::float32)
+        : w(ones({checked(num_features)}, d)), b(zeros({num_features}, d)), running_mean(zeros({num_features}, d)),
+          running_var(ones({num_features}, d)), eps_(eps), momentum_(momentum), affine_(affine) {}
+
+    tensor forward(const tensor& x) override {
+        return affine_ ? batch_norm<N>(x, running_mean, running_var, w, b, training_, momentum_, eps_)
+                       : batch_norm<N>(x, running_mean, running_var, tensor(), tensor(), training_, momentum_, eps_);
+    }
+    std::vector<variable*> parameters() override {
+        if (!affine_) return {};
+        return {&w, &b};
+    }
+
+    variable w, b;                          // (unused when affine is false)
+    variable running_mean, running_var;     // not parameters
+
+private:
+    static std::ptrdiff_t checked(std::ptrdiff_t n) {
+        if (n < 1)
+            throw value_error("kiln: value_error in 'nn::batch_norm_layer': the number of features must be positive, got " +
+                              std::to_string(n));
+        return n;
+    }
+    void move_state(const device& d) override {
+        if (!(running_mean.device() == d)) running_mean = variable(running_mean.to(d));
+        if (!(running_var.device() == d)) running_var = variable(running_var.to(d));
+    }
+    double eps_, momentum_;
+    bool affine_;
+};
+using batch_norm_layer = basic_batch_norm_layer<>;
 
 // nn.Dropout: while training, each element zeroed with probability p and the others scaled by 1 / (1 - p); in
 // evaluation (eval()) the input passes through. The layer keeps its key (nn::dropout_key, a seed drawn from g), which

@@ -1,9 +1,10 @@
 #pragma once
-// Layer normalization, as PyTorch's torch.nn.functional.layer_norm and nn.LayerNorm and ONNX's LayerNormalization
+// Layer normalization and batch normalization. Layer normalization, as PyTorch's torch.nn.functional.layer_norm and nn.LayerNorm and ONNX's LayerNormalization
 // compute it: over the trailing axes that `normalized_shape` names, y = (x - mean) / sqrt(var + eps) * w + b with
 // the biased variance (divided by the count). It is written with the vocabulary's ops (mean, sub, mul, sqrt, div),
 // so the tape differentiates it, kiln::function traces and fuses it, every device runs it, and the tracer keeps a
 // note of it (function/graph.hpp's composites) from which the ONNX export writes one LayerNormalization.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <span>
@@ -74,6 +75,78 @@ tensor layer_norm(const tensor& x_in, const dims& normalized_shape, const tensor
     detail::note_composite("layer_norm", [&] {
         return "axis=" + std::to_string(x_in.dim() - normalized_shape.rank) + " epsilon=" + detail::exact_number_text(eps) +
                " scale=" + (scale ? "true" : "false") + " bias=" + (shift ? "true" : "false");
+    }, std::span<const tensor>(parts, count), out);
+    return out;
+}
+
+// Batch normalization (PyTorch's torch.nn.functional.batch_norm, BatchNorm1d/2d/3d): x is (N, C, ...) and each
+// channel is normalized over every other axis. Training: by the batch's mean and biased variance, and the running
+// statistics move towards them (running = (1 - momentum) * running + momentum * batch, the variance unbiased), as
+// assignments that a kiln::function replays at every call. Evaluation: by the running statistics, which are read
+// at every call (they are variables). w and b, of shape (C,), scale and shift where given (an empty tensor() leaves
+// either out). In evaluation the tracer notes it (the ONNX export's BatchNormalization).
+template <int N = 0>
+tensor batch_norm(const tensor& x_in, variable& running_mean, variable& running_var, const tensor& w = tensor(),
+                  const tensor& b = tensor(), bool training = false, double momentum = 0.1, double eps = 1e-5) {
+    x_in.check_valid("nn::batch_norm");
+    if (!detail::is_floating(x_in.dtype()))
+        throw dtype_error("kiln: dtype_error in 'nn::batch_norm': the input must be floating, got " + std::string(name(x_in.dtype())));
+    if (x_in.dim() < 2)
+        throw shape_error("kiln: shape_error in 'nn::batch_norm': the input must be (batch, channels, ...), got " + to_string(x_in.shape()));
+    const std::ptrdiff_t c = x_in.shape()[1];
+    auto check_channels = [&](const tensor& t, const char* what, bool optional) {
+        if (optional && !detail::given(t)) return;
+        if (!(t.shape() == dims{c}))
+            throw shape_error(std::string("kiln: shape_error in 'nn::batch_norm': the ") + what + " has shape " + to_string(t.shape()) +
+                              ", but the input " + to_string(x_in.shape()) + " has " + std::to_string(c) + " channels");
+        if (t.dtype() != x_in.dtype())
+            throw dtype_error(std::string("kiln: dtype_error in 'nn::batch_norm': the ") + what + " is " + std::string(name(t.dtype())) +
+                              ", but the input is " + std::string(name(x_in.dtype())));
+    };
+    check_channels(running_mean, "running mean", false);
+    check_channels(running_var, "running variance", false);
+    check_channels(w, "weight", true);
+    check_channels(b, "bias", true);
+    if (!(eps >= 0) || !std::isfinite(eps))
+        throw value_error("kiln: value_error in 'nn::batch_norm': eps must be finite and not negative, got " + detail::exact_number_text(eps));
+    if (!(momentum >= 0 && momentum <= 1))
+        throw value_error("kiln: value_error in 'nn::batch_norm': momentum must lie in [0, 1], got " + detail::exact_number_text(momentum));
+    const detail::dependent_tensor<N>& x = x_in;
+    std::vector<int> axes{0};
+    for (int i = 2; i < x.dim(); ++i) axes.push_back(i);
+    dims along = x.shape();  // (1, C, 1, ...): a per-channel tensor broadcast over the rest
+    for (int i = 0; i < along.rank; ++i) along[i] = i == 1 ? c : 1;
+    const bool scale = detail::given(w), shift = detail::given(b);
+    auto affine = [&](detail::dependent_tensor<N> y) {
+        if (scale) y = y * static_cast<const detail::dependent_tensor<N>&>(w).reshape(along);
+        if (shift) y = y + static_cast<const detail::dependent_tensor<N>&>(b).reshape(along);
+        return y;
+    };
+    if (training) {
+        const std::ptrdiff_t count = x.numel() / std::max<std::ptrdiff_t>(c, 1);
+        if (count < 2)
+            throw value_error("kiln: value_error in 'nn::batch_norm': training needs more than one value per channel, got input " +
+                              to_string(x.shape()));
+        const detail::dependent_tensor<N> mean = kiln::mean<N>(x, axes, true);
+        const detail::dependent_tensor<N> centred = x - mean;
+        const detail::dependent_tensor<N> squares = centred * centred;
+        const detail::dependent_tensor<N> var = kiln::mean<N>(squares, axes, true);
+        const tensor out = affine(centred / kiln::sqrt(var + eps));
+        // The running statistics, from values cut from the tapes (no gradient flows into them). The unbiased variance
+        // divides by count - 1, a number that follows a dynamic batch linearly, so one trace serves every batch size.
+        const detail::dependent_tensor<N> bm = stop_gradient(mean).reshape({c});
+        const detail::dependent_tensor<N> bv = (stop_gradient(kiln::sum<N>(squares, axes)) / static_cast<double>(count - 1)).reshape({c});
+        running_mean.assign(static_cast<const detail::dependent_tensor<N>&>(running_mean) * (1 - momentum) + bm * momentum);
+        running_var.assign(static_cast<const detail::dependent_tensor<N>&>(running_var) * (1 - momentum) + bv * momentum);
+        return out;
+    }
+    const detail::dependent_tensor<N>& rm = running_mean;
+    const detail::dependent_tensor<N>& rv = running_var;
+    const tensor out = affine((x - rm.reshape(along)) / kiln::sqrt(rv.reshape(along) + eps));
+    const tensor parts[5] = {x_in, running_mean, running_var, scale ? w : b, b};
+    const std::size_t count = 3 + (scale ? 1 : 0) + (shift ? 1 : 0);
+    detail::note_composite("batch_norm", [&] {
+        return "epsilon=" + detail::exact_number_text(eps) + " scale=" + (scale ? "true" : "false") + " bias=" + (shift ? "true" : "false");
     }, std::span<const tensor>(parts, count), out);
     return out;
 }

@@ -1,7 +1,9 @@
 #pragma once
 // Optimizers. Each step updates a parameter and its slots in one fused pass over memory: the update is a small
 // graph (the vocabulary's ops on indexed leaves and run-time scalars) run by graph mode's loop, in place.
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -227,6 +229,13 @@ public:
     // Checkpoints (kiln/io/checkpoint.hpp): the optimizer's kind, its state by name ("velocity/0", ...: tensors that
     // traced steps read where they live, so restore() writes into them), and restore() of that state.
     static constexpr std::string_view kind() { return "sgd"; }
+    // The learning rate, settable between steps (a schedule: set_learning_rate(schedule(step))). A traced step reads
+    // it at every call, so a new rate needs no new trace. A rate that is negative or not finite is a value_error.
+    double learning_rate() const noexcept { return lr_; }
+    void set_learning_rate(double lr) {
+        detail::check_hyperparameters("sgd", lr, {});
+        lr_ = lr;
+    }
     template <int N = 0>
     std::string hyperparameters() const {
         return "lr=" + kiln::detail::number_text(lr_) + " momentum=" + kiln::detail::number_text(momentum_);
@@ -316,6 +325,13 @@ public:
 
     // Checkpoints (kiln/io/checkpoint.hpp): as sgd's. The step count is the int64 "step".
     static constexpr std::string_view kind() { return "adam"; }
+    // The learning rate, settable between steps, as sgd's (a traced step, and a step replayed as a CUDA graph, read it
+    // at every call).
+    double learning_rate() const noexcept { return rule_.lr; }
+    void set_learning_rate(double lr) {
+        detail::check_hyperparameters("adam", lr, {});
+        rule_.lr = lr;
+    }
     template <int N = 0>
     std::string hyperparameters() const {
         return "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
@@ -497,5 +513,57 @@ std::vector<tensor> clip_by_global_norm(const std::vector<tensor>& grads, double
     }
     return out;
 }
+
+// Learning-rate schedules: the rate for a step (0, 1, ...), as Keras's schedules and PyTorch's schedulers compute
+// it; pass it on with opt.set_learning_rate(schedule(step)). Each checks its numbers when it is called: a step below
+// 0 or a schedule that is not finite and non-negative is a value_error.
+namespace detail {
+inline void check_schedule(const char* who, bool ok, const std::string& what) {
+    if (!ok) throw value_error(std::string("kiln: value_error in 'optim::") + who + "': " + what);
+}
+}  // namespace detail
+
+// initial * rate^(step / decay_steps), the exponent floored with staircase (Keras's ExponentialDecay).
+struct exponential_decay {
+    double initial;
+    std::int64_t decay_steps;
+    double rate;
+    bool staircase = false;
+    double operator()(std::int64_t step) const {
+        detail::check_schedule("exponential_decay", std::isfinite(initial) && initial >= 0 && decay_steps > 0 && std::isfinite(rate) && rate > 0,
+                               "needs a finite, non-negative initial rate, decay_steps > 0 and a positive rate");
+        detail::check_schedule("exponential_decay", step >= 0, "the step must not be negative, got " + std::to_string(step));
+        const double e = static_cast<double>(step) / static_cast<double>(decay_steps);
+        return initial * std::pow(rate, staircase ? std::floor(e) : e);
+    }
+};
+
+// initial * ((1 - alpha) * (1 + cos(pi * min(step, decay_steps) / decay_steps)) / 2 + alpha) (Keras's CosineDecay;
+// PyTorch's CosineAnnealingLR with eta_min = alpha * initial): from initial down to alpha * initial, then level.
+struct cosine_decay {
+    double initial;
+    std::int64_t decay_steps;
+    double alpha = 0.0;
+    double operator()(std::int64_t step) const {
+        detail::check_schedule("cosine_decay", std::isfinite(initial) && initial >= 0 && decay_steps > 0 && alpha >= 0 && alpha <= 1,
+                               "needs a finite, non-negative initial rate, decay_steps > 0 and alpha in [0, 1]");
+        detail::check_schedule("cosine_decay", step >= 0, "the step must not be negative, got " + std::to_string(step));
+        const double t = static_cast<double>(std::min(step, decay_steps)) / static_cast<double>(decay_steps);
+        return initial * ((1 - alpha) * 0.5 * (1 + std::cos(3.141592653589793 * t)) + alpha);
+    }
+};
+
+// initial * gamma^floor(step / step_size) (PyTorch's StepLR).
+struct step_decay {
+    double initial;
+    std::int64_t step_size;
+    double gamma = 0.1;
+    double operator()(std::int64_t step) const {
+        detail::check_schedule("step_decay", std::isfinite(initial) && initial >= 0 && step_size > 0 && std::isfinite(gamma) && gamma >= 0,
+                               "needs a finite, non-negative initial rate, step_size > 0 and a finite, non-negative gamma");
+        detail::check_schedule("step_decay", step >= 0, "the step must not be negative, got " + std::to_string(step));
+        return initial * std::pow(gamma, static_cast<double>(step / step_size));
+    }
+};
 
 }  // namespace kiln::optim
