@@ -686,6 +686,52 @@ TEST_CASE("ONNX export: an evaluating nn::batch_norm_layer is one BatchNormaliza
     CHECK(kiln::allclose(back(x)[0], bn(x), 1e-5, 1e-6));
 }
 
+TEST_CASE("a checkpoint of a module holds its buffers: batch norm's running statistics resume bit for bit") {
+    auto make = [](std::uint64_t seed) {
+        kiln::generator g(seed);
+        return kiln::nn::sequential(kiln::nn::dense(4, 6, kiln::nn::identity, g), kiln::nn::batch_norm_layer(6),
+                                    kiln::nn::activation_layer(kiln::nn::relu), kiln::nn::dense(6, 1, kiln::nn::identity, g));
+    };
+    kiln::generator data(9);
+    std::vector<std::pair<kiln::tensor, kiln::tensor>> batches;
+    for (int i = 0; i < 5; ++i) batches.emplace_back(kiln::randn({8, 4}, data) * 2.0f + 1.0f, kiln::randn({8, 1}, data));
+    auto step = [](kiln::nn::sequential& m, kiln::optim::adam& opt, const std::pair<kiln::tensor, kiln::tensor>& b) {
+        kiln::gradient_tape tape;
+        const kiln::tensor loss = kiln::nn::mse(m(b.first), b.second);
+        opt.apply_gradients(tape.gradient(loss, m.parameters()), m.parameters());
+    };
+    kiln::nn::sequential a = make(5);
+    REQUIRE(a.buffers().size() == 2);
+    kiln::optim::adam oa(0.01);
+    for (int i = 0; i < 3; ++i) step(a, oa, batches[static_cast<std::size_t>(i)]);
+    const std::string path = temp_path("module.safetensors"), params_only = temp_path("params_only.safetensors");
+    kiln::save_checkpoint(path, a, oa);
+    kiln::save_checkpoint(params_only, a.parameters(), oa);
+    for (int i = 3; i < 5; ++i) step(a, oa, batches[static_cast<std::size_t>(i)]);
+    // Another start, loaded: the same two steps give the same bits, running statistics included.
+    kiln::nn::sequential b = make(6);
+    kiln::optim::adam ob(0.01);
+    kiln::load_checkpoint(path, b, ob);
+    for (int i = 3; i < 5; ++i) step(b, ob, batches[static_cast<std::size_t>(i)]);
+    const std::vector<kiln::variable*> pa = a.parameters(), pb = b.parameters(), ba = a.buffers(), bb = b.buffers();
+    for (std::size_t i = 0; i < pa.size(); ++i) CHECK(values(*pa[i]) == values(*pb[i]));
+    for (std::size_t i = 0; i < ba.size(); ++i) CHECK(values(*ba[i]) == values(*bb[i]));
+    CHECK(values(*bb[1]) != std::vector<double>(6, 1.0));  // (the running variance moved)
+    a.eval();
+    b.eval();
+    CHECK(values(a(batches[0].first)) == values(b(batches[0].first)));
+    // The file names them; a checkpoint of the parameters alone lacks them, which loading the module says.
+    const kiln::tensor_file f = kiln::load_safetensors(path);
+    CHECK(f.tensors.count("buffer/0") == 1);
+    CHECK(f.tensors.count("buffer/1") == 1);
+    kiln::nn::sequential c = make(7);
+    kiln::optim::adam oc(0.01);
+    CHECK_THROWS_WITH_AS(kiln::load_checkpoint(params_only, c, oc), doctest::Contains("has no tensor 'buffer/0'"), kiln::file_error);
+    kiln::load_checkpoint(params_only, c.parameters(), oc);  // (the parameters-only form still reads it)
+    std::remove(path.c_str());
+    std::remove(params_only.c_str());
+}
+
 TEST_CASE("ONNX: an op whose result the file makes larger than max_node_bytes is refused before it allocates") {
     // A Pad of 4 Mi elements (16 MiB) in a model loaded with a 1 MiB limit: the loader's check run refuses it at
     // the allocation, naming the op, instead of allocating it and then comparing.

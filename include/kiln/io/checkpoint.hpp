@@ -5,9 +5,11 @@
 //   eager and function mode                        graph mode (kiln::session)
 //   kiln::save_checkpoint(path, params, opt);      kiln::save_checkpoint(path, session);
 //   kiln::load_checkpoint(path, params, opt);      kiln::load_checkpoint(path, session);
+//   kiln::save_checkpoint(path, model, opt);       (a module: its parameters and its buffers)
 //
 // The file is a safetensors file (kiln/io/safetensors.hpp), so other tools can read the weights:
-// - parameters as "param/<i>" (by position in `params`), or by a session's parameter names;
+// - parameters as "param/<i>" (by position in `params`), or by a session's parameter names; a module's buffers
+//   (nn::module::buffers(): batch_norm_layer's running statistics) as "buffer/<i>";
 // - the optimizer's state as "optimizer/<name>" (Adam: "optimizer/m/<i>", "optimizer/v/<i>", "optimizer/step");
 // - metadata: "kiln.checkpoint" (the format's version, "1"), "optimizer" (its kind: "adam", "sgd", or "none") and
 //   "optimizer.hyperparameters" (for people: hyperparameters come from the code that loads, as in TensorFlow).
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "../graph/session.hpp"
+#include "../nn/layers.hpp"
 #include "../nn/optim.hpp"
 #include "safetensors.hpp"
 
@@ -34,9 +37,10 @@ inline constexpr const char* checkpoint_version = "1";
 
 using named_variables = std::vector<std::pair<std::string, variable*>>;
 
-inline named_variables by_position(const std::vector<variable*>& params) {
+inline named_variables by_position(const std::vector<variable*>& params, const std::vector<variable*>& buffers = {}) {
     named_variables out;
     for (std::size_t i = 0; i < params.size(); ++i) out.emplace_back("param/" + std::to_string(i), params[i]);
+    for (std::size_t i = 0; i < buffers.size(); ++i) out.emplace_back("buffer/" + std::to_string(i), buffers[i]);
     return out;
 }
 
@@ -102,8 +106,10 @@ void save_eager(const std::string& path, const named_variables& vars, const Opti
     save_safetensors_as(path, out, meta, entry);
 }
 
+// (`trained`: how many of vars, from the first, are the optimizer's parameters; the rest are buffers.)
 template <class Optimizer>
-void load_eager(const std::string& path, const named_variables& vars, Optimizer* opt, const char* entry) {
+void load_eager(const std::string& path, const named_variables& vars, Optimizer* opt, const char* entry,
+                std::size_t trained = static_cast<std::size_t>(-1)) {
     check_variables(vars, entry);
     const tensor_file f = load_safetensors_as(path, entry);
     check_header(f, opt ? Optimizer::kind() : std::string_view("none"), entry);
@@ -116,7 +122,7 @@ void load_eager(const std::string& path, const named_variables& vars, Optimizer*
     std::map<std::string, tensor> slots;
     if (opt) {
         std::vector<variable*> params;
-        for (const auto& [name, v] : vars) params.push_back(v);
+        for (std::size_t i = 0; i < vars.size() && i < trained; ++i) params.push_back(vars[i].second);
         opt->bind(params);
         for (const auto& [name, t] : opt->state()) {
             const std::string key = "optimizer/" + name;
@@ -155,6 +161,26 @@ void load_checkpoint(const std::string& path, const std::vector<variable*>& para
 }
 inline void load_checkpoint(const std::string& path, const std::vector<variable*>& params) {
     detail::load_eager<detail::no_optimizer>(path, detail::by_position(params), nullptr, "load_checkpoint");
+}
+
+// A module's parameters ("param/<i>") and buffers ("buffer/<i>": batch_norm_layer's running statistics), with an
+// optimizer's state or without.
+template <class Optimizer>
+void save_checkpoint(const std::string& path, nn::module& model, const Optimizer& opt) {
+    detail::save_eager(path, detail::by_position(model.parameters(), model.buffers()), &opt, "save_checkpoint");
+}
+inline void save_checkpoint(const std::string& path, nn::module& model) {
+    detail::save_eager<detail::no_optimizer>(path, detail::by_position(model.parameters(), model.buffers()), nullptr,
+                                             "save_checkpoint");
+}
+template <class Optimizer>
+void load_checkpoint(const std::string& path, nn::module& model, Optimizer& opt) {
+    const std::vector<variable*> params = model.parameters();
+    detail::load_eager(path, detail::by_position(params, model.buffers()), &opt, "load_checkpoint", params.size());
+}
+inline void load_checkpoint(const std::string& path, nn::module& model) {
+    detail::load_eager<detail::no_optimizer>(path, detail::by_position(model.parameters(), model.buffers()), nullptr,
+                                             "load_checkpoint");
 }
 
 // Graph mode: a session's parameters (by their names) and the optimizer state of its training step (its slots

@@ -121,6 +121,9 @@ public:
     }
     auto eval() -> module& { return train(false); }
     bool training() const noexcept { return training_; }
+    // State that belongs to the model but is not trained (PyTorch's buffers: batch_norm_layer's running statistics).
+    // A checkpoint of the module (kiln::save_checkpoint(path, model, opt)) holds them beside the parameters.
+    virtual std::vector<variable*> buffers() { return {}; }
 
 protected:
     // State that is not a parameter (a dropout layer's key) moves with the module (to()).
@@ -321,8 +324,8 @@ using layer_norm_layer = basic_layer_norm<>;
 // nn.BatchNorm1d/2d/3d: batch normalization of (N, C, ...) inputs (nn::batch_norm) over every axis but the channels,
 // with a trainable weight of ones and bias of zeros (unless affine is false) and running statistics (mean 0,
 // variance 1 at first) that training moves and evaluation (eval()) uses. The running statistics are variables but
-// not parameters: parameters() leaves them out, to() moves them, and a traced function reads (and, training,
-// assigns) them at every call.
+// not parameters: parameters() leaves them out, buffers() lists them (a checkpoint of the module holds them), to()
+// moves them, and a traced function reads (and, training, assigns) them at every call.
 template <int N = 0>
 class basic_batch_norm_layer : public module {
 public:
@@ -339,6 +342,7 @@ public:
         if (!affine_) return {};
         return {&w, &b};
     }
+    std::vector<variable*> buffers() override { return {&running_mean, &running_var}; }
 
     variable w, b;                          // (unused when affine is false)
     variable running_mean, running_var;     // not parameters
@@ -414,6 +418,12 @@ public:
         std::vector<variable*> out;
         for (auto& l : layers_)
             for (variable* p : l->parameters()) out.push_back(p);
+        return out;
+    }
+    std::vector<variable*> buffers() override {
+        std::vector<variable*> out;
+        for (auto& l : layers_)
+            for (variable* b : l->buffers()) out.push_back(b);
         return out;
     }
     auto train(bool on = true) -> module& override {
