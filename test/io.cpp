@@ -686,6 +686,36 @@ TEST_CASE("ONNX export: an evaluating nn::batch_norm_layer is one BatchNormaliza
     CHECK(kiln::allclose(back(x)[0], bn(x), 1e-5, 1e-6));
 }
 
+TEST_CASE("ONNX export of a model with dropout: refused while it trains (its key is written), dropout absent in eval") {
+    kiln::generator g(43);
+    kiln::nn::sequential model(kiln::nn::dense(3, 4, kiln::nn::relu, g), kiln::nn::dropout_layer(0.5, g),
+                               kiln::nn::dense(4, 2, kiln::nn::identity, g));
+    auto net = kiln::function([&](const kiln::tensor& x) { return model(x); });
+    const std::vector<kiln::spec> fixed{kiln::spec(kiln::float32, {5, 3})}, sig{kiln::spec(kiln::float32, {kiln::dyn, 3})};
+    CHECK_THROWS_WITH_AS((void)kiln::onnx_bytes(net, fixed), doctest::Contains("writes into tensors"), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::save(net, fixed, temp_path("dropout.kfn")), doctest::Contains("writes into tensors"), kiln::value_error);
+    CHECK_THROWS_AS((void)kiln::onnx_bytes(net, sig), kiln::value_error);  // (with a dynamic batch: refused as well)
+    // Function mode runs it with a declared dynamic batch, at any batch size.
+    auto dynamic = kiln::function([&](const kiln::tensor& xb) { return model(xb); }, sig);
+    CHECK(dynamic(kiln::randn({5, 3}, kiln::float32, g)).shape() == kiln::dims{5, 2});
+    CHECK(dynamic(kiln::randn({2, 3}, kiln::float32, g)).shape() == kiln::dims{2, 2});
+    model.eval();
+    const std::string onnx = kiln::onnx_bytes(net, sig);
+    const kiln::loaded_function back = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    const kiln::tensor x = kiln::randn({5, 3}, kiln::float32, g);
+    CHECK(kiln::allclose(back(x)[0], model(x), 1e-6, 1e-6));
+    // The mode is read while tracing: with the mode as a static argument, each mode has its trace.
+    auto by_mode = kiln::function([&](const kiln::tensor& xb, bool training) {
+        model.train(training);
+        return model(xb);
+    });
+    const kiln::tensor t1 = by_mode(x, true), e1 = by_mode(x, false), t2 = by_mode(x, true), e2 = by_mode(x, false);
+    CHECK(kiln::allclose(e1, e2, 0, 0));
+    CHECK(kiln::allclose(e1, back(x)[0], 1e-6, 1e-6));
+    CHECK_FALSE(kiln::allclose(t1, t2, 0, 0));  // each training call drops other units
+    CHECK(by_mode.trace_count() == 2);
+}
+
 TEST_CASE("a checkpoint of a module holds its buffers: batch norm's running statistics resume bit for bit") {
     auto make = [](std::uint64_t seed) {
         kiln::generator g(seed);

@@ -691,7 +691,7 @@ TEST_CASE("nn::dropout drops with probability p, scales the rest, advances its k
     for (std::size_t i = 0; i < v.size(); ++i) {
         kept += v[i] != 0;
         other_values += v[i] != 0 && v[i] != scale;
-        formula_mismatches += (v[i] != 0) != kept_by_formula(seed, 0, i, 0.3);
+        formula_mismatches += (v[i] != 0) != kept_by_formula(seed, 1, i, 0.3);  // (the call's counter: moved on, then drawn)
     }
     CHECK(other_values == 0);
     CHECK(formula_mismatches == 0);

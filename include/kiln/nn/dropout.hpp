@@ -24,13 +24,13 @@ inline ops::dropout_attrs check_dropout(const tensor& x, double p) {
 
 namespace kiln::nn {
 
-// A dropout key: (a seed drawn from g, counter 0), on device d. kiln::nn::dropout(x, p, key) reads it and moves its
-// counter on by one.
+// A dropout key: (a seed drawn from g, counter 0), on device d. kiln::nn::dropout(x, p, key) moves its counter on by
+// one and draws with the new counter.
 inline tensor dropout_key(generator& g = default_generator(), const device& d = kiln::cpu) {
     return from_vector(std::vector<std::int64_t>{std::bit_cast<std::int64_t>(g.next()), 0}, dims{2}).to(d);
 }
 
-// Dropout drawing from `key` (shape (2,), int64, on x's device), which it advances in place. In a kiln::function
+// Dropout drawing from `key` (shape (2,), int64, on x's device), which it first advances in place. In a kiln::function
 // the key is state: it is read and advanced at every call, so every call drops other elements. Without training
 // x passes through (and the key does not move).
 template <int N = 0>
@@ -41,9 +41,10 @@ tensor dropout(const tensor& x_in, double p, tensor& key, bool training = true) 
                           std::string(name(key.dtype())) + " " + to_string(key.shape()));
     if (!training || p == 0) return x_in;
     const detail::dependent_tensor<N>& x = x_in;
-    // This call's key: a copy, which the tape keeps for the gradient while `key` moves on.
-    const tensor now = key.clone();
+    // The counter moves on first, then this call draws with it from a copy (which the tape keeps for the gradient
+    // while `key` moves on later).
     key += from_vector(std::vector<std::int64_t>{0, 1}, dims{2}).to(key.device());
+    const tensor now = key.clone();
     return detail::apply_structural<ops::dropout, N>(a, x, now);
 }
 
