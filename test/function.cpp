@@ -673,6 +673,25 @@ TEST_CASE("dynamic dimensions that the code turns into other numbers fall back t
     CHECK(r[0].find("'slice'") != std::string::npos);
 }
 
+TEST_CASE("a constant made afresh on each trace shares one trace when its values do not follow the extent") {
+    // from_values runs while tracing, so each of the three traces holds its own copy of the table: the same values,
+    // so the same program. A table made from the extent (arange(n)) differs between the traces and falls back.
+    auto f = kiln::function([](const kiln::tensor& x) { return x * kiln::from_values({2.0, -1.0}); },
+                            {kiln::spec(kiln::float64, {kiln::dyn, 2})});
+    CHECK(values(f(f64({1, 2, 3, 4}, {2, 2}))) == std::vector<double>{2, -2, 6, -4});
+    CHECK(values(f(f64({5, 6}, {1, 2}))) == std::vector<double>{10, -6});
+    CHECK(f.trace_count() == 1);
+    CHECK(f.retrace_reasons().empty());
+    auto by_extent = kiln::function(
+        [](const kiln::tensor& x) { return x + kiln::arange(0, static_cast<double>(x.shape()[0]), 1, kiln::float64); },
+        {kiln::spec(kiln::float64, {kiln::dyn})});
+    CHECK(values(by_extent(f64({1, 1}, {2}))) == std::vector<double>{1, 2});
+    CHECK(values(by_extent(f64({1, 1, 1}, {3}))) == std::vector<double>{1, 2, 3});
+    CHECK(by_extent.trace_count() == 2);
+    REQUIRE(!by_extent.retrace_reasons().empty());
+    CHECK(by_extent.retrace_reasons()[0].find("captures a tensor that the code made from the extent") != std::string::npos);
+}
+
 TEST_CASE("a parameter that two traces put on a line but that grows as the extent squared falls back per extent") {
     // The mean of x x^T divides by n^2: 9 at n = 3 and 49 at n = 7 fit the line 10n - 21, which the third trace
     // (121 at n = 11) is not on. Taking the line gave 29 for n = 5, and a wrong mean, before the third trace.

@@ -14,6 +14,7 @@
 // The tracer records at eager mode's seam (detail::tracer_base in eager/trace_seam.hpp): no op is written again for
 // function mode. docs/function-mode.md says what tracing captures and what it does not.
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -118,6 +119,15 @@ inline std::string to_string(const std::vector<spec>& specs) {
 
 namespace detail {
 
+// True when two tensors hold the same dtype, shape and bytes: a constant that the traced code makes afresh at every
+// call (an increment, a table) is the same constant in traces made at different extents.
+inline bool same_value(const tensor& a, const tensor& b) {
+    if (a.dtype() != b.dtype() || !(a.shape() == b.shape())) return false;
+    const tensor ha = a.to(cpu).contiguous(), hb = b.to(cpu).contiguous();
+    const std::size_t bytes = static_cast<std::size_t>(ha.numel()) * ha.itemsize();
+    return bytes == 0 || std::memcmp(ha.raw_data(), hb.raw_data(), bytes) == 0;
+}
+
 // Two traces of one function, made with different extents of its dynamic dimensions (`a` and `b` per dimension),
 // compared node by node. Where they agree except for parameters that follow an extent linearly (a reshape's
 // target, a mean's count, a fill's shape), those parameters are marked in `g` as dynamic and the answer is empty;
@@ -138,7 +148,8 @@ std::string mark_dynamic(function_graph& g, const function_graph& h,
             x.dtype != y.dtype || x.shape.rank != y.shape.rank)
             return where(i) + " is a different op in the two traces";
         if ((x.kind == node_kind::constant || x.kind == node_kind::variable) &&
-            (x.value.storage_handle() != y.value.storage_handle() || !(x.value.shape() == y.value.shape())))
+            (x.value.storage_handle() != y.value.storage_handle() || !(x.value.shape() == y.value.shape())) &&
+            !(x.kind == node_kind::constant && same_value(x.value, y.value)))
             return where(i) + " captures a tensor that the code made from the extent (make it inside the traced ops, "
                               "for example with kiln::full)";
         if (x.params.values.size() != y.params.values.size() || x.params.float_params != y.params.float_params)
