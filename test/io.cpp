@@ -684,6 +684,14 @@ TEST_CASE("ONNX export: an evaluating nn::batch_norm_layer is one BatchNormaliza
     const kiln::loaded_function back = exported_normalization(net, sig, "BatchNormalization", 1);
     const kiln::tensor x = kiln::randn({2, 4, 3}, kiln::float32, g);
     CHECK(kiln::allclose(back(x)[0], bn(x), 1e-5, 1e-6));
+    // Read back through nn::batch_normalization: traced again, the imported model exports as one BatchNormalization.
+    auto again = kiln::function([&](const kiln::tensor& xb) { return back(xb)[0]; });
+    const kiln::function_graph& graph = again.graph(x);
+    REQUIRE(graph.composites.size() == 1);
+    CHECK(graph.composites[0].op == "batch_norm");
+    CHECK(graph.composites[0].attrs == "epsilon=9.9999997473787516e-06 scale=true bias=true");
+    const kiln::loaded_function back2 = exported_normalization(again, sig, "BatchNormalization", 1);
+    CHECK(kiln::allclose(back2(x)[0], back(x)[0], 0, 0));
 }
 
 TEST_CASE("ONNX export of a model with dropout: refused while it trains (its key is written), dropout absent in eval") {

@@ -910,6 +910,17 @@ TEST_CASE("nn::batch_norm_layer normalizes each channel by the batch while train
             for (std::size_t k = 0; k < per; ++k)
                 CHECK(ye[at(n, ch, k)] == doctest::Approx((xv[at(n, ch, k)] - rm[ch]) / std::sqrt(rv[ch] + 1e-5) * wv[ch] + bv[ch]).epsilon(1e-12));
     CHECK(values(bn.running_mean) == rm);
+    // By given statistics (plain tensors): the same values as the evaluating layer, bit for bit; w and b optional.
+    CHECK(values(kiln::nn::batch_normalization(x, bn.running_mean.clone(), bn.running_var.clone(), bn.w, bn.b)) == ye);
+    const std::vector<double> bare = values(kiln::nn::batch_normalization(x, bn.running_mean, bn.running_var));
+    CHECK(bare[at(1, 2, 3)] == doctest::Approx((xv[at(1, 2, 3)] - rm[2]) / std::sqrt(rv[2] + 1e-5)).epsilon(1e-12));
+    CHECK_THROWS_WITH_AS(kiln::nn::batch_normalization(x, bn.running_mean, kiln::ones({4}, kiln::float64)),
+                         "kiln: shape_error in 'nn::batch_normalization': the variance has shape (4,), but the input "
+                         "(4, 3, 2, 5) has 3 channels",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::batch_normalization(x, bn.running_mean, bn.running_var, kiln::tensor(), kiln::tensor(), -1.0),
+                    kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::batch_normalization(x, bn.running_mean.to(kiln::float32), bn.running_var), kiln::dtype_error);
 
     // Training-mode gradients (through the batch's statistics) against central differences.
     bn.train();

@@ -183,6 +183,11 @@ replay_fn onnx_layer_kernel(const std::string& op, std::int64_t opset, Attr&& A,
                                       std::to_string(in[i].numel()) + " values for " + std::to_string(c) + " channels");
                 return in[i].reshape(per_channel);
             };
+            // Statistics, scale and bias of shape (C,) and x's dtype: nn::batch_normalization itself, so that the
+            // model traced inside a kiln::function exports as a BatchNormalization again. Others broadcast.
+            bool plain = is_floating(x.dtype());
+            for (std::size_t i = 1; i < 5 && plain; ++i) plain = in[i].shape() == dims{c} && in[i].dtype() == x.dtype();
+            if (plain) return nn::batch_normalization(x, in[3], in[4], in[1], in[2], eps);
             const auto scale = channel(1, "the scale"), bias = channel(2, "the bias"), m = channel(3, "the mean"),
                        v = channel(4, "the variance");
             return ((x - m) / sqrt(v + eps) * scale + bias).to(x.dtype());

@@ -312,7 +312,7 @@ private:
                                   " must have positive extents");
         if (!(eps >= 0) || !std::isfinite(eps))
             throw value_error("kiln: value_error in 'nn::layer_norm_layer': eps must be finite and not negative, got " +
-                              kiln::detail::exact_number_text(eps));
+                              kiln::detail::number_text(eps));
         return s;
     }
     dims shape_;

@@ -6,7 +6,6 @@
 // note of it (function/graph.hpp's composites) from which the ONNX export writes one LayerNormalization.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,13 +13,6 @@
 #include "../eager/eager.hpp"
 
 namespace kiln::detail {
-
-// The number as the note's text keeps it: every bit of a double.
-inline std::string exact_number_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
-}
 
 // Whether layer_norm was given a weight or bias: an empty tensor (kiln::tensor(), as conv2d's bias) is none.
 inline bool given(const tensor& t) { return t.valid() && t.numel() != 0; }
@@ -47,7 +39,7 @@ inline void check_layer_norm(const tensor& x, const dims& normalized, const tens
     check_affine(w, "weight");
     check_affine(b, "bias");
     if (!(eps >= 0) || !std::isfinite(eps))
-        throw value_error("kiln: value_error in 'nn::layer_norm': eps must be finite and not negative, got " + exact_number_text(eps));
+        throw value_error("kiln: value_error in 'nn::layer_norm': eps must be finite and not negative, got " + number_text(eps));
 }
 
 }  // namespace kiln::detail
@@ -73,11 +65,82 @@ tensor layer_norm(const tensor& x_in, const dims& normalized_shape, const tensor
     const tensor parts[3] = {x_in, scale ? w : b, b};
     const std::size_t count = 1 + (scale ? 1 : 0) + (shift ? 1 : 0);
     detail::note_composite("layer_norm", [&] {
-        return "axis=" + std::to_string(x_in.dim() - normalized_shape.rank) + " epsilon=" + detail::exact_number_text(eps) +
+        return "axis=" + std::to_string(x_in.dim() - normalized_shape.rank) + " epsilon=" + detail::number_text(eps) +
                " scale=" + (scale ? "true" : "false") + " bias=" + (shift ? "true" : "false");
     }, std::span<const tensor>(parts, count), out);
     return out;
 }
+
+}  // namespace kiln::nn
+
+namespace kiln::detail {
+
+// batch_norm's checks: x floating and (N, C, ...); the statistics, and w and b where given, (C,) of x's dtype.
+template <int N = 0>
+void check_batch_norm(const tensor& x, const tensor& mean, const tensor& var, const tensor& w, const tensor& b,
+                      double eps, double momentum, const char* op) {
+    x.check_valid(op);
+    if (!is_floating(x.dtype()))
+        throw dtype_error(std::string("kiln: dtype_error in '") + op + "': the input must be floating, got " + std::string(name(x.dtype())));
+    if (x.dim() < 2)
+        throw shape_error(std::string("kiln: shape_error in '") + op + "': the input must be (batch, channels, ...), got " + to_string(x.shape()));
+    const std::ptrdiff_t c = x.shape()[1];
+    auto check_channels = [&](const tensor& t, const char* what, bool optional) {
+        if (optional && !given(t)) return;
+        t.check_valid(op);
+        if (!(t.shape() == dims{c}))
+            throw shape_error(std::string("kiln: shape_error in '") + op + "': the " + what + " has shape " + to_string(t.shape()) +
+                              ", but the input " + to_string(x.shape()) + " has " + std::to_string(c) + " channels");
+        if (t.dtype() != x.dtype())
+            throw dtype_error(std::string("kiln: dtype_error in '") + op + "': the " + what + " is " + std::string(name(t.dtype())) +
+                              ", but the input is " + std::string(name(x.dtype())));
+    };
+    const bool running = std::string_view(op) == "nn::batch_norm";
+    check_channels(mean, running ? "running mean" : "mean", false);
+    check_channels(var, running ? "running variance" : "variance", false);
+    check_channels(w, "weight", true);
+    check_channels(b, "bias", true);
+    if (!(eps >= 0) || !std::isfinite(eps))
+        throw value_error(std::string("kiln: value_error in '") + op + "': eps must be finite and not negative, got " + number_text(eps));
+    if (!(momentum >= 0 && momentum <= 1))
+        throw value_error(std::string("kiln: value_error in '") + op + "': momentum must lie in [0, 1], got " + number_text(momentum));
+}
+
+// (1, C, 1, ...) for an (N, C, ...) input: a per-channel tensor broadcast over the rest.
+inline dims batch_norm_along(const dims& x) {
+    dims along = x;
+    for (int i = 0; i < along.rank; ++i) along[i] = i == 1 ? x[1] : 1;
+    return along;
+}
+
+template <int N = 0>
+tensor batch_norm_affine(dependent_tensor<N> y, const tensor& w, const tensor& b) {
+    const dims along = batch_norm_along(y.shape());
+    if (given(w)) y = y * static_cast<const dependent_tensor<N>&>(w).reshape(along);
+    if (given(b)) y = y + static_cast<const dependent_tensor<N>&>(b).reshape(along);
+    return y;
+}
+
+// Normalization by the given statistics, noted for the export (BatchNormalization).
+template <int N = 0>
+tensor batch_norm_by(const tensor& x_in, const tensor& mean, const tensor& var, const tensor& w, const tensor& b, double eps) {
+    const dependent_tensor<N>& x = x_in;
+    const dims along = batch_norm_along(x.shape());
+    const dependent_tensor<N>& rm = mean;
+    const dependent_tensor<N>& rv = var;
+    const tensor out = batch_norm_affine<N>((x - rm.reshape(along)) / kiln::sqrt(rv.reshape(along) + eps), w, b);
+    const bool scale = given(w), shift = given(b);
+    const tensor parts[5] = {x_in, mean, var, scale ? w : b, b};
+    const std::size_t count = 3 + (scale ? 1 : 0) + (shift ? 1 : 0);
+    note_composite("batch_norm", [&] {
+        return "epsilon=" + number_text(eps) + " scale=" + (scale ? "true" : "false") + " bias=" + (shift ? "true" : "false");
+    }, std::span<const tensor>(parts, count), out);
+    return out;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::nn {
 
 // Batch normalization (PyTorch's torch.nn.functional.batch_norm, BatchNorm1d/2d/3d): x is (N, C, ...) and each
 // channel is normalized over every other axis. Training: by the batch's mean and biased variance, and the running
@@ -88,40 +151,11 @@ tensor layer_norm(const tensor& x_in, const dims& normalized_shape, const tensor
 template <int N = 0>
 tensor batch_norm(const tensor& x_in, variable& running_mean, variable& running_var, const tensor& w = tensor(),
                   const tensor& b = tensor(), bool training = false, double momentum = 0.1, double eps = 1e-5) {
-    x_in.check_valid("nn::batch_norm");
-    if (!detail::is_floating(x_in.dtype()))
-        throw dtype_error("kiln: dtype_error in 'nn::batch_norm': the input must be floating, got " + std::string(name(x_in.dtype())));
-    if (x_in.dim() < 2)
-        throw shape_error("kiln: shape_error in 'nn::batch_norm': the input must be (batch, channels, ...), got " + to_string(x_in.shape()));
-    const std::ptrdiff_t c = x_in.shape()[1];
-    auto check_channels = [&](const tensor& t, const char* what, bool optional) {
-        if (optional && !detail::given(t)) return;
-        if (!(t.shape() == dims{c}))
-            throw shape_error(std::string("kiln: shape_error in 'nn::batch_norm': the ") + what + " has shape " + to_string(t.shape()) +
-                              ", but the input " + to_string(x_in.shape()) + " has " + std::to_string(c) + " channels");
-        if (t.dtype() != x_in.dtype())
-            throw dtype_error(std::string("kiln: dtype_error in 'nn::batch_norm': the ") + what + " is " + std::string(name(t.dtype())) +
-                              ", but the input is " + std::string(name(x_in.dtype())));
-    };
-    check_channels(running_mean, "running mean", false);
-    check_channels(running_var, "running variance", false);
-    check_channels(w, "weight", true);
-    check_channels(b, "bias", true);
-    if (!(eps >= 0) || !std::isfinite(eps))
-        throw value_error("kiln: value_error in 'nn::batch_norm': eps must be finite and not negative, got " + detail::exact_number_text(eps));
-    if (!(momentum >= 0 && momentum <= 1))
-        throw value_error("kiln: value_error in 'nn::batch_norm': momentum must lie in [0, 1], got " + detail::exact_number_text(momentum));
+    detail::check_batch_norm<N>(x_in, running_mean, running_var, w, b, eps, momentum, "nn::batch_norm");
     const detail::dependent_tensor<N>& x = x_in;
+    const std::ptrdiff_t c = x.shape()[1];
     std::vector<int> axes{0};
     for (int i = 2; i < x.dim(); ++i) axes.push_back(i);
-    dims along = x.shape();  // (1, C, 1, ...): a per-channel tensor broadcast over the rest
-    for (int i = 0; i < along.rank; ++i) along[i] = i == 1 ? c : 1;
-    const bool scale = detail::given(w), shift = detail::given(b);
-    auto affine = [&](detail::dependent_tensor<N> y) {
-        if (scale) y = y * static_cast<const detail::dependent_tensor<N>&>(w).reshape(along);
-        if (shift) y = y + static_cast<const detail::dependent_tensor<N>&>(b).reshape(along);
-        return y;
-    };
     if (training) {
         const std::ptrdiff_t count = x.numel() / std::max<std::ptrdiff_t>(c, 1);
         if (count < 2)
@@ -131,7 +165,7 @@ tensor batch_norm(const tensor& x_in, variable& running_mean, variable& running_
         const detail::dependent_tensor<N> centred = x - mean;
         const detail::dependent_tensor<N> squares = centred * centred;
         const detail::dependent_tensor<N> var = kiln::mean<N>(squares, axes, true);
-        const tensor out = affine(centred / kiln::sqrt(var + eps));
+        const tensor out = detail::batch_norm_affine<N>(centred / kiln::sqrt(var + eps), w, b);
         // The running statistics, from values cut from the tapes (no gradient flows into them). The unbiased variance
         // divides by count - 1, a number that follows a dynamic batch linearly, so one trace serves every batch size.
         const detail::dependent_tensor<N> bm = stop_gradient(mean).reshape({c});
@@ -140,15 +174,17 @@ tensor batch_norm(const tensor& x_in, variable& running_mean, variable& running_
         running_var.assign(static_cast<const detail::dependent_tensor<N>&>(running_var) * (1 - momentum) + bv * momentum);
         return out;
     }
-    const detail::dependent_tensor<N>& rm = running_mean;
-    const detail::dependent_tensor<N>& rv = running_var;
-    const tensor out = affine((x - rm.reshape(along)) / kiln::sqrt(rv.reshape(along) + eps));
-    const tensor parts[5] = {x_in, running_mean, running_var, scale ? w : b, b};
-    const std::size_t count = 3 + (scale ? 1 : 0) + (shift ? 1 : 0);
-    detail::note_composite("batch_norm", [&] {
-        return "epsilon=" + detail::exact_number_text(eps) + " scale=" + (scale ? "true" : "false") + " bias=" + (shift ? "true" : "false");
-    }, std::span<const tensor>(parts, count), out);
-    return out;
+    return detail::batch_norm_by<N>(x_in, running_mean, running_var, w, b, eps);
+}
+
+// Batch normalization by given statistics (TensorFlow's tf.nn.batch_normalization; PyTorch's F.batch_norm with
+// training=False): x is (N, C, ...), and mean, variance, w and b are (C,) tensors of x's dtype (w and b may be
+// empty tensors). It is batch_norm's evaluation, and the export writes it as BatchNormalization as well.
+template <int N = 0>
+tensor batch_normalization(const tensor& x, const tensor& mean, const tensor& variance, const tensor& w = tensor(),
+                           const tensor& b = tensor(), double eps = 1e-5) {
+    detail::check_batch_norm<N>(x, mean, variance, w, b, eps, 0.0, "nn::batch_normalization");
+    return detail::batch_norm_by<N>(x, mean, variance, w, b, eps);
 }
 
 }  // namespace kiln::nn

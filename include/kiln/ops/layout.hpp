@@ -8,7 +8,6 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -560,12 +559,7 @@ struct pad {
             b += std::to_string(a.before[static_cast<std::size_t>(i)]);
             e += std::to_string(a.after[static_cast<std::size_t>(i)]);
         }
-        return b + e + " value=" + to_string_exact(a.value());
-    }
-    static std::string to_string_exact(double v) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.17g", v);
-        return buf;
+        return b + e + " value=" + detail::number_text(a.value());
     }
     template <class Device, class U, class X>
     static void compute(const pad_attrs& a, U* out, const X& x, std::string_view = {}) {

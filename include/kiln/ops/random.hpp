@@ -110,9 +110,7 @@ struct dropout {
     template <std::size_t I, class T>
     using operand_type = std::int64_t;  // the key
     static std::string attrs_text(const dropout_attrs& a) {
-        char buf[40];
-        std::snprintf(buf, sizeof buf, "p=%.17g", a.p());
-        return buf;
+        return "p=" + detail::number_text(a.p());
     }
     template <class Device, class U, class X, class K>
     static void compute(const dropout_attrs& a, U* out, const X& x, const K& key) {

@@ -13,8 +13,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/device.hpp"
 #include "../core/dtype.hpp"
 #include "../core/shape.hpp"
+#include "../core/strided.hpp"
 #include "compare.hpp"
 #include "structural.hpp"
 
