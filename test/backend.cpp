@@ -247,6 +247,20 @@ TEST_CASE("the CPU device's arg_reduce and strided copy") {
     float v[5] = {1, 2, 3, 4, 5};
     dev::copy_strided(strided<float>(v + 1, dims{4}, dims{1}), strided<const float>(v, dims{4}, dims{1}));
     CHECK(std::vector<float>(v, v + 5) == std::vector<float>{1, 1, 2, 3, 4});
+    // A strided add (col2im's): a row added down a transposed output, converted; bools add as "or".
+    double acc[6] = {10, 20, 30, 40, 50, 60};
+    const float row[3] = {1.5f, -2.f, 4.f};
+    dev::add_strided(strided<double>(acc, dims{2, 3}, dims{1, 2}), strided<const float>(row, dims{2, 3}, dims{0, 1}));
+    CHECK(std::vector<double>(acc, acc + 6) == std::vector<double>{11.5, 21.5, 28, 38, 54, 64});
+    bool any[3] = {false, true, false};
+    const bool more[3] = {false, false, true};
+    dev::add_strided(strided<bool>(any, dims{3}, dims{1}), strided<const bool>(more, dims{3}, dims{1}));
+    CHECK((any[0] == false && any[1] == true && any[2] == true));
+    // A fill of a row-major view and of a strided one.
+    float f[6] = {};
+    dev::fill(strided<float>(f, dims{2, 3}, dims{3, 1}), 2.5f);
+    dev::fill(strided<float>(f, dims{2}, dims{3}), -1.f);
+    CHECK(std::vector<float>(f, f + 6) == std::vector<float>{-1, 2.5, 2.5, -1, 2.5, 2.5});
     // Memory and work.
     void* p = dev::allocate(100);
     dev::copy(p, v, sizeof v);

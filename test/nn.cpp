@@ -372,6 +372,60 @@ TEST_CASE("max_pool2d and avg_pool2d take each window's maximum and mean; paddin
     kiln_test::check_all_close(values(tape.gradient(loss, xd)), std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0}, 0);
 }
 
+TEST_CASE("nn::unfold gathers PyTorch's columns, nn::fold adds them back (its adjoint), and both differentiate") {
+    kiln::generator g(31);
+    const kiln::tensor x = kiln::randn({2, 3, 5, 6}, kiln::float64, g);
+    const kiln::nn::conv2d_options o{.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}};
+    const kiln::tensor u = kiln::nn::unfold(x, {3, 2}, o);
+    // out_h = (5 + 2 - 3) / 2 + 1 = 3, out_w = (6 + 2 - 2 - 1) / 1 + 1 = 6; rows c * 6 + i * 2 + j.
+    REQUIRE(u.shape() == kiln::dims{2, 18, 18});
+    std::vector<double> want;
+    for (std::ptrdiff_t n = 0; n < 2; ++n)
+        for (std::ptrdiff_t c = 0; c < 3; ++c)
+            for (std::ptrdiff_t i = 0; i < 3; ++i)
+                for (std::ptrdiff_t j = 0; j < 2; ++j)
+                    for (std::ptrdiff_t p = 0; p < 3; ++p)
+                        for (std::ptrdiff_t q = 0; q < 6; ++q) {
+                            const std::ptrdiff_t r = p * 2 + i - 1, k = q + j * 2 - 1;
+                            want.push_back(r >= 0 && r < 5 && k >= 0 && k < 6 ? x.at<double>({n, c, r, k}) : 0.0);
+                        }
+    CHECK(values(u) == want);
+    // fold is the adjoint: <unfold(x), c> = <x, fold(c)>, and fold adds overlapping windows.
+    const kiln::tensor cols = kiln::randn(u.shape(), kiln::float64, g);
+    const kiln::tensor f = kiln::nn::fold(cols, {5, 6}, {3, 2}, o);
+    REQUIRE(f.shape() == kiln::dims{2, 3, 5, 6});
+    CHECK(kiln::sum(u * cols).item<double>() == doctest::Approx(kiln::sum(x * f).item<double>()).epsilon(1e-12));
+    const kiln::tensor counts = kiln::nn::fold(kiln::nn::unfold(kiln::ones({1, 1, 4, 4}, kiln::float64), {2, 2}), {4, 4}, {2, 2});
+    CHECK(values(counts) == std::vector<double>{1, 2, 2, 1, 2, 4, 4, 2, 2, 4, 4, 2, 1, 2, 2, 1});
+    // Gradients: unfold's is fold, fold's is unfold; under a trace, the same values.
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    tape.watch(cols);
+    const kiln::tensor loss = kiln::sum(kiln::nn::unfold(x, {3, 2}, o) * cols) + kiln::sum(kiln::nn::fold(cols, {5, 6}, {3, 2}, o) * x);
+    const std::vector<kiln::tensor> grads = tape.gradient(loss, std::vector<kiln::tensor>{x, cols});
+    CHECK(kiln::allclose(grads[0], f * 2.0, 1e-12, 1e-12));
+    CHECK(kiln::allclose(grads[1], u * 2.0, 1e-12, 1e-12));
+    auto traced = kiln::function([&](const kiln::tensor& xx) { return kiln::nn::fold(kiln::nn::unfold(xx, {3, 2}, o) * 0.5, {5, 6}, {3, 2}, o); });
+    CHECK(kiln::allclose(traced(x), kiln::nn::fold(u * 0.5, {5, 6}, {3, 2}, o), 0, 0));
+    // Integers and bools move unchanged (a window of bools folds as "any").
+    const kiln::tensor ints = kiln::arange(12, kiln::int32).reshape({1, 1, 3, 4});
+    CHECK(kiln::nn::unfold(ints, {2, 2}).dtype() == kiln::int32);
+    CHECK(values(kiln::nn::unfold(ints, {2, 2}).select(2, 1)) == std::vector<double>{1, 2, 5, 6});  // (window (0, 1))
+    const kiln::tensor mask = kiln::greater(kiln::arange(12, kiln::int32).reshape({1, 1, 3, 4}), 6);
+    CHECK(values(kiln::nn::fold(kiln::nn::unfold(mask, {2, 2}), {3, 4}, {2, 2})) == values(mask));
+    // Bad input.
+    CHECK_THROWS_WITH_AS(kiln::nn::fold(cols, {5, 7}, {3, 2}, o),
+                         "kiln: shape_error in 'nn::fold': the columns must be (batch, channels * 6, 21) for kernel (3, 2) and "
+                         "output size (5, 7), got (2, 18, 18)",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::unfold(x, {7, 2}),
+                         "kiln: shape_error in 'nn::unfold': the height of the input is 5, smaller than the window's 7 (kernel 7)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::unfold(x, {2, 2}, {.groups = 3}), kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::unfold(x.select(0, 0), {2, 2}), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::unfold(x, {0, 2}), kiln::value_error);
+}
+
 TEST_CASE("conv2d and pooling refuse bad shapes, groups and windows with sentences that name them") {
     CHECK_THROWS_WITH_AS(kiln::nn::conv2d(kiln::ones({1, 3, 2, 2}), kiln::ones({4, 3, 3, 3})),
                          "kiln: shape_error in 'nn::conv2d': the height of the input is 2, smaller than the window's 3 (kernel 3)",

@@ -229,6 +229,15 @@ int main(int argc, char** argv) {
         }, {.name = "cnn2"});
         write<1>(dir, "cnn2", conv2, {kiln::spec(kiln::float32, {kiln::dyn, 4, 9, 9})},
                  {{kiln::randn({2, 4, 9, 9}, kiln::float32, g)}, {kiln::randn({1, 4, 9, 9}, kiln::float32, g)}});
+        // float64 convolution and pooling (ONNX Runtime's Conv and MaxPool take float32 here): written as their
+        // parts, the windows as Pad, strided Slices and a Concat.
+        const kiln::tensor w64 = kiln::randn({3, 2, 3, 2}, kiln::float64, g);
+        auto conv64 = kiln::function([&](const kiln::tensor& x) {
+            const kiln::tensor y = kiln::nn::conv2d(x, w64, kiln::tensor(), {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}});
+            return kiln::nn::max_pool2d(kiln::relu(y), {2, 2}, {.padding = {1, 0}});
+        }, {.name = "cnn64"});
+        write<1>(dir, "cnn64", conv64, {kiln::spec(kiln::float64, {kiln::dyn, 2, 7, 6})},
+                 {{kiln::randn({2, 2, 7, 6}, kiln::float64, g)}, {kiln::randn({1, 2, 7, 6}, kiln::float64, g)}});
         // nn::embedding: int64 ids looked up (Gather, after the Where that keeps negative ids from counting from
         // the end), averaged per row, then a dense layer.
         kiln::nn::embedding words(7, 4, g);
@@ -261,7 +270,7 @@ int main(int argc, char** argv) {
         auto bn_model = kiln::function([&](const kiln::tensor& x) { return bnet(x); }, {.name = "batch_norm"});
         write<1>(dir, "batch_norm", bn_model, {kiln::spec(kiln::float32, {kiln::dyn, 2, 5, 5})},
                  {{kiln::randn({2, 2, 5, 5}, kiln::float32, g)}, {kiln::randn({1, 2, 5, 5}, kiln::float32, g)}});
-        std::printf("onnx_tool: wrote 11 models and their kiln results in %s\n", dir.c_str());
+        std::printf("onnx_tool: wrote 12 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;

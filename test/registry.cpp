@@ -124,6 +124,11 @@ std::map<std::string, sample> samples() {
                     return kiln::pad(t[0], {{1, 0}, {0, 2}}, 0.5);
                 }};
 
+    const kiln::tensor image = kiln::arange(0, 12, 1, kiln::float64).reshape({1, 1, 3, 4});
+    s["im2col"] = {{image}, {{"kernel", {2, 3}}, {"stride", {1, 2}}, {"pads", {1, 0, 0, 1}}, {"value", -1.0}}, [](const tensors& t) {
+                       return kiln::eager_op<kiln::ops::im2col>(kiln::ops::make_window_attrs({2, 3}, {1, 2}, {1, 0, 0, 1}, {1, 1}, -1.0), t[0]);
+                   }};
+
     // Sorting and indexing.
     s["sort"] = {{m}, {{"descending", true}}, [](const tensors& t) { return kiln::sort(t[0], -1, true); }};
     s["argsort"] = {{m}, {{"axis", 1}}, [](const tensors& t) { return kiln::argsort(t[0], 1); }};

@@ -21,6 +21,7 @@
 //   scan(product, x, axis, reverse, out)
 //                                      running sums or products along one axis (cumsum, cumprod)
 //   copy_strided(out, in)              a strided copy with broadcasting and dtype conversion
+//   add_strided(out, in)               out += in, strided (col2im: windows added back into an image)
 //   fill(out, v)                       every element of a strided view set to v
 //   gather_along, scatter_add_along    take_along_axis and its gradient; take, take_add: numpy.take and its
 //   take, take_add                     gradient (indices checked, negative ones from the end)
@@ -62,6 +63,7 @@ concept device_backend =
         D::arg_reduce(true, x, keep, pos);
         D::scan(false, x, 0, false, c);
         D::copy_strided(y, x);
+        D::add_strided(y, x);
         D::fill(y, 0.0f);
         D::gather_along(x, detail::strided<const std::int64_t>{}, 0, c, "");
         D::scatter_add_along(x, detail::strided<const std::int64_t>{}, 0, keep, c, "");

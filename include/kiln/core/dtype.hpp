@@ -81,4 +81,13 @@ KILN_HD constexpr To value_cast(From v) noexcept {
     }
 }
 
+namespace detail {
+// a + b in the element type, and a || b for bools (a sum of bools is "any"): a strided add's accumulation.
+template <class U>
+KILN_HD constexpr U add_value(U a, U b) noexcept {
+    if constexpr (std::is_same_v<U, bool>) return a || b;
+    else return static_cast<U>(a + b);
+}
+}  // namespace detail
+
 }  // namespace kiln

@@ -352,6 +352,30 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
             }
             const std::string value = b.initializer(full(dims{}, attr_number(a, "value"), n.dtype), "n");
             out = b.op1("Pad", {in[0], b.int64s(pads), value});
+        } else if (op == "im2col") {
+            // The windows as their parts: Pad (where padded), then per kernel offset a strided Slice of the image,
+            // Unsqueezed at axis 2, and one Concat along it (nn::conv2d and the pools of dtypes ONNX Runtime's Conv
+            // and pools do not take).
+            const std::vector<std::int64_t> k = attr_ints(a, "kernel"), st = attr_ints(a, "stride"), p4 = attr_ints(a, "pads"),
+                                            dl = attr_ints(a, "dilation");
+            if (k.size() != 2 || st.size() != 2 || p4.size() != 4 || dl.size() != 2) unsupported(i, "its attributes are malformed");
+            if (plan.dynamic_axes[static_cast<std::size_t>(n.inputs[0])] >> 2 & 3u)
+                unsupported(i, "its image's height or width is dynamic, and the windows' slices are written for fixed ones");
+            std::string x = in[0];
+            if (p4[0] || p4[1] || p4[2] || p4[3]) {
+                const std::string value = b.initializer(full(dims{}, attr_number(a, "value"), n.dtype), "n");
+                x = b.op1("Pad", {x, b.int64s({0, 0, p4[0], p4[2], 0, 0, p4[1], p4[3]}), value});
+            }
+            const std::int64_t oh = n.shape[3], ow = n.shape[4];
+            std::vector<std::string> taps;
+            for (std::int64_t r = 0; r < k[0]; ++r)
+                for (std::int64_t c = 0; c < k[1]; ++c) {
+                    const std::int64_t r0 = r * dl[0], c0 = c * dl[1];
+                    const std::string tap = b.op1("Slice", {x, b.int64s({r0, c0}), b.int64s({r0 + st[0] * (oh - 1) + 1, c0 + st[1] * (ow - 1) + 1}),
+                                                            b.int64s({2, 3}), b.int64s({st[0], st[1]})});
+                    taps.push_back(b.op1("Unsqueeze", {tap, b.int64s({2})}));
+                }
+            out = taps.size() == 1 ? taps[0] : b.op1("Concat", taps, {onnx_builder::int_attr("axis", 2)});
         } else if (op == "einsum") {
             out = b.op1("Einsum", {b.cast(in[0], in_dtype[0], n.dtype), b.cast(in[1], in_dtype[1], n.dtype)},
                         {onnx_builder::string_attr("equation", a.count("equation") ? a.at("equation") : "")});

@@ -75,12 +75,20 @@ std::vector<std::uint32_t> onnx_dynamic_axes(const function_graph& g, const std:
                 if (s.shape[a] == dyn) out |= 1u << a;
         } else if (n.kind != node_kind::op) {
             out = 0;  // constants, variables: their shapes are fixed
+        } else if (!n.dynamic.empty() && (n.op == "reshape" || n.op == "broadcast_to" || n.op == "full")) {
+            // Parameters are the result's extents (a fill's value last): the axes whose extent follows one.
+            out = 0;
+            for (const dynamic_param& dp : n.dynamic)
+                if (static_cast<int>(dp.index) < r) out |= 1u << dp.index;
         } else if (n.dynamic.empty()) {  // (a parameter that follows an extent: every axis counts as dynamic)
             const std::map<std::string, std::string> a = split_attrs(n.attrs);
             const std::string& op = n.op;
             const op_schema* s = find_op_or_null<N>(op);
             if (op == "reshape" || op == "broadcast_to" || op == "full") {
                 out = 0;  // every extent is a parameter, and none follows an extent
+            } else if (op == "im2col") {
+                const std::uint32_t x = mask(0);  // (N, C, H, W) -> (N, C, K, out_h, out_w)
+                out = (x & 3u) | ((x >> 2 & 3u) << 3);
             } else if (op == "cast" || op == "copy" || op == "slice") {
                 out = mask(0);  // (a slice "to the end" of a dynamic axis keeps it dynamic)
             } else if (op == "concat") {

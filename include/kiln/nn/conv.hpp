@@ -1,10 +1,10 @@
 #pragma once
 // Two-dimensional convolution and pooling over (batch, channels, height, width) tensors, as PyTorch's
 // torch.nn.functional.conv2d, max_pool2d and avg_pool2d compute them. Each is written with the vocabulary's own ops
-// (pad, strided slices, stack, reshape, a batched matmul, max and sum), so the gradient tape, kiln::function's
+// (im2col, reshape, a batched matmul, max and sum), so the gradient tape, kiln::function's
 // tracing, kiln::save and ONNX export take them as they take any eager code, on every device that runs those ops.
-// The patches are gathered by one strided slice per kernel offset (kh * kw slices) into a (batch, channels * kh * kw,
-// out_h * out_w) matrix: memory for that matrix is the cost (an im2col), and the product is one matmul per group.
+// The patches are gathered by ops::im2col (ops/window.hpp) into a (batch, channels * kh * kw, out_h * out_w) matrix:
+// memory for that matrix is the cost, and the product is one matmul per group.
 #include <array>
 #include <cstddef>
 #include <limits>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../eager/eager.hpp"
+#include "../ops/window.hpp"
 
 namespace kiln::nn {
 
@@ -73,24 +74,11 @@ inline void check_images(const char* op, const tensor& x) {
 }
 
 // The windows of x (N, C, H, W), padded with `fill`: a (N, C, kh * kw, out_h, out_w) tensor whose axis 2 runs over
-// the kernel's offsets in row-major order.
+// the kernel's offsets in row-major order (ops::im2col; its gradient is ops::col2im).
 template <int N>
-tensor windows(const tensor& x_in, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
-               std::array<std::ptrdiff_t, 2> dilation, double fill, std::ptrdiff_t oh, std::ptrdiff_t ow) {
-    const dependent_tensor<N>& x0 = x_in;
-    const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
-    const tensor x = padded ? kiln::pad<N>(x0, {{0, 0}, {0, 0}, {pads[0], pads[1]}, {pads[2], pads[3]}}, fill) : tensor(x0);
-    std::vector<tensor> taps;
-    taps.reserve(static_cast<std::size_t>(kernel[0] * kernel[1]));
-    for (std::ptrdiff_t i = 0; i < kernel[0]; ++i) {
-        const std::ptrdiff_t r0 = i * dilation[0];
-        const tensor rows = x.slice(2, r0, r0 + stride[0] * (oh - 1) + 1, stride[0]);
-        for (std::ptrdiff_t j = 0; j < kernel[1]; ++j) {
-            const std::ptrdiff_t c0 = j * dilation[1];
-            taps.push_back(rows.slice(3, c0, c0 + stride[1] * (ow - 1) + 1, stride[1]));
-        }
-    }
-    return kiln::stack(taps, 2);
+tensor windows(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
+               std::array<std::ptrdiff_t, 2> dilation, double fill) {
+    return apply_structural<ops::im2col, N>(ops::make_window_attrs(kernel, stride, pads, dilation, fill), x);
 }
 
 // A composite note's attributes (function/graph.hpp): "kernel=3,3 stride=1,1 pads=1,1,1,1 dilation=1,1", the pads
@@ -125,7 +113,7 @@ tensor conv2d_padded(const tensor& x, const tensor& w, const tensor& b, std::arr
     const std::ptrdiff_t ow = window_out("conv2d", "width", x.shape()[3], pads[2], pads[3], kw, stride[1], dilation[1]);
     // (N, C, kh*kw, oh, ow) -> (N, groups, C/groups * kh*kw, oh*ow), against the weight as (groups, M/groups, C/groups * kh*kw).
     const dependent_tensor<N> cols =
-        windows<N>(x, {kh, kw}, stride, pads, dilation, 0.0, oh, ow).reshape({n, groups, (c / groups) * kh * kw, oh * ow});
+        windows<N>(x, {kh, kw}, stride, pads, dilation, 0.0).reshape({n, groups, (c / groups) * kh * kw, oh * ow});
     const dependent_tensor<N> y = kiln::matmul(w.reshape({groups, m / groups, (c / groups) * kh * kw}), cols).reshape({n, m, oh, ow});
     tensor out = b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : tensor(y);
     const tensor parts[3] = {x, w, b};
@@ -155,15 +143,16 @@ tensor max_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
             if ((out - 1) * stride[i] >= in + given[2 * i]) --out;
             pads[2 * i + 1] += std::max<std::ptrdiff_t>(0, (out - 1) * stride[i] + span - (in + given[2 * i] + given[2 * i + 1]));
         }
-    const std::ptrdiff_t oh = window_out("max_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], dilation[0]);
-    const std::ptrdiff_t ow = window_out("max_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], dilation[1]);
+    // (The windows must fit: the messages name the axis.)
+    (void)window_out("max_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], dilation[0]);
+    (void)window_out("max_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], dilation[1]);
     // Padding is the lowest value, so it is never a window's maximum (the check above keeps a real element in each).
     const dtype d = x_in.dtype();
     const double low = is_floating(d) ? -std::numeric_limits<double>::infinity()
                        : d == dtype::int32 ? static_cast<double>(std::numeric_limits<std::int32_t>::lowest())
                        : d == dtype::int64 ? -9.2233720368547758e18  // (-2^63, exact in a double)
                                            : 0.0;                    // (bool: false)
-    tensor out = kiln::max<N>(windows<N>(x_in, kernel, stride, pads, dilation, low, oh, ow), {2});
+    tensor out = kiln::max<N>(windows<N>(x_in, kernel, stride, pads, dilation, low), {2});
     note_composite("max_pool2d", [&] { return window_attrs(kernel, stride, given, dilation) + (ceil_mode ? " ceil_mode=true" : " ceil_mode=false"); },
                    std::span<const tensor>(&x_in, 1), out);
     return out;
@@ -176,9 +165,9 @@ tensor avg_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
     check_window("avg_pool2d", kernel, stride, pads, {1, 1});
     if (!is_floating(x_in.dtype()))
         throw dtype_error("kiln: dtype_error in 'nn::avg_pool2d': the input must be floating, got " + std::string(name(x_in.dtype())));
-    const std::ptrdiff_t oh = window_out("avg_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], 1);
-    const std::ptrdiff_t ow = window_out("avg_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], 1);
-    const dependent_tensor<N> total = kiln::sum<N>(windows<N>(x_in, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
+    (void)window_out("avg_pool2d", "height", x_in.shape()[2], pads[0], pads[1], kernel[0], stride[0], 1);
+    (void)window_out("avg_pool2d", "width", x_in.shape()[3], pads[2], pads[3], kernel[1], stride[1], 1);
+    const dependent_tensor<N> total = kiln::sum<N>(windows<N>(x_in, kernel, stride, pads, {1, 1}, 0.0), {2});
     const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
     tensor out;
     if (count_include_pad || !padded) {
@@ -186,7 +175,7 @@ tensor avg_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
     } else {
         // The number of real elements in each window: the same windows over ones, as a (1, 1, oh, ow) divisor.
         const tensor ones_image = kiln::ones({1, 1, x_in.shape()[2], x_in.shape()[3]}, x_in.dtype(), x_in.device());
-        out = total / kiln::sum<N>(windows<N>(ones_image, kernel, stride, pads, {1, 1}, 0.0, oh, ow), {2});
+        out = total / kiln::sum<N>(windows<N>(ones_image, kernel, stride, pads, {1, 1}, 0.0), {2});
     }
     note_composite("avg_pool2d", [&] { return window_attrs(kernel, stride, pads, {1, 1}) + (count_include_pad ? " count_include_pad=true" : " count_include_pad=false"); },
                    std::span<const tensor>(&x_in, 1), out);
@@ -205,6 +194,45 @@ namespace kiln::nn {
 template <int N = 0>
 tensor conv2d(const tensor& x, const tensor& w, const tensor& b = tensor(), const conv2d_options& o = {}) {
     return detail::conv2d_padded<N>(x, w, b, o.stride, detail::symmetric(o.padding), o.dilation, o.groups);
+}
+
+// PyTorch's F.unfold: every kernel-sized window of x (N, C, H, W) as a column, (N, C * kh * kw, L) with L =
+// out_h * out_w windows in row-major order; row c * kh * kw + i * kw + j holds channel c at kernel offset (i, j).
+// Padding reads as zeros; o.groups must be 1. Its gradient adds each column back where it was read (nn::fold).
+template <int N = 0>
+tensor unfold(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, const conv2d_options& o = {}) {
+    detail::check_images("unfold", x);
+    const detail::pads4 pads = detail::symmetric(o.padding);
+    detail::check_window("unfold", kernel, o.stride, pads, o.dilation);
+    if (o.groups != 1) throw value_error("kiln: value_error in 'nn::unfold': windows have no groups, got groups = " + std::to_string(o.groups));
+    const std::ptrdiff_t oh = detail::window_out("unfold", "height", x.shape()[2], pads[0], pads[1], kernel[0], o.stride[0], o.dilation[0]);
+    const std::ptrdiff_t ow = detail::window_out("unfold", "width", x.shape()[3], pads[2], pads[3], kernel[1], o.stride[1], o.dilation[1]);
+    return detail::windows<N>(x, kernel, o.stride, pads, o.dilation, 0.0).reshape({x.shape()[0], x.shape()[1] * kernel[0] * kernel[1], oh * ow});
+}
+
+// PyTorch's F.fold, unfold's adjoint: columns (N, C * kh * kw, L) added back into (N, C, size[0], size[1]), each to
+// the element it would be read from (parts that fall into the padding are dropped). Overlapping windows add up, so
+// fold(unfold(x)) is x times the number of windows that hold each element.
+template <int N = 0>
+tensor fold(const tensor& cols, std::array<std::ptrdiff_t, 2> size, std::array<std::ptrdiff_t, 2> kernel, const conv2d_options& o = {}) {
+    cols.check_valid("nn::fold");
+    const detail::pads4 pads = detail::symmetric(o.padding);
+    detail::check_window("fold", kernel, o.stride, pads, o.dilation);
+    if (o.groups != 1) throw value_error("kiln: value_error in 'nn::fold': windows have no groups, got groups = " + std::to_string(o.groups));
+    if (size[0] < 0 || size[1] < 0)
+        throw value_error("kiln: value_error in 'nn::fold': the output size " + detail::window_text(size) + " is negative");
+    const std::ptrdiff_t oh = detail::window_out("fold", "height", size[0], pads[0], pads[1], kernel[0], o.stride[0], o.dilation[0]);
+    const std::ptrdiff_t ow = detail::window_out("fold", "width", size[1], pads[2], pads[3], kernel[1], o.stride[1], o.dilation[1]);
+    const std::ptrdiff_t k = kernel[0] * kernel[1];
+    if (cols.dim() != 3 || cols.shape()[1] % k != 0 || cols.shape()[2] != oh * ow)
+        throw shape_error("kiln: shape_error in 'nn::fold': the columns must be (batch, channels * " + std::to_string(k) + ", " +
+                          std::to_string(oh * ow) + ") for kernel " + detail::window_text(kernel) + " and output size " +
+                          detail::window_text(size) + ", got " + to_string(cols.shape()));
+    const std::ptrdiff_t n = cols.shape()[0], c = cols.shape()[1] / k;
+    // The image's shape as a broadcast zero (col2im reads its shape only).
+    const tensor like = kiln::zeros({1}, cols.dtype(), cols.device()).reshape({1, 1, 1, 1}).broadcast_to({n, c, size[0], size[1]});
+    return detail::apply_structural<ops::col2im, N>(ops::make_window_attrs(kernel, o.stride, pads, o.dilation, 0.0),
+                                                    cols.reshape({n, c, k, oh, ow}), like);
 }
 
 // The maximum of each kernel-sized window (padding never wins); the stride defaults to the kernel.

@@ -199,6 +199,22 @@ inline std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> pad_widths_of(cons
 inline tensor_spec pad_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     return {in[0].dtype, ops::pad::result_shape(ops::make_pad_attrs(pad_widths_of(a), a.number("value")), in[0].shape)};
 }
+// im2col's window from its attributes: kernel (2 numbers), stride and dilation (2 each), pads (4: top, bottom,
+// left, right), value.
+inline ops::window_attrs window_attrs_of(const attributes& a) {
+    auto ints = [&](const char* key, std::size_t n) {
+        const std::vector<std::int64_t> v = a.integers(key);
+        if (v.size() != n)
+            throw value_error("kiln: value_error in 'im2col': '" + std::string(key) + "' holds " + std::to_string(n) +
+                              " numbers, got " + std::to_string(v.size()));
+        return v;
+    };
+    const auto k = ints("kernel", 2), s = ints("stride", 2), p = ints("pads", 4), d = ints("dilation", 2);
+    return ops::make_window_attrs({k[0], k[1]}, {s[0], s[1]}, {p[0], p[1], p[2], p[3]}, {d[0], d[1]}, a.number("value"));
+}
+inline tensor_spec im2col_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
+    return {in[0].dtype, ops::im2col::result_shape(window_attrs_of(a), in[0].shape)};
+}
 inline tensor_spec einsum_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     return {promote(in[0].dtype, in[1].dtype),
             ops::einsum::result_shape(ops::make_einsum_attrs(a.text("equation")), in[0].shape, in[1].shape)};
@@ -572,6 +588,15 @@ std::vector<op_schema> build_registry() {
        {{"widths", ar::integers, true, std::nullopt, "before, after pairs for the leading axes"},
         {"value", ar::number, false, attr_value(0.0), "the fill value"}},
        true, "constant padding (numpy.pad)", &pad_shape_rule);
+    closed([](std::span<const tensor> in, const attributes& a) {
+        return eager_op<ops::im2col>(window_attrs_of(a), in[0]);
+    }, "im2col", op_family::join, 1,
+       {{"kernel", ar::integers, true, std::nullopt, "the window's height and width"},
+        {"stride", ar::integers, false, attr_value({1, 1}), "steps between windows, per axis"},
+        {"pads", ar::integers, false, attr_value({0, 0, 0, 0}), "padding: top, bottom, left, right"},
+        {"dilation", ar::integers, false, attr_value({1, 1}), "steps between a window's elements, per axis"},
+        {"value", ar::number, false, attr_value(0.0), "what padding reads as"}},
+       true, "the windows of an image (N, C, H, W) as (N, C, kh * kw, out_h, out_w) (convolution's im2col)", &im2col_shape_rule);
     closed([](std::span<const tensor> in, const attributes& a) {
         return kiln::index_select(in[0], int_attr(a, "axis"), in[1]);
     }, "index_select", op_family::indexing, 2, {axis_attr(std::nullopt, "the axis to gather along")}, true,

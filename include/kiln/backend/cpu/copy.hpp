@@ -13,17 +13,19 @@ namespace detail {
 // out = in, element by element over out's shape, converting each element to U. `in` is laid out against out's
 // dimensions: same rank and extents, with stride 0 where it repeats (broadcasting). Contiguous copies of one dtype
 // are one memmove, so the source may be the output itself.
-template <class U, class T>
+// With Add, out += in instead (col2im's strided add; `in` must not overlap `out`).
+template <class U, class T, bool Add = false>
 void strided_copy(const strided<U>& out, const strided<const T>& in) {
     const dims& shape = out.shape;
     const std::ptrdiff_t n = shape.numel();
     if (n == 0) return;
     const int r = shape.rank;
     if (r == 0) {
-        *out.data = value_cast<U>(*in.data);
+        if constexpr (Add) *out.data = add_value(*out.data, value_cast<U>(*in.data));
+        else *out.data = value_cast<U>(*in.data);
         return;
     }
-    if constexpr (std::is_same_v<U, T>) {
+    if constexpr (std::is_same_v<U, T> && !Add) {
         const dims row_major = contiguous_strides(shape);
         bool flat = true;
         for (int d = 0; d < r && flat; ++d)
@@ -40,10 +42,17 @@ void strided_copy(const strided<U>& out, const strided<const T>& in) {
     std::ptrdiff_t idx[max_rank] = {};
     std::ptrdiff_t o_off = 0, i_off = 0;
     for (std::ptrdiff_t done = 0; done < n; done += inner) {
-        if (oi == 1 && ii == 1)
+        if constexpr (Add) {
+            if (oi == 1 && ii == 1)
+                for (std::ptrdiff_t j = 0; j < inner; ++j) out.data[o_off + j] = add_value(out.data[o_off + j], value_cast<U>(in.data[i_off + j]));
+            else
+                for (std::ptrdiff_t j = 0; j < inner; ++j)
+                    out.data[o_off + j * oi] = add_value(out.data[o_off + j * oi], value_cast<U>(in.data[i_off + j * ii]));
+        } else if (oi == 1 && ii == 1) {
             for (std::ptrdiff_t j = 0; j < inner; ++j) out.data[o_off + j] = value_cast<U>(in.data[i_off + j]);
-        else
+        } else {
             for (std::ptrdiff_t j = 0; j < inner; ++j) out.data[o_off + j * oi] = value_cast<U>(in.data[i_off + j * ii]);
+        }
         for (int d = r - 2; d >= 0; --d) {
             if (++idx[d] < shape[d]) {
                 o_off += os[d];

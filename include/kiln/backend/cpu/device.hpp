@@ -63,6 +63,11 @@ struct cpu_device {
     static void copy_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
         detail::strided_copy(out, in);
     }
+    // out += in, element by element (in laid out against out's dimensions, as for copy_strided).
+    template <class U, class T>
+    static void add_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
+        detail::strided_copy<U, T, true>(out, in);
+    }
 
     // Dropout (ops/random.hpp): out[i] = x[i] kept or dropped by the counter-based draw of key (seed, counter), for
     // the elements in row-major order; out is contiguous. A row-major x runs a branch-free loop that vectorizes
@@ -111,6 +116,10 @@ struct cpu_device {
     // Every element of `out` set to v.
     template <class U>
     static void fill(const detail::strided<U>& out, U v) {
+        if (detail::is_row_major(out)) {  // (one loop that vectorizes)
+            std::fill_n(out.data, out.shape.numel(), v);
+            return;
+        }
         dims none{};  // zero strides: v repeated
         none.rank = out.shape.rank;
         detail::strided_copy(out, detail::strided<const U>(&v, out.shape, none));

@@ -156,6 +156,12 @@ struct thrust_device {
     }
 
     template <class U, class T>
+    static void add_strided(const detail::strided<U>& out, const detail::strided<const T>& in) {
+        gpu::for_each_n(out.shape.numel(), gpu::copy_kernel<U, T, true>{gpu::walk_of(out.shape), out.data, gpu::steps_of(out.strides),
+                                                                        in.data, gpu::steps_of(in.strides)});
+    }
+
+    template <class U, class T>
     static void dropout(U* out, const detail::strided<const T>& x, const std::int64_t* key, std::ptrdiff_t key_stride, double p) {
         static_assert(std::is_same_v<U, T>, "kiln: internal: dropout's result has its input's element type");
         const ops::detail_random::keep_rule rule = ops::detail_random::rule_of(p);

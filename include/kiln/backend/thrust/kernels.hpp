@@ -308,7 +308,8 @@ struct eval_kernel {
 
 // ---- copies and fills ----
 
-template <class U, class T>
+// out = in, or with Add out += in (col2im: one kernel offset's windows, which reach distinct elements).
+template <class U, class T, bool Add = false>
 struct copy_kernel {
     walk shape;
     U* out;
@@ -316,7 +317,9 @@ struct copy_kernel {
     const T* in;
     steps is;
     KILN_HD void operator()(std::ptrdiff_t i) const {
-        out[offset_of(i, shape, os)] = value_cast<U>(in[offset_of(i, shape, is)]);
+        U& o = out[offset_of(i, shape, os)];
+        if constexpr (Add) o = detail::add_value(o, value_cast<U>(in[offset_of(i, shape, is)]));
+        else o = value_cast<U>(in[offset_of(i, shape, is)]);
     }
 };
 template <class U>
