@@ -426,6 +426,111 @@ TEST_CASE("nn::unfold gathers PyTorch's columns, nn::fold adds them back (its ad
     CHECK_THROWS_AS(kiln::nn::unfold(x, {0, 2}), kiln::value_error);
 }
 
+TEST_CASE("scaled_dot_product_attention equals its definition with no mask, a bool mask and a causal one") {
+    kiln::generator g(41);
+    const std::ptrdiff_t B = 2, L = 3, S = 4, E = 5, Ev = 2;
+    const kiln::tensor q = kiln::randn({B, L, E}, kiln::float64, g), k = kiln::randn({B, S, E}, kiln::float64, g),
+                       v = kiln::randn({B, S, Ev}, kiln::float64, g);
+    const kiln::tensor m = kiln::greater(kiln::randn({L, S}, kiln::float64, g), -0.5);
+    auto by_loops = [&](int mode, double scale) {  // 0: no mask, 1: m, 2: causal
+        std::vector<double> out;
+        for (std::ptrdiff_t b = 0; b < B; ++b)
+            for (std::ptrdiff_t i = 0; i < L; ++i) {
+                std::vector<double> w(static_cast<std::size_t>(S));
+                double most = -INFINITY, total = 0;
+                for (std::ptrdiff_t j = 0; j < S; ++j) {
+                    double dot = 0;
+                    for (std::ptrdiff_t e = 0; e < E; ++e) dot += q.at<double>({b, i, e}) * k.at<double>({b, j, e});
+                    const bool keep = mode == 0 || (mode == 1 ? m.at<bool>({i, j}) : j <= i);
+                    w[static_cast<std::size_t>(j)] = keep ? dot * scale : -INFINITY;
+                    most = std::max(most, w[static_cast<std::size_t>(j)]);
+                }
+                for (double& x : w) total += x = std::exp(x - most);
+                for (std::ptrdiff_t c = 0; c < Ev; ++c) {
+                    double o = 0;
+                    for (std::ptrdiff_t j = 0; j < S; ++j) o += w[static_cast<std::size_t>(j)] / total * v.at<double>({b, j, c});
+                    out.push_back(o);
+                }
+            }
+        return out;
+    };
+    const double d = 1 / std::sqrt(5.0);
+    kiln_test::check_all_close(values(kiln::nn::scaled_dot_product_attention(q, k, v)), by_loops(0, d), 1e-12, 1e-12);
+    kiln_test::check_all_close(values(kiln::nn::scaled_dot_product_attention(q, k, v, m)), by_loops(1, d), 1e-12, 1e-12);
+    kiln_test::check_all_close(values(kiln::nn::scaled_dot_product_attention(q, k, v, kiln::tensor(), true)), by_loops(2, d), 1e-12, 1e-12);
+    kiln_test::check_all_close(values(kiln::nn::scaled_dot_product_attention(q, k, v, kiln::tensor(), false, 0.25)), by_loops(0, 0.25), 1e-12, 1e-12);
+    // A floating mask is added: -inf where m is false is the bool mask.
+    const kiln::tensor additive = kiln::where(m, 0.0, -INFINITY).to(kiln::float64);  // (two numbers: float32)
+    kiln_test::check_all_close(values(kiln::nn::scaled_dot_product_attention(q, k, v, additive)), by_loops(1, d), 1e-12, 1e-12);
+    // Bad input.
+    CHECK_THROWS_WITH_AS(kiln::nn::scaled_dot_product_attention(q, k.slice(2, 0, 4), v),
+                         "kiln: shape_error in 'nn::scaled_dot_product_attention': query (2, 3, 5), key (2, 4, 4) and value "
+                         "(2, 4, 2): the query and the key must have the same features",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::scaled_dot_product_attention(q, k, v.slice(1, 0, 3)), kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::scaled_dot_product_attention(q, k, v, kiln::ones({3, 5}, kiln::bool_)),
+                         "kiln: shape_error in 'nn::scaled_dot_product_attention': the mask (3, 5) does not broadcast to the "
+                         "scores (..., 3, 4)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::scaled_dot_product_attention(q, k, v, m, true), kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::scaled_dot_product_attention(q.to(kiln::float32), k, v), kiln::dtype_error);
+    CHECK_THROWS_AS(kiln::nn::scaled_dot_product_attention(q, k, v, kiln::ones({3, 4}, kiln::int32)), kiln::dtype_error);
+}
+
+TEST_CASE("multi_head_attention: per-head attention of the projections, traced once for any batch and length") {
+    kiln::generator g(43);
+    kiln::nn::multi_head_attention mha(6, 3, false, g, kiln::float64);
+    CHECK(mha.parameters().size() == 8);
+    mha.b_q.assign(kiln::randn({6}, kiln::float64, g));
+    mha.b_o.assign(kiln::randn({6}, kiln::float64, g));
+    const kiln::tensor query = kiln::randn({2, 3, 6}, kiln::float64, g), memory = kiln::randn({2, 5, 6}, kiln::float64, g);
+    const kiln::tensor mask = kiln::greater(kiln::randn({2, 1, 1, 5}, kiln::float64, g), -1.0);  // a key padding mask
+    // Head by head, with slices of the projections.
+    const kiln::tensor qp = kiln::matmul(query, mha.w_q) + mha.b_q, kp = kiln::matmul(memory, mha.w_k) + mha.b_k,
+                       vp = kiln::matmul(memory, mha.w_v) + mha.b_v;
+    std::vector<kiln::tensor> heads;
+    for (std::ptrdiff_t h = 0; h < 3; ++h)
+        heads.push_back(kiln::nn::scaled_dot_product_attention(qp.slice(2, 2 * h, 2 * h + 2), kp.slice(2, 2 * h, 2 * h + 2),
+                                                               vp.slice(2, 2 * h, 2 * h + 2), mask.squeeze(1)));
+    const kiln::tensor want = kiln::matmul(kiln::concat(heads, 2), mha.w_o) + mha.b_o;
+    CHECK(kiln::allclose(mha(query, memory, memory, mask), want, 1e-12, 1e-12));
+    // Self-attention as a layer, causal: the first position attends to itself only, so later positions do not move it.
+    kiln::nn::multi_head_attention causal(6, 2, true, g, kiln::float64);
+    const kiln::tensor x = kiln::randn({2, 4, 6}, kiln::float64, g);
+    kiln::tensor later = x.clone();
+    later.slice(1, 1, 4).copy_(kiln::randn({2, 3, 6}, kiln::float64, g));
+    CHECK(kiln::allclose(causal(x).slice(1, 0, 1), causal(later).slice(1, 0, 1), 1e-12, 1e-12));
+    CHECK_FALSE(kiln::allclose(causal(x).slice(1, 1, 2), causal(later).slice(1, 1, 2), 1e-6, 1e-6));
+    // Traced with the batch and the length dynamic: one trace.
+    auto f = kiln::function([&](const kiln::tensor& xb) { return causal(xb); }, {kiln::spec(kiln::float64, {kiln::dyn, kiln::dyn, 6})});
+    for (std::ptrdiff_t n : {2, 3, 1})
+        for (std::ptrdiff_t t : {4, 7}) {
+            const kiln::tensor xn = kiln::randn({n, t, 6}, kiln::float64, g);
+            CHECK(kiln::allclose(f(xn), causal(xn), 1e-12, 1e-12));
+        }
+    CHECK(f.trace_count() == 1);
+    // The gradient against central differences.
+    const kiln::tensor proj = kiln::randn({2, 4, 6}, kiln::float64, g);
+    const kiln::tensor grad = [&] {
+        kiln::gradient_tape tape;
+        tape.watch(x);
+        return tape.gradient(kiln::sum(causal(x) * proj), x);
+    }();
+    for (int t = 0; t < 6; ++t) {
+        const std::ptrdiff_t i = (t * 13) % x.numel();
+        kiln::tensor plus = x.clone(), minus = x.clone();
+        plus.data<double>()[i] += 1e-6;
+        minus.data<double>()[i] -= 1e-6;
+        const double numeric = (kiln::sum(causal(plus) * proj).item<double>() - kiln::sum(causal(minus) * proj).item<double>()) / 2e-6;
+        CHECK(grad.contiguous().data<double>()[i] == doctest::Approx(numeric).epsilon(1e-6));
+    }
+    // Bad input.
+    CHECK_THROWS_WITH_AS(kiln::nn::multi_head_attention(6, 4), "kiln: value_error in 'nn::multi_head_attention': 4 heads must "
+                         "divide the embedding's 6 features (both positive)", kiln::value_error);
+    CHECK_THROWS_AS(mha(kiln::randn({2, 3, 5}, kiln::float64, g)), kiln::shape_error);
+    CHECK_THROWS_AS(mha(query, kiln::randn({3, 5, 6}, kiln::float64, g), kiln::randn({3, 5, 6}, kiln::float64, g)), kiln::shape_error);
+}
+
 TEST_CASE("conv2d and pooling refuse bad shapes, groups and windows with sentences that name them") {
     CHECK_THROWS_WITH_AS(kiln::nn::conv2d(kiln::ones({1, 3, 2, 2}), kiln::ones({4, 3, 3, 3})),
                          "kiln: shape_error in 'nn::conv2d': the height of the input is 2, smaller than the window's 3 (kernel 3)",

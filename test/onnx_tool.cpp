@@ -238,6 +238,12 @@ int main(int argc, char** argv) {
         }, {.name = "cnn64"});
         write<1>(dir, "cnn64", conv64, {kiln::spec(kiln::float64, {kiln::dyn, 2, 7, 6})},
                  {{kiln::randn({2, 2, 7, 6}, kiln::float64, g)}, {kiln::randn({1, 2, 7, 6}, kiln::float64, g)}});
+        // Causal multi-head self-attention (its mask from CumSum of ones, a Where and the Softmax) with a dynamic
+        // batch.
+        kiln::nn::multi_head_attention attention(8, 2, true, g);
+        auto attend = kiln::function([&](const kiln::tensor& x) { return kiln::relu(attention(x)); }, {.name = "attention"});
+        write<1>(dir, "attention", attend, {kiln::spec(kiln::float32, {kiln::dyn, 5, 8})},
+                 {{kiln::randn({2, 5, 8}, kiln::float32, g)}, {kiln::randn({3, 5, 8}, kiln::float32, g)}});
         // nn::embedding: int64 ids looked up (Gather, after the Where that keeps negative ids from counting from
         // the end), averaged per row, then a dense layer.
         kiln::nn::embedding words(7, 4, g);
@@ -270,7 +276,7 @@ int main(int argc, char** argv) {
         auto bn_model = kiln::function([&](const kiln::tensor& x) { return bnet(x); }, {.name = "batch_norm"});
         write<1>(dir, "batch_norm", bn_model, {kiln::spec(kiln::float32, {kiln::dyn, 2, 5, 5})},
                  {{kiln::randn({2, 2, 5, 5}, kiln::float32, g)}, {kiln::randn({1, 2, 5, 5}, kiln::float32, g)}});
-        std::printf("onnx_tool: wrote 12 models and their kiln results in %s\n", dir.c_str());
+        std::printf("onnx_tool: wrote 13 models and their kiln results in %s\n", dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;

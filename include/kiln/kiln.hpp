@@ -13,6 +13,7 @@
 #include "graph/session.hpp"
 #include "graph/structural.hpp"
 #include "nn/graph_layers.hpp"
+#include "nn/attention.hpp"
 #include "nn/layers.hpp"
 #include "nn/optim.hpp"
 #include "ops/ops.hpp"
