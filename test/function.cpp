@@ -692,6 +692,32 @@ TEST_CASE("a constant made afresh on each trace shares one trace when its values
     CHECK(by_extent.retrace_reasons()[0].find("captures a tensor that the code made from the extent") != std::string::npos);
 }
 
+TEST_CASE("a parameter that follows a sum of two dynamic extents is not taken for the line of a third") {
+    // mean(concat(x, z)) divides by n1 + n3. Traced at (2, 3, 4) and probed at (5, 7, 9) and (8, 11, 14), the counts
+    // 6, 14, 22 lie on 2 * n2's line, which gave 4 for 9 at (3, 2, 6) (a wrong mean) before the traces that move
+    // one extent alone; now the function traces per extent, and says why.
+    const auto body = [](const kiln::tensor& x, const kiln::tensor& y, const kiln::tensor& z) {
+        return kiln::mean(kiln::concat({x, z}, 0)) + kiln::sum(y) * 0.0;
+    };
+    const kiln::spec column(kiln::float64, {kiln::dyn, 1});
+    auto f = kiln::function(body, {column, column, column});
+    kiln::generator g(9);
+    for (auto [a, b, c] : std::vector<std::array<std::ptrdiff_t, 3>>{{2, 3, 4}, {3, 2, 6}, {5, 7, 9}, {1, 4, 2}, {2, 3, 4}}) {
+        const kiln::tensor x = kiln::randn({a, 1}, kiln::float64, g), y = kiln::randn({b, 1}, kiln::float64, g),
+                           z = kiln::randn({c, 1}, kiln::float64, g);
+        CHECK(f(x, y, z).item<double>() == doctest::Approx(body(x, y, z).item<double>()).epsilon(1e-12));
+    }
+    REQUIRE(!f.retrace_reasons().empty());
+    CHECK(f.retrace_reasons()[0].find("follows more than one dynamic extent") != std::string::npos);
+    // One extent, or extents that move together (a batch of inputs and labels), still share one trace.
+    auto shared = kiln::function(body, {column, column, column});
+    for (std::ptrdiff_t n : {2, 5, 3}) {
+        const kiln::tensor x = kiln::randn({n, 1}, kiln::float64, g);
+        CHECK(shared(x, x, x).item<double>() == doctest::Approx(body(x, x, x).item<double>()).epsilon(1e-12));
+    }
+    CHECK(shared.trace_count() == 1);
+}
+
 TEST_CASE("a parameter that two traces put on a line but that grows as the extent squared falls back per extent") {
     // The mean of x x^T divides by n^2: 9 at n = 3 and 49 at n = 7 fit the line 10n - 21, which the third trace
     // (121 at n = 11) is not on. Taking the line gave 29 for n = 5, and a wrong mean, before the third trace.

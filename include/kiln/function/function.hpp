@@ -13,6 +13,7 @@
 //
 // The tracer records at eager mode's seam (detail::tracer_base in eager/trace_seam.hpp): no op is written again for
 // function mode. docs/function-mode.md says what tracing captures and what it does not.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -199,6 +200,44 @@ std::string check_dynamic(const function_graph& g, const function_graph& h3,
         if (again.nodes[i].dynamic != g.nodes[i].dynamic)
             return "node %" + std::to_string(i) + " ('" + g.nodes[i].op + "') has a parameter that follows a dynamic extent, "
                    "but not linearly";
+    return {};
+}
+
+// A trace `h` made with every dynamic dimension at `extents` (one value per dimension), against `g` whose dynamic
+// parameters mark_dynamic found: h must be the same program with each of those parameters where its line puts it at
+// these extents, and every other parameter unchanged. The probe traces move every dimension at once, so a parameter
+// that follows a sum of two extents (a concatenation of two dynamic lengths) can fit the line of a third; a trace
+// that moves one extent alone shows it.
+template <int N = 0>
+std::string check_predicted(const function_graph& g, const function_graph& h, const std::vector<std::ptrdiff_t>& extents) {
+    function_graph again = g;
+    std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> same;
+    for (std::ptrdiff_t e : extents) same.emplace_back(e, e);
+    // (Pairs of equal extents: the structure is compared, and no parameter can be fitted to a line.)
+    for (graph_node& n : again.nodes) n.dynamic.clear();
+    for (std::size_t i = 0; i < again.nodes.size() && i < h.nodes.size(); ++i)
+        if (!(again.nodes[i].params.values == h.nodes[i].params.values)) {  // (its attributes' text shows them too)
+            again.nodes[i].params = h.nodes[i].params;
+            again.nodes[i].attrs = h.nodes[i].attrs;
+        }
+    std::string why = mark_dynamic<N>(again, h, same);
+    if (!why.empty()) return why + " (in a trace that moves one extent)";
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const graph_node& x = g.nodes[i];
+        const graph_node& y = h.nodes[i];
+        for (std::size_t j = 0; j < x.params.values.size(); ++j) {
+            const dynamic_param* d = nullptr;
+            for (const dynamic_param& dp : x.dynamic)
+                if (dp.index == j) d = &dp;
+            const bool is_float = x.params.float_params >> j & 1;
+            const double got = is_float ? param_number(y.params.values[j]) : static_cast<double>(y.params.values[j]);
+            const double want = d ? static_cast<double>(d->scale * static_cast<std::int64_t>(extents[static_cast<std::size_t>(d->dim)]) + d->offset)
+                                  : is_float ? param_number(x.params.values[j]) : static_cast<double>(x.params.values[j]);
+            if (got != want)
+                return "node %" + std::to_string(i) + " ('" + x.op + "') has a parameter that follows more than one dynamic "
+                       "extent (" + number_text(got) + " where one extent's line gives " + number_text(want) + ")";
+        }
+    }
     return {};
 }
 
@@ -599,6 +638,22 @@ private:
                 const function_graph h = trace<R>(info2, other, args...);
                 why = detail::mark_dynamic(g, h, extents);
                 if (why.empty()) why = detail::check_dynamic(g, trace<R>(info2, third, args...), extents3);
+                // With extents of two or more values, one more trace per value that moves it alone (to a value no
+                // other extent has, so that equal extents stay equal and distinct ones distinct).
+                std::vector<std::ptrdiff_t> values(info2.extents.begin(), info2.extents.end());
+                std::sort(values.begin(), values.end());
+                values.erase(std::unique(values.begin(), values.end()), values.end());
+                const std::ptrdiff_t top = values.empty() ? 0 : values.back();
+                for (std::size_t v = 0; values.size() > 1 && v < values.size() && why.empty(); ++v) {
+                    std::vector<dims> moved = shapes;
+                    std::vector<std::ptrdiff_t> at(info2.extents.begin(), info2.extents.end());
+                    for (std::size_t d = 0; d < info2.dynamic.size(); ++d) {
+                        if (info2.extents[d] != values[v]) continue;
+                        at[d] = 3 * top + 3 + static_cast<std::ptrdiff_t>(v);
+                        moved[info2.dynamic[d].first][info2.dynamic[d].second] = at[d];
+                    }
+                    why = detail::check_predicted(g, trace<R>(info2, moved, args...), at);
+                }
             } catch (const error& e) {
                 why = std::string("tracing with other extents failed: ") + e.what();
             }
