@@ -359,6 +359,9 @@ TEST_CASE("bad names, arities and attributes are value_errors that say what is w
     CHECK(message([&] { kiln::infer("masked_select", {{kiln::float32, {3}}, {kiln::bool_, {3}}}); }) ==
           "kiln: value_error in 'masked_select': the result's shape depends on the input values, so it has no shape "
           "rule");
+    CHECK(message([&] {
+              kiln::infer("im2col", {{kiln::float32, {1, 1, 4, 4}}}, {{"kernel", {2, 2, 2}}, {"stride", {1, 1}}, {"pads", {0, 0, 0, 0}}});
+          }) == "kiln: value_error in 'im2col': 'kernel' holds 2 numbers, got 3");
     // The op's own errors come through apply and infer alike.
     CHECK_THROWS_AS(kiln::apply("add", {x, f64({1, 2}, {2})}), kiln::shape_error);
     CHECK_THROWS_AS(kiln::infer("add", {{kiln::float64, {2, 3}}, {kiln::float64, {2}}}), kiln::shape_error);

@@ -226,13 +226,8 @@ std::optional<replay_fn> rebuild_layout_op(const std::string& op, const std::map
     }
     if (op == "im2col" || op == "col2im") {
         attrs_only(a, {"kernel", "stride", "pads", "dilation", "value"});
-        auto ints = [&](const char* key, std::size_t n) {
-            const std::vector<std::int64_t> v = attr_ints(a, key);
-            if (v.size() != n) throw value_error(std::string("attribute '") + key + "' holds " + std::to_string(n) + " numbers");
-            return v;
-        };
-        const auto k = ints("kernel", 2), s = ints("stride", 2), p = ints("pads", 4), d = ints("dilation", 2);
-        const auto at = ops::make_window_attrs({k[0], k[1]}, {s[0], s[1]}, {p[0], p[1], p[2], p[3]}, {d[0], d[1]}, attr_number(a, "value"));
+        const auto at = ops::make_window_attrs(op, attr_ints(a, "kernel"), attr_ints(a, "stride"), attr_ints(a, "pads"),
+                                               attr_ints(a, "dilation"), attr_number(a, "value"));
         return op == "im2col" ? structural_replay<ops::im2col>(at, inputs) : structural_replay<ops::col2im>(at, inputs);
     }
     if (op == "take_part" || op == "put_part") {

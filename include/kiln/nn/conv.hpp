@@ -81,13 +81,11 @@ tensor windows(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, std::array
     return apply_structural<ops::im2col, N>(ops::make_window_attrs(kernel, stride, pads, dilation, fill), x);
 }
 
-// A composite note's attributes (function/graph.hpp): "kernel=3,3 stride=1,1 pads=1,1,1,1 dilation=1,1", the pads
-// as top, bottom, left, right.
+// A composite note's attributes (function/graph.hpp): ops::window_text, "kernel=3,3 stride=1,1 pads=1,1,1,1
+// dilation=1,1", the pads as top, bottom, left, right.
 inline std::string window_attrs(std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
                                 std::array<std::ptrdiff_t, 2> dilation) {
-    auto two = [](std::array<std::ptrdiff_t, 2> a) { return std::to_string(a[0]) + "," + std::to_string(a[1]); };
-    return "kernel=" + two(kernel) + " stride=" + two(stride) + " pads=" + std::to_string(pads[0]) + "," + std::to_string(pads[1]) +
-           "," + std::to_string(pads[2]) + "," + std::to_string(pads[3]) + " dilation=" + two(dilation);
+    return ops::window_text(kernel, stride, pads, dilation);
 }
 
 template <int N>

@@ -8,6 +8,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,31 @@ inline window_attrs make_window_attrs(std::array<std::ptrdiff_t, 2> kernel, std:
     a.kernel = kernel, a.stride = stride, a.pads = pads, a.dilation = dilation;
     a.value_bits = std::bit_cast<std::uint64_t>(value);
     return a;
+}
+
+// The window from attributes read as lists of integers (the registry's, a loaded trace's): kernel, stride and dilation
+// hold 2 numbers each, pads 4 (top, bottom, left, right). `op` names the op in the message for a wrong count.
+template <class Ints>
+window_attrs make_window_attrs(std::string_view op, const Ints& kernel, const Ints& stride, const Ints& pads, const Ints& dilation,
+                               double value) {
+    auto check = [&](const char* key, const Ints& v, std::size_t n) {
+        if (std::size(v) != n)
+            throw value_error(detail::error_prefix("value_error", op) + "'" + key + "' holds " + std::to_string(n) +
+                              " numbers, got " + std::to_string(std::size(v)));
+    };
+    check("kernel", kernel, 2), check("stride", stride, 2), check("pads", pads, 4), check("dilation", dilation, 2);
+    auto at = [](const Ints& v, std::size_t i) { return static_cast<std::ptrdiff_t>(v[i]); };
+    return make_window_attrs({at(kernel, 0), at(kernel, 1)}, {at(stride, 0), at(stride, 1)},
+                             {at(pads, 0), at(pads, 1), at(pads, 2), at(pads, 3)}, {at(dilation, 0), at(dilation, 1)}, value);
+}
+
+// A window's attributes as text, "kernel=3,3 stride=1,1 pads=1,1,1,1 dilation=1,1" (im2col's attributes add the
+// value; the composite notes of nn::conv2d and the pools, which the ONNX export reads back, add their own).
+inline std::string window_text(std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride,
+                               std::array<std::ptrdiff_t, 4> pads, std::array<std::ptrdiff_t, 2> dilation) {
+    auto two = [](const std::array<std::ptrdiff_t, 2>& v) { return std::to_string(v[0]) + "," + std::to_string(v[1]); };
+    return "kernel=" + two(kernel) + " stride=" + two(stride) + " pads=" + std::to_string(pads[0]) + "," + std::to_string(pads[1]) +
+           "," + std::to_string(pads[2]) + "," + std::to_string(pads[3]) + " dilation=" + two(dilation);
 }
 
 // The same window padding with 0 (col2im's gradient), as a value or at compile time.
@@ -121,10 +147,7 @@ struct im2col {
     template <class T>
     using result_type = T;
     static std::string attrs_text(const window_attrs& a) {
-        auto two = [](const std::array<std::ptrdiff_t, 2>& v) { return std::to_string(v[0]) + "," + std::to_string(v[1]); };
-        return "kernel=" + two(a.kernel) + " stride=" + two(a.stride) + " pads=" + std::to_string(a.pads[0]) + "," +
-               std::to_string(a.pads[1]) + "," + std::to_string(a.pads[2]) + "," + std::to_string(a.pads[3]) +
-               " dilation=" + two(a.dilation) + " value=" + detail::number_text(a.value());
+        return window_text(a.kernel, a.stride, a.pads, a.dilation) + " value=" + detail::number_text(a.value());
     }
     // Calls f(tap, rows, cols) for each kernel offset, with the output rows and columns whose windows read the image
     // at that offset (the others read padding; with no padding there are none).

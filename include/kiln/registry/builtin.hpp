@@ -202,15 +202,8 @@ inline tensor_spec pad_shape_rule(std::span<const tensor_spec> in, const attribu
 // im2col's window from its attributes: kernel (2 numbers), stride and dilation (2 each), pads (4: top, bottom,
 // left, right), value.
 inline ops::window_attrs window_attrs_of(const attributes& a) {
-    auto ints = [&](const char* key, std::size_t n) {
-        const std::vector<std::int64_t> v = a.integers(key);
-        if (v.size() != n)
-            throw value_error("kiln: value_error in 'im2col': '" + std::string(key) + "' holds " + std::to_string(n) +
-                              " numbers, got " + std::to_string(v.size()));
-        return v;
-    };
-    const auto k = ints("kernel", 2), s = ints("stride", 2), p = ints("pads", 4), d = ints("dilation", 2);
-    return ops::make_window_attrs({k[0], k[1]}, {s[0], s[1]}, {p[0], p[1], p[2], p[3]}, {d[0], d[1]}, a.number("value"));
+    return ops::make_window_attrs("im2col", a.integers("kernel"), a.integers("stride"), a.integers("pads"), a.integers("dilation"),
+                                  a.number("value"));
 }
 inline tensor_spec im2col_shape_rule(std::span<const tensor_spec> in, const attributes& a) {
     return {in[0].dtype, ops::im2col::result_shape(window_attrs_of(a), in[0].shape)};
