@@ -467,6 +467,60 @@ TEST_CASE("save: what cannot be saved is refused with the reason") {
                          doctest::Contains("traces the function with each kiln::dyn extent at 2"), kiln::shape_error);
 }
 
+TEST_CASE("save: dynamic extents that may differ are traced apart, so a call may give them any values") {
+    // x and a mask, both (batch, length): the two batches must be equal, as must the two lengths, but a batch and a
+    // length are independent. save finds that grouping (the first tried, all four apart, fails to broadcast).
+    auto masked_mean = kiln::function([](const kiln::tensor& x, const kiln::tensor& m) {
+        return std::make_tuple(kiln::sum(x * m, {1}) / kiln::sum(m, {1}), kiln::mean(x, {1}) + 1.0);
+    });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float64, {kiln::dyn, kiln::dyn}), kiln::spec(kiln::float64, {kiln::dyn, kiln::dyn})};
+    const std::string path = temp_path("masked_mean.kfn");
+    kiln::save(masked_mean, sig, path);
+    const kiln::loaded_function f = kiln::load(path);
+    const std::string onnx = kiln::onnx_bytes(masked_mean, sig);
+    const kiln::loaded_function g = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    for (const auto& [b, l] : std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>>{{3, 5}, {4, 4}, {6, 2}, {1, 7}, {2, 1}}) {
+        std::vector<double> xv, mv, want_masked, want_mean;
+        for (std::ptrdiff_t i = 0; i < b; ++i) {
+            double s = 0, c = 0, all = 0;
+            for (std::ptrdiff_t j = 0; j < l; ++j) {
+                const double x = static_cast<double>(i) - 0.25 * static_cast<double>(j), m = j % 2 == 1 && i % 2 == 0 ? 0.0 : 1.0;
+                xv.push_back(x), mv.push_back(m);
+                s += x * m, c += m, all += x;
+            }
+            want_masked.push_back(s / c);
+            want_mean.push_back(all / static_cast<double>(l) + 1.0);
+        }
+        for (const kiln::loaded_function* h : {&f, &g}) {
+            const std::vector<kiln::tensor> out = (*h)(kiln::from_vector(xv, {b, l}), kiln::from_vector(mv, {b, l}));
+            REQUIRE(out.size() == 2);
+            CHECK(out[0].shape() == kiln::dims{b});
+            for (std::size_t i = 0; i < want_masked.size(); ++i) {
+                CHECK(values(out[0])[i] == doctest::Approx(want_masked[i]).epsilon(1e-14));
+                CHECK(values(out[1])[i] == doctest::Approx(want_mean[i]).epsilon(1e-14));
+            }
+        }
+    }
+    // The batches of x and of the mask were traced equal: a call must keep them equal.
+    CHECK_THROWS_WITH_AS(f(kiln::zeros({3, 5}, kiln::float64), kiln::zeros({4, 5}, kiln::float64)),
+                         doctest::Contains("must be equal in a call"), kiln::shape_error);
+    CHECK_THROWS_AS(g(kiln::zeros({3, 5}, kiln::float64), kiln::zeros({4, 5}, kiln::float64)), kiln::shape_error);
+    // The ONNX graph names the batch and the length apart, each shared by both inputs.
+    CHECK(onnx.find("dim0") != std::string::npos);
+    CHECK(onnx.find("dim1") != std::string::npos);
+    CHECK(onnx.find("dim2") == std::string::npos);
+
+    // Two lengths whose sum a count follows (a mean over a concatenation): apart, the count is on neither extent's
+    // line, so save traces them equal and the file asks for equal lengths (a refusal, never a wrong mean).
+    auto joined_mean = kiln::function([](const kiln::tensor& a, const kiln::tensor& c) { return kiln::mean(kiln::concat({a, c}, 0) * 3.0); });
+    const std::vector<kiln::spec> two{kiln::spec(kiln::float64, {kiln::dyn}), kiln::spec(kiln::float64, {kiln::dyn})};
+    kiln::save(joined_mean, two, path);
+    const kiln::loaded_function j = kiln::load(path);
+    CHECK(values(j(f64({1, 2, 3}, {3}), f64({4, 5, 9}, {3}))[0]) == std::vector<double>{12});
+    CHECK(j.traced_extents() == std::vector<std::ptrdiff_t>{2, 2});
+    CHECK_THROWS_WITH_AS(j(f64({1, 2}, {2}), f64({4, 5, 9, 3}, {4})), doctest::Contains("must be equal in a call"), kiln::shape_error);
+}
+
 TEST_CASE("load: a damaged file is refused, naming the file and the node or offset") {
     const std::string good = small_model_bytes();
     REQUIRE(load_refusal(good).empty());

@@ -181,56 +181,106 @@ std::string function_file_bytes(const executable& exe, const std::vector<spec>& 
     return out;
 }
 
-// A copy of `fn` traced for `signature` (example arguments: the specs' shapes, dynamic extents 2).
+// The ways to make n dynamic extents equal or apart, each as a group number per extent: the finest first (all
+// apart), then by fewer groups, in the order of restricted growth strings; the last is always one group (all
+// equal). At most `limit` of them (every one up to n = 5 extents; beyond 8, only all apart and all equal).
+inline std::vector<std::vector<int>> extent_groupings(std::size_t n, std::size_t limit = 64) {
+    std::vector<std::vector<int>> all;
+    if (n <= 8) {
+        std::vector<int> g(n, 0);
+        for (;;) {
+            all.push_back(g);
+            // The next restricted growth string: the last g[i] (i >= 1) that can grow (g[i] <= max of g before it)
+            // grows, and what follows it restarts at 0.
+            std::ptrdiff_t i = static_cast<std::ptrdiff_t>(n) - 1;
+            for (; i >= 1; --i)
+                if (g[static_cast<std::size_t>(i)] <= *std::max_element(g.begin(), g.begin() + i)) break;
+            if (i < 1) break;
+            ++g[static_cast<std::size_t>(i)];
+            std::fill(g.begin() + i + 1, g.end(), 0);
+        }
+    } else {
+        std::vector<int> apart(n);
+        for (std::size_t k = 0; k < n; ++k) apart[k] = static_cast<int>(k);
+        all = {apart, std::vector<int>(n, 0)};
+    }
+    auto groups = [](const std::vector<int>& g) { return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1; };
+    std::stable_sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return groups(a) > groups(b); });
+    if (all.size() > limit) {
+        all.erase(all.begin() + static_cast<std::ptrdiff_t>(limit) - 1, all.end() - 1);
+    }
+    return all;
+}
+
+// A copy of `fn` traced for `signature`, the specs' shapes with dynamic extents apart where the function allows:
+// each grouping of extent_groupings is tried in turn, group g at extent 2 + g, until one traces and one trace serves
+// every extent (function mode's probes); the last tries every extent at 2, and its error is the one reported.
 template <class F>
 std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::vector<spec>& signature, const char* entry) {
-    function<F> traced(fn.callable(), signature, fn.options());
-    std::vector<tensor> ex;
+    std::size_t n_dyn = 0;
     for (const spec& s : signature) {
         if (s.shape.size() > static_cast<std::size_t>(max_rank))
             throw value_error(error_prefix("value_error", entry) + "a spec has more than " + std::to_string(max_rank) + " dimensions");
-        dims d;
-        d.rank = static_cast<int>(s.shape.size());
-        for (std::size_t i = 0; i < s.shape.size(); ++i) d[static_cast<int>(i)] = s.shape[i] == dyn ? 2 : s.shape[i];
-        ex.push_back(zeros(d, s.dtype));
+        n_dyn += static_cast<std::size_t>(std::count(s.shape.begin(), s.shape.end(), dyn));
     }
-    bool dynamic = false;
-    for (const spec& s : signature) dynamic = dynamic || std::find(s.shape.begin(), s.shape.end(), dyn) != s.shape.end();
-    std::shared_ptr<const executable> exe;
-    auto call = [&](auto&&... ts) {
-        if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) {
-            try {
-                exe = traced.compiled(ts...);
-            } catch (const shape_error& e) {
-                if (!dynamic) throw;
-                throw shape_error(std::string(e.what()) + " (" + entry + " traces the function with each kiln::dyn "
-                                  "extent at 2, then at 5 and 8: a function that holds only for some extents must be "
-                                  "saved with those extents in its signature)");
-            }
-        } else {
-            throw value_error(error_prefix("value_error", entry) + "the function cannot be called with " +
-                              std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
+    const bool dynamic = n_dyn > 0;
+    const std::vector<std::vector<int>> groupings = extent_groupings(n_dyn);
+    for (std::size_t attempt = 0; attempt < groupings.size(); ++attempt) {
+        const bool last = attempt + 1 == groupings.size();
+        function<F> traced(fn.callable(), signature, fn.options());
+        std::vector<tensor> ex;
+        std::size_t d_at = 0;
+        for (const spec& s : signature) {
+            dims d;
+            d.rank = static_cast<int>(s.shape.size());
+            for (std::size_t i = 0; i < s.shape.size(); ++i)
+                d[static_cast<int>(i)] = s.shape[i] == dyn ? 2 + groupings[attempt][d_at++] : s.shape[i];
+            ex.push_back(zeros(d, s.dtype));
         }
-    };
-    switch (ex.size()) {
-        case 0: call(); break;
-        case 1: call(ex[0]); break;
-        case 2: call(ex[0], ex[1]); break;
-        case 3: call(ex[0], ex[1], ex[2]); break;
-        case 4: call(ex[0], ex[1], ex[2], ex[3]); break;
-        case 5: call(ex[0], ex[1], ex[2], ex[3], ex[4]); break;
-        case 6: call(ex[0], ex[1], ex[2], ex[3], ex[4], ex[5]); break;
-        default: throw value_error(error_prefix("value_error", entry) + "functions of at most 6 tensor arguments can be written");
+        std::shared_ptr<const executable> exe;
+        auto call = [&](auto&&... ts) {
+            if constexpr (std::is_invocable_v<const F&, decltype(ts)...>) {
+                exe = traced.compiled(ts...);
+            } else {
+                throw value_error(error_prefix("value_error", entry) + "the function cannot be called with " +
+                                  std::to_string(sizeof...(ts)) + " tensors (the signature has one spec per tensor argument)");
+            }
+        };
+        try {
+            switch (ex.size()) {
+                case 0: call(); break;
+                case 1: call(ex[0]); break;
+                case 2: call(ex[0], ex[1]); break;
+                case 3: call(ex[0], ex[1], ex[2]); break;
+                case 4: call(ex[0], ex[1], ex[2], ex[3]); break;
+                case 5: call(ex[0], ex[1], ex[2], ex[3], ex[4]); break;
+                case 6: call(ex[0], ex[1], ex[2], ex[3], ex[4], ex[5]); break;
+                default: throw value_error(error_prefix("value_error", entry) + "functions of at most 6 tensor arguments can be written");
+            }
+        } catch (const trace_error&) {
+            throw;  // (reading values: the same at any extents)
+        } catch (const shape_error& e) {
+            if (!last) continue;  // (extents apart where the function needs them equal: a batch of inputs and labels)
+            if (!dynamic) throw;
+            throw shape_error(std::string(e.what()) + " (" + entry + " traces the function with each kiln::dyn "
+                              "extent at 2, then at 5 and 8, after trying them apart: a function that holds only for some "
+                              "extents must be saved with those extents in its signature)");
+        } catch (const error&) {
+            if (last || ex.size() > 6 || !dynamic) throw;
+            continue;
+        }
+        // A signature whose dynamic dimensions cannot share one trace gives a trace for one extent only (function
+        // mode then traces per extent): a file could not serve the others.
+        if (dynamic && exe->traced_extents.empty()) {
+            if (!last) continue;
+            const std::vector<std::string> why = traced.retrace_reasons();
+            throw value_error(error_prefix("value_error", entry) + "the function cannot be saved with dynamic dimensions: " +
+                              (why.empty() ? std::string("one trace does not serve every extent") : why.back()) +
+                              "; save it with static extents in its signature");
+        }
+        return exe;
     }
-    // A signature whose dynamic dimensions cannot share one trace gives a trace for one extent only (function mode
-    // then traces per extent): a file could not serve the others.
-    if (dynamic && exe->traced_extents.empty()) {
-        const std::vector<std::string> why = traced.retrace_reasons();
-        throw value_error(error_prefix("value_error", entry) + "the function cannot be saved with dynamic dimensions: " +
-                          (why.empty() ? std::string("one trace does not serve every extent") : why.back()) +
-                          "; save it with static extents in its signature");
-    }
-    return exe;
+    throw value_error(error_prefix("value_error", entry) + "no trace");  // (unreachable: the last grouping returns or throws)
 }
 
 
@@ -303,7 +353,7 @@ private:
             for (std::size_t b = a + 1; b < e.size(); ++b) {
                 if (!group_.empty()) {  // (ONNX: dimensions of one name must be equal; others may be anything)
                     if (group_[a] == group_[b] && e[a] != e[b]) return false;
-                } else if ((traced_[a] == traced_[b]) != (e[a] == e[b])) {
+                } else if (traced_[a] == traced_[b] && e[a] != e[b]) {  // (traced apart: anything, equal too)
                     return false;
                 }
             }
