@@ -265,7 +265,9 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
             throw shape_error(std::string(e.what()) + " (" + entry + " traces the function with each kiln::dyn "
                               "extent at 2, then at 5 and 8, after trying them apart: a function that holds only for some "
                               "extents must be saved with those extents in its signature)");
-        } catch (const error&) {
+        } catch (const std::exception&) {
+            // (Another refusal at extents apart, the function's own check that two extents are equal included: the
+            // next grouping is tried; the last one's error is the caller's.)
             if (last || ex.size() > 6 || !dynamic) throw;
             continue;
         }
