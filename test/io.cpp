@@ -713,6 +713,35 @@ kiln::loaded_function exported_normalization(F& net, const std::vector<kiln::spe
     return back;
 }
 
+TEST_CASE("ONNX export: nn::conv_transpose2d is one ConvTranspose that reads back as itself; float64 is refused at col2im") {
+    kiln::generator g(23);
+    const kiln::tensor w = kiln::randn({3, 2, 3, 2}, kiln::float32, g), b = kiln::randn({4}, kiln::float32, g);
+    const kiln::nn::conv_transpose2d_options o{.stride = {2, 3}, .padding = {1, 0}, .output_padding = {1, 2}, .groups = 1};
+    auto up = kiln::function([&](const kiln::tensor& x) {
+        return kiln::nn::conv_transpose2d(x, kiln::concat({w, w}, 1), b, o);
+    });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {kiln::dyn, 3, 4, 5})};
+    const std::string onnx = kiln::onnx_bytes(up, sig);
+    CHECK(onnx.find("ConvTranspose") != std::string::npos);
+    CHECK(onnx.find("output_padding") != std::string::npos);
+    const kiln::loaded_function back = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    for (std::ptrdiff_t n : {1, 3}) {
+        const kiln::tensor x = kiln::randn({n, 3, 4, 5}, kiln::float32, g);
+        const kiln::tensor want = up(x);
+        CHECK(want.shape() == kiln::dims{n, 4, 8, 16});  // ((5 - 1) * 3 + 1 + 2 + 1)
+        CHECK(kiln::allclose(back(x)[0], want, 1e-5, 1e-5));
+    }
+    // Read back and traced again, it exports as one ConvTranspose again.
+    auto again = kiln::function([&](const kiln::tensor& x) { return back(x)[0]; });
+    const std::string onnx2 = kiln::onnx_bytes(again, sig);
+    CHECK(onnx2.find("ConvTranspose") != std::string::npos);
+    CHECK(onnx2.find("MatMul") == std::string::npos);
+    // float64: ONNX Runtime's ConvTranspose takes float32, and col2im has no form of its own.
+    const kiln::tensor w64 = w.to(kiln::float64);
+    auto up64 = kiln::function([&](const kiln::tensor& x) { return kiln::nn::conv_transpose2d(x, w64); });
+    CHECK_THROWS_WITH_AS(kiln::onnx_bytes(up64, {kiln::spec(kiln::float64, {2, 3, 4, 5})}), doctest::Contains("col2im"), kiln::value_error);
+}
+
 TEST_CASE("ONNX export: nn::layer_norm is one LayerNormalization, and an imported one exports as one again") {
     kiln::generator g(29);
     kiln::nn::layer_norm_layer norm({6});

@@ -323,6 +323,122 @@ TEST_CASE("conv2d equals its definition with strides, padding, dilation and grou
     }
 }
 
+// conv_transpose2d by its definition: each input element scatters its channel's kernels into the result.
+std::vector<double> conv_transpose2d_by_loops(const kiln::tensor& x, const kiln::tensor& w, const kiln::tensor& b,
+                                              const kiln::nn::conv_transpose2d_options& o, std::ptrdiff_t oh, std::ptrdiff_t ow) {
+    const std::ptrdiff_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+    const std::ptrdiff_t mg = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3], m = mg * o.groups, cg = c / o.groups;
+    const std::vector<double> xv = values(x), wv = values(w), bv = b.numel() ? values(b) : std::vector<double>(static_cast<std::size_t>(m), 0.0);
+    std::vector<double> y(static_cast<std::size_t>(n * m * oh * ow), 0.0);
+    for (std::ptrdiff_t i = 0; i < n; ++i)
+        for (std::ptrdiff_t o_ = 0; o_ < m; ++o_)
+            for (std::ptrdiff_t r = 0; r < oh * ow; ++r) y[static_cast<std::size_t>((i * m + o_) * oh * ow + r)] = bv[static_cast<std::size_t>(o_)];
+    for (std::ptrdiff_t i = 0; i < n; ++i)
+        for (std::ptrdiff_t ci = 0; ci < c; ++ci)
+            for (std::ptrdiff_t iy = 0; iy < h; ++iy)
+                for (std::ptrdiff_t ix = 0; ix < wd; ++ix)
+                    for (std::ptrdiff_t mo = 0; mo < mg; ++mo)
+                        for (std::ptrdiff_t ky = 0; ky < kh; ++ky)
+                            for (std::ptrdiff_t kx = 0; kx < kw; ++kx) {
+                                const std::ptrdiff_t oy = iy * o.stride[0] - o.padding[0] + ky * o.dilation[0];
+                                const std::ptrdiff_t ox = ix * o.stride[1] - o.padding[1] + kx * o.dilation[1];
+                                if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+                                const std::ptrdiff_t out_c = (ci / cg) * mg + mo;
+                                y[static_cast<std::size_t>(((i * m + out_c) * oh + oy) * ow + ox)] +=
+                                    xv[static_cast<std::size_t>(((i * c + ci) * h + iy) * wd + ix)] *
+                                    wv[static_cast<std::size_t>(((ci * mg + mo) * kh + ky) * kw + kx)];
+                            }
+    return y;
+}
+
+TEST_CASE("conv_transpose2d equals its definition, is conv2d's adjoint, differentiates, traces and exports as ConvTranspose") {
+    kiln::generator g(17);
+    struct shape_case {
+        std::ptrdiff_t n, c, h, w, m, kh, kw;
+        kiln::nn::conv_transpose2d_options o;
+        bool bias;
+    };
+    const shape_case cases[] = {{2, 3, 4, 5, 4, 3, 3, {}, true},
+                                {1, 4, 3, 4, 6, 3, 2, {{2, 2}, {1, 0}, {1, 1}, {1, 1}, 2}, true},
+                                {2, 2, 5, 4, 3, 2, 3, {{3, 2}, {2, 1}, {2, 0}, {2, 1}, 1}, false},
+                                {1, 6, 3, 3, 6, 1, 1, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 6}, true}};
+    for (const shape_case& p : cases) {
+        CAPTURE(p.c);
+        CAPTURE(p.o.groups);
+        const kiln::tensor x = kiln::randn({p.n, p.c, p.h, p.w}, kiln::float64, g), w = kiln::randn({p.c, p.m / p.o.groups, p.kh, p.kw}, kiln::float64, g);
+        const kiln::tensor b = p.bias ? kiln::randn({p.m}, kiln::float64, g) : kiln::tensor();
+        const kiln::tensor y = kiln::nn::conv_transpose2d(x, w, b, p.o);
+        const std::ptrdiff_t oh = (p.h - 1) * p.o.stride[0] - 2 * p.o.padding[0] + p.o.dilation[0] * (p.kh - 1) + p.o.output_padding[0] + 1;
+        const std::ptrdiff_t ow = (p.w - 1) * p.o.stride[1] - 2 * p.o.padding[1] + p.o.dilation[1] * (p.kw - 1) + p.o.output_padding[1] + 1;
+        REQUIRE(y.shape() == kiln::dims{p.n, p.m, oh, ow});
+        kiln_test::check_all_close(values(y), conv_transpose2d_by_loops(x, w, b, p.o, oh, ow), 1e-12, 1e-12);
+
+        // The adjoint of conv2d with the same weight, stride, padding, dilation and groups: <conv2d(z, w), x> =
+        // <z, conv_transpose2d(x, w)> for every z of the result's shape (the definition of a transposed convolution).
+        if (!p.bias) {
+            const kiln::tensor z = kiln::randn({p.n, p.m, oh, ow}, kiln::float64, g);
+            const kiln::nn::conv2d_options co{p.o.stride, p.o.padding, p.o.dilation, p.o.groups};
+            // (conv2d's weight is (out, in / groups, kh, kw): out = x's channels, in = z's.)
+            const kiln::tensor forward = kiln::nn::conv2d(z, w, kiln::tensor(), co);
+            REQUIRE(forward.shape() == x.shape());
+            CHECK(kiln::sum(forward * x).item<double>() == doctest::Approx(kiln::sum(z * y).item<double>()).epsilon(1e-12));
+        }
+
+        // Gradients against central differences of a random projection of the output.
+        const kiln::tensor proj = kiln::randn(y.shape(), kiln::float64, g);
+        std::vector<kiln::tensor> grads;
+        {
+            kiln::gradient_tape tape;
+            tape.watch(x);
+            tape.watch(w);
+            const kiln::tensor loss = kiln::sum(kiln::nn::conv_transpose2d(x, w, b, p.o) * proj);
+            grads = tape.gradient(loss, std::vector<kiln::tensor>{x, w});
+        }
+        auto objective = [&](const kiln::tensor& xx, const kiln::tensor& ww) {
+            return kiln::sum(kiln::nn::conv_transpose2d(xx, ww, b, p.o) * proj).item<double>();
+        };
+        for (int t = 0; t < 6; ++t) {
+            for (int which = 0; which < 2; ++which) {
+                const kiln::tensor& base = which ? w : x;
+                const std::ptrdiff_t at = (t * 7919 + which * 31) % base.numel();
+                kiln::tensor plus = base.clone(), minus = base.clone();
+                plus.data<double>()[at] += 1e-6;
+                minus.data<double>()[at] -= 1e-6;
+                const double numeric = which ? (objective(x, plus) - objective(x, minus)) / 2e-6 : (objective(plus, w) - objective(minus, w)) / 2e-6;
+                CHECK(grads[static_cast<std::size_t>(which)].contiguous().data<double>()[at] == doctest::Approx(numeric).epsilon(1e-6));
+            }
+        }
+        // Traced with a dynamic batch: one trace, eager mode's results bit for bit.
+        auto fn = kiln::function([&](const kiln::tensor& xx) { return kiln::nn::conv_transpose2d(xx, w, b, p.o); },
+                                 {kiln::spec(kiln::float64, {kiln::dyn, p.c, p.h, p.w})});
+        CHECK(kiln::allclose(fn(x), y, 0, 0));
+        const kiln::tensor x3 = kiln::randn({p.n + 2, p.c, p.h, p.w}, kiln::float64, g);
+        CHECK(kiln::allclose(fn(x3), kiln::nn::conv_transpose2d(x3, w, b, p.o), 0, 0));
+        CHECK(fn.trace_count() == 1);
+    }
+    // As a layer: (in, out, kernel) with the weight (in, out / groups, kh, kw), in a sequential model.
+    kiln::nn::conv_transpose2d_layer up(4, 2, {2, 2}, {.stride = {2, 2}}, kiln::nn::relu, g);
+    CHECK(up.w.shape() == kiln::dims{4, 2, 2, 2});
+    const kiln::tensor small = kiln::randn({3, 4, 5, 6}, g);
+    CHECK(up(small).shape() == kiln::dims{3, 2, 10, 12});
+    CHECK(values(kiln::min(up(small))) == std::vector<double>{0});
+    // Bad shapes and options, in sentences.
+    const kiln::tensor x = kiln::zeros({1, 4, 5, 5}), w = kiln::zeros({4, 3, 3, 3});
+    CHECK_THROWS_WITH_AS(kiln::nn::conv_transpose2d(x, kiln::zeros({3, 3, 3, 3})),
+                         "kiln: shape_error in 'nn::conv_transpose2d': the weight (3, 3, 3, 3) takes 3 input channels, but the input "
+                         "(1, 4, 5, 5) has 4", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::conv_transpose2d(x, w, kiln::tensor(), {.stride = {2, 2}, .output_padding = {2, 0}}),
+                         "kiln: value_error in 'nn::conv_transpose2d': output_padding (2, 0) must be at least 0 and below the stride (2, 2)",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::conv_transpose2d(x, w, kiln::tensor(), {.padding = {4, 0}}),
+                         "kiln: shape_error in 'nn::conv_transpose2d': the height of the result would be -1 (input (1, 4, 5, 5), "
+                         "kernel (3, 3), padding 4 and 4)", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::conv_transpose2d(x, w, kiln::zeros({4})),
+                         "kiln: shape_error in 'nn::conv_transpose2d': the bias must be (3,), got (4,)", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::conv_transpose2d(x, w, kiln::tensor(), {.groups = 3}),
+                         "kiln: value_error in 'nn::conv_transpose2d': 3 groups must divide the input's 4 channels", kiln::value_error);
+}
+
 TEST_CASE("max_pool2d and avg_pool2d take each window's maximum and mean; padding never wins a maximum") {
     kiln::generator g(12);
     const kiln::tensor x = kiln::randn({2, 3, 7, 8}, g) - 5.0;  // (all negative: a zero of padding would win a maximum)

@@ -55,7 +55,7 @@ for path in models:
                 "layout_ops": {"Tile", "Pad", "Einsum", "Gather", "GatherElements", "ScatterElements"},
                 "cnn": {"Conv", "MaxPool", "AveragePool", "Gemm"}, "cnn2": {"Conv", "MaxPool", "AveragePool"},
                 "embedding": {"Gather", "ReduceMean", "Gemm"}, "layer_norm": {"LayerNormalization"},
-                "batch_norm": {"Conv", "BatchNormalization", "Relu"}}.get(name, set())
+                "batch_norm": {"Conv", "BatchNormalization", "Relu"}, "decoder": {"ConvTranspose", "Relu"}}.get(name, set())
     check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
     if name == "classifier":
         check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,
@@ -80,6 +80,13 @@ for path in models:
         check(len(conv) == 1 and len(conv[0].input) == 2 and
               {(a.name, a.i) for a in conv[0].attribute if a.type == onnx.AttributeProto.INT} == {("group", 2)},
               "cnn2: Conv without a bias, with its groups")
+    if name == "decoder":
+        convs = [n for n in model.graph.node if n.op_type == "ConvTranspose"]
+        attrs = [{a.name: list(a.ints) if a.ints else a.i for a in n.attribute} for n in convs]
+        check(len(convs) == 2 and [len(n.input) for n in convs] == [3, 2] and attrs[0].get("output_padding") == [1, 0] and
+              attrs[0].get("strides") == [2, 2] and attrs[1].get("group") == 2 and attrs[1].get("dilations") == [2, 1] and
+              attrs[1].get("pads") == [0, 1, 0, 1] and not {"MatMul", "Slice", "Pad"} & set(ops),
+              "decoder: two ConvTransposes with their attributes, none of their parts (%s)" % attrs)
     if name == "layer_norm":
         norms = [n for n in model.graph.node if n.op_type == "LayerNormalization"]
         eps = sorted(round(a.f, 9) for n in norms for a in n.attribute if a.name == "epsilon")
@@ -358,7 +365,7 @@ for opset in (17, 18):
 
 
 # Convolutional models as PyTorch exports them: Conv (padding, strides, dilations, groups, auto_pad SAME_UPPER and
-# SAME_LOWER), BatchNormalization, Relu, MaxPool, AveragePool (with and without padding in the count),
+# SAME_LOWER), ConvTranspose (pads, output_padding, groups, dilations, output_shape), BatchNormalization, Relu, MaxPool, AveragePool (with and without padding in the count),
 # GlobalAveragePool, GlobalMaxPool, Flatten and Gemm, on a dynamic batch; and a 1-d one over (N, C, L).
 def cnn_model():
     from onnx import TensorProto as T
@@ -369,7 +376,9 @@ def cnn_model():
          numpy_helper.from_array(f(4), "bn_mean"), numpy_helper.from_array(np.abs(f(4)) + 0.5, "bn_var"),
          numpy_helper.from_array(f(6, 2, 2, 3), "w2"),
          numpy_helper.from_array(f(4, 4, 3, 3), "w3"), numpy_helper.from_array(f(4, 4, 2, 2), "w4"),
-         numpy_helper.from_array(f(3, 4), "wf"), numpy_helper.from_array(f(3), "bf")]
+         numpy_helper.from_array(f(3, 4), "wf"), numpy_helper.from_array(f(3), "bf"),
+         numpy_helper.from_array(f(4, 3, 3, 2), "wt1"), numpy_helper.from_array(f(3), "bt1"),
+         numpy_helper.from_array(f(4, 1, 2, 2), "wt2"), numpy_helper.from_array(f(4, 2, 3, 3), "wt3")]
     n = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
          helper.make_node("BatchNormalization", ["c1", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["bn"], epsilon=1e-3),
          helper.make_node("Relu", ["bn"], ["r1"]),
@@ -382,11 +391,15 @@ def cnn_model():
          helper.make_node("MaxPool", ["c1"], ["p_pad"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], dilations=[1, 1]),
          helper.make_node("MaxPool", ["r1"], ["p_ceil"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
          helper.make_node("MaxPool", ["c1"], ["p_ceil_pad"], kernel_shape=[2, 3], strides=[3, 2], pads=[1, 1, 0, 1], ceil_mode=1),
+         helper.make_node("ConvTranspose", ["r1", "wt1", "bt1"], ["ct1"], strides=[2, 2], pads=[1, 0, 0, 1], output_padding=[1, 0]),
+         helper.make_node("ConvTranspose", ["r1", "wt2"], ["ct2"], group=2, dilations=[2, 1], strides=[1, 2]),
+         helper.make_node("ConvTranspose", ["r1", "wt3"], ["ct3"], strides=[2, 2], output_shape=[12, 16]),
          helper.make_node("GlobalAveragePool", ["p1"], ["gap"]),
          helper.make_node("GlobalMaxPool", ["c2"], ["gmp"]),
          helper.make_node("Flatten", ["gap"], ["flat"]),
          helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], transB=1)]
-    outs = [(nm, ["b", nm + "_c", nm + "_h", nm + "_w"]) for nm in ("p1", "c2", "c3", "c4", "a_excl", "a_incl", "p_pad", "gmp", "p_ceil", "p_ceil_pad")]
+    outs = [(nm, ["b", nm + "_c", nm + "_h", nm + "_w"]) for nm in ("p1", "c2", "c3", "c4", "a_excl", "a_incl", "p_pad", "gmp", "p_ceil", "p_ceil_pad",
+                                                                   "ct1", "ct2", "ct3")]
     outs.append(("logits", ["b", 3]))
     graph = helper.make_graph(n, "cnn", [helper.make_tensor_value_info("x", T.FLOAT, ["b", 2, 6, 8])],
                               [helper.make_tensor_value_info(nm, T.FLOAT, sh) for nm, sh in outs], c)
@@ -402,9 +415,11 @@ def cnn1d_model():
          numpy_helper.from_array(r.standard_normal(5).astype(np.float32), "b")]
     n = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[2, 1], strides=[2], dilations=[2]),
          helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2], strides=[1]),
-         helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[3], strides=[2], pads=[1, 1])]
+         helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+         helper.make_node("ConvTranspose", ["c", "wt"], ["ct"], strides=[3], pads=[1, 2], output_padding=[1])]
+    c.append(numpy_helper.from_array(r.standard_normal((5, 2, 4)).astype(np.float32), "wt"))
     graph = helper.make_graph(n, "cnn1d", [helper.make_tensor_value_info("x", T.FLOAT, ["b", 3, 11])],
-                              [helper.make_tensor_value_info(nm, T.FLOAT, ["b", nm + "_c", nm + "_l"]) for nm in ("c", "p", "a")], c)
+                              [helper.make_tensor_value_info(nm, T.FLOAT, ["b", nm + "_c", nm + "_l"]) for nm in ("c", "p", "a", "ct")], c)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m, (3, 11)

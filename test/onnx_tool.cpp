@@ -238,6 +238,15 @@ int main(int argc, char** argv) {
         }, {.name = "cnn64"});
         write<1>(dir, "cnn64", conv64, {kiln::spec(kiln::float64, {kiln::dyn, 2, 7, 6})},
                  {{kiln::randn({2, 2, 7, 6}, kiln::float64, g)}, {kiln::randn({1, 2, 7, 6}, kiln::float64, g)}});
+        // A decoder: transposed convolutions (a layer with its bias, stride 2 and output_padding; a functional one
+        // with groups, a dilation and no bias), each one ConvTranspose.
+        kiln::nn::conv_transpose2d_layer up(4, 2, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 0}}, kiln::nn::relu, g);
+        const kiln::tensor w_up = kiln::randn({2, 2, 2, 3}, kiln::float32, g);
+        auto decode = kiln::function([&](const kiln::tensor& x) {
+            return kiln::nn::conv_transpose2d(up(x), w_up, kiln::tensor(), {.stride = {1, 2}, .padding = {0, 1}, .dilation = {2, 1}, .groups = 2});
+        }, {.name = "decoder"});
+        write<1>(dir, "decoder", decode, {kiln::spec(kiln::float32, {kiln::dyn, 4, 3, 5})},
+                 {{kiln::randn({2, 4, 3, 5}, kiln::float32, g)}, {kiln::randn({1, 4, 3, 5}, kiln::float32, g)}});
         // Causal multi-head self-attention (its mask from CumSum of ones, a Where and the Softmax) with a dynamic
         // batch.
         kiln::nn::multi_head_attention attention(8, 2, true, g);

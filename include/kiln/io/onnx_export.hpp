@@ -10,8 +10,8 @@
 // Greater, ...), with Casts where kiln promotes dtypes and ONNX does not, and composites where ONNX has no operator
 // (silu, gelu, leaky_relu, clamp, relu_backward); matmul MatMul; reductions ReduceSum/Max/Min/Prod and ArgMax/ArgMin;
 // the views Reshape, Expand, Transpose, Slice, Gather (select) and Unsqueeze; concat Concat; casts Cast; full
-// ConstantOfShape; nn::conv2d and the pools (traced as their parts, with a note of what they are) Conv, MaxPool and
-// AveragePool, nn::layer_norm LayerNormalization, nn::batch_norm (evaluation) BatchNormalization. A parameter that
+// ConstantOfShape; nn::conv2d, nn::conv_transpose2d and the pools (traced as their parts, with a note of what they
+// are) Conv, ConvTranspose, MaxPool and AveragePool, nn::layer_norm LayerNormalization, nn::batch_norm (evaluation) BatchNormalization. A parameter that
 // follows a dynamic dimension (a reshape's target) is computed in the model from the input's Shape. Captured
 // tensors are initializers. An op with no mapping is a kiln::value_error naming it.
 #include <cstdint>
@@ -201,7 +201,8 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
                         {onnx_builder::int_attr("transA", f.trans_a), onnx_builder::int_attr("transB", f.trans_b)});
         } else if (f.kind == onnx_fused::reduce_mean) {
             out = b.op1("ReduceMean", {fused_in(0)}, {onnx_builder::ints_attr("axes", f.axes), onnx_builder::int_attr("keepdims", f.keepdims)});
-        } else if (f.kind == onnx_fused::conv || f.kind == onnx_fused::max_pool || f.kind == onnx_fused::avg_pool) {
+        } else if (f.kind == onnx_fused::conv || f.kind == onnx_fused::conv_transpose || f.kind == onnx_fused::max_pool ||
+                   f.kind == onnx_fused::avg_pool) {
             // The note's pads are top, bottom, left, right; ONNX lists the starts, then the ends.
             const std::map<std::string, std::string> w = split_attrs(f.attrs);
             const std::vector<std::int64_t> p4 = attr_ints(w, "pads");
@@ -214,6 +215,11 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
                 at.push_back(onnx_builder::ints_attr("dilations", attr_ints(w, "dilation")));
                 at.push_back(onnx_builder::int_attr("group", attr_int(w, "groups")));
                 out = b.op1("Conv", ins, at);
+            } else if (f.kind == onnx_fused::conv_transpose) {
+                at.push_back(onnx_builder::ints_attr("dilations", attr_ints(w, "dilation")));
+                at.push_back(onnx_builder::int_attr("group", attr_int(w, "groups")));
+                at.push_back(onnx_builder::ints_attr("output_padding", attr_ints(w, "output_padding")));
+                out = b.op1("ConvTranspose", ins, at);
             } else if (f.kind == onnx_fused::max_pool) {
                 at.push_back(onnx_builder::ints_attr("dilations", attr_ints(w, "dilation")));
                 at.push_back(onnx_builder::int_attr("ceil_mode", attr_bool(w, "ceil_mode") ? 1 : 0));

@@ -270,6 +270,74 @@ replay_fn onnx_layer_kernel(const std::string& op, std::int64_t opset, Attr&& A,
             return spatial == 1 ? y.squeeze(2) : y;
         };
     }
+    // The transposed convolution over one or two spatial axes, with nn::conv_transpose2d; output_shape (or auto_pad
+    // SAME_UPPER/SAME_LOWER, which asks for input * stride) sets the pads by ONNX's formula.
+    if (op == "ConvTranspose") {
+        lo = 2, hi = 3;
+        auto ints = [&](const char* name) {
+            const onnx_attr* a = A(name);
+            return a ? a->ints : std::vector<std::int64_t>{};
+        };
+        const std::vector<std::int64_t> kernel_attr = ints("kernel_shape"), strides = ints("strides"), dilations = ints("dilations"),
+                                        pads = ints("pads"), output_padding = ints("output_padding"), output_shape = ints("output_shape");
+        const onnx_attr* ap = A("auto_pad");
+        const std::string auto_pad = ap ? ap->s : "NOTSET";
+        if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
+            throw value_error("auto_pad '" + json::reader::printable(auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
+        if ((auto_pad != "NOTSET" || !output_shape.empty()) && !pads.empty())
+            throw value_error("pads are given with " + std::string(output_shape.empty() ? "auto_pad " + auto_pad : "output_shape"));
+        const std::int64_t groups = ai("group", 1);
+        return [=](auto in, auto) {
+            const tensor& x0 = in[0];
+            const int spatial = x0.dim() - 2;
+            if (spatial != 1 && spatial != 2)
+                throw shape_error("kiln: shape_error in 'ConvTranspose': kiln reads 1-d and 2-d inputs ((N, C, L) or (N, C, H, W)), got " +
+                                  to_string(x0.shape()));
+            if (in[1].dim() != x0.dim())
+                throw shape_error("kiln: shape_error in 'ConvTranspose': the weight " + to_string(in[1].shape()) + " does not match the input " +
+                                  to_string(x0.shape()));
+            const std::size_t s = static_cast<std::size_t>(spatial);
+            auto per_axis = [&](const std::vector<std::int64_t>& v, std::size_t want, std::int64_t fallback, const char* what) {
+                if (v.empty()) return std::vector<std::int64_t>(want, fallback);
+                if (v.size() != want)
+                    throw value_error("kiln: value_error in 'ConvTranspose': " + std::string(what) + " has " + std::to_string(v.size()) +
+                                      " values for " + std::to_string(spatial) + " spatial axes");
+                return v;
+            };
+            std::vector<std::int64_t> kernel;
+            for (int i = 2; i < in[1].dim(); ++i) kernel.push_back(in[1].shape()[i]);
+            if (!kernel_attr.empty() && kernel_attr != kernel)
+                throw shape_error("kiln: shape_error in 'ConvTranspose': kernel_shape disagrees with the weight");
+            const std::vector<std::int64_t> st = per_axis(strides, s, 1, "strides"), di = per_axis(dilations, s, 1, "dilations"),
+                                            op_pad = per_axis(output_padding, s, 0, "output_padding");
+            std::vector<std::int64_t> pd = per_axis(pads, 2 * s, 0, "pads");
+            if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+                std::vector<std::int64_t> want = output_shape;
+                if (want.size() == s + 2) want.erase(want.begin(), want.begin() + 2);  // (the whole shape, as some writers give)
+                if (want.empty())
+                    for (std::size_t i = 0; i < s; ++i) want.push_back(x0.shape()[static_cast<int>(2 + i)] * st[i]);
+                want = per_axis(want, s, 0, "output_shape");
+                for (std::size_t i = 0; i < s; ++i) {
+                    const std::int64_t total = st[i] * (x0.shape()[static_cast<int>(2 + i)] - 1) + op_pad[i] + (kernel[i] - 1) * di[i] + 1 - want[i];
+                    if (total < 0)
+                        throw value_error("kiln: value_error in 'ConvTranspose': output_shape " + std::to_string(want[i]) +
+                                          " is larger than the full result's " + std::to_string(want[i] + total) + " (kiln does not pad it)");
+                    const bool upper = auto_pad == "SAME_UPPER";
+                    pd[i] = upper ? total / 2 : total - total / 2;
+                    pd[i + s] = total - pd[i];
+                }
+            }
+            // As 2-d: (N, C, L) becomes (N, C, 1, L).
+            const tensor x = spatial == 1 ? x0.unsqueeze(2) : x0, w = spatial == 1 ? in[1].unsqueeze(2) : in[1];
+            auto two = [&](const std::vector<std::int64_t>& v, std::ptrdiff_t one) {
+                return std::array<std::ptrdiff_t, 2>{spatial == 1 ? one : v[0], spatial == 1 ? v[0] : v[1]};
+            };
+            const pads4 p4 = spatial == 1 ? pads4{0, 0, pd[0], pd[1]} : pads4{pd[0], pd[2], pd[1], pd[3]};
+            const tensor b = in.size() > 2 && in[2].valid() ? in[2] : tensor();
+            const tensor y = conv_transpose2d_padded<0>(x, w, b, two(st, 1), p4, two(op_pad, 0), two(di, 1), groups);
+            return spatial == 1 ? y.squeeze(2) : y;
+        };
+    }
     if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
         const bool average = op == "GlobalAveragePool";
         return [average](auto in, auto) {

@@ -6,8 +6,8 @@
 // - the patterns ONNX has one operator for: softmax and log_softmax (kiln traces them as max, sub, exp, sum and div
 //   or log) become Softmax and LogSoftmax, a matmul of matrices plus a bias becomes Gemm (with transA/transB where
 //   an operand is a transposed matrix), and a sum divided by its count (kiln's mean) becomes ReduceMean;
-// - the composites the tracer noted (function/graph.hpp): nn::conv2d and the pools as Conv, MaxPool and
-//   AveragePool, nn::layer_norm as LayerNormalization, nn::batch_norm (evaluation) as BatchNormalization;
+// - the composites the tracer noted (function/graph.hpp): nn::conv2d, nn::conv_transpose2d and the pools as Conv,
+//   ConvTranspose, MaxPool and AveragePool, nn::layer_norm as LayerNormalization, nn::batch_norm (evaluation) as BatchNormalization;
 // - which values the outputs need once those patterns stand for their parts, so that nothing else is written.
 #include <cstdint>
 #include <map>
@@ -20,13 +20,13 @@
 namespace kiln::detail {
 
 struct onnx_fused {
-    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, max_pool, avg_pool, layer_norm, batch_norm } kind = none;
+    enum kind_t { none, softmax, log_softmax, gemm, squeeze, reduce_mean, conv, conv_transpose, max_pool, avg_pool, layer_norm, batch_norm } kind = none;
     std::vector<std::int32_t> inputs;  // the values it reads instead of the node's own inputs
     int axis = 0;
     bool trans_a = false, trans_b = false;
     std::vector<std::int64_t> axes;  // reduce_mean: the axes (normalized) and keepdims
     bool keepdims = false;
-    std::string attrs;  // conv, max_pool, avg_pool, layer_norm: the composite note's attributes (nn/conv.hpp's window_attrs,
+    std::string attrs;  // conv, conv_transpose, max_pool, avg_pool, layer_norm: the composite note's attributes (nn/conv.hpp's window_attrs,
                         // nn/normalization.hpp's axis, epsilon, scale and bias)
 
     static onnx_fused of(kind_t k, std::vector<std::int32_t> in, int axis = 0, bool ta = false, bool tb = false) {
@@ -264,8 +264,8 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         if (ax >= 0 && ax < x.shape.rank && x.shape[ax] == 1 && !(p.dynamic_axes[static_cast<std::size_t>(n.inputs[0])] >> ax & 1u))
             p.fused[i] = onnx_fused::of(onnx_fused::squeeze, {n.inputs[0]}, ax);
     }
-    // Convolution and pooling, traced as their parts (nn/conv.hpp), from the notes the tracer kept: Conv, MaxPool
-    // and AveragePool of float32 images (the dtype ONNX Runtime's kernels all take).
+    // Convolution and pooling, traced as their parts (nn/conv.hpp), from the notes the tracer kept: Conv,
+    // ConvTranspose, MaxPool and AveragePool of float32 images (the dtype ONNX Runtime's kernels all take).
     for (const composite_note& c : g.composites) {
         if (c.output < 0 || static_cast<std::size_t>(c.output) >= size || c.inputs.empty()) continue;
         const graph_node& out = node(c.output);
@@ -299,7 +299,8 @@ onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs
         bool fits = out.kind == node_kind::op && out.dtype == dtype::float32 && out.shape.rank == 4;
         for (std::int32_t v : c.inputs) fits = fits && v >= 0 && v < c.output && node(v).dtype == dtype::float32;
         if (!fits || node(c.inputs[0]).shape.rank != 4) continue;
-        const onnx_fused::kind_t k = c.op == "conv2d" ? onnx_fused::conv : c.op == "max_pool2d" ? onnx_fused::max_pool
+        const onnx_fused::kind_t k = c.op == "conv2d" ? onnx_fused::conv : c.op == "conv_transpose2d" ? onnx_fused::conv_transpose
+                                   : c.op == "max_pool2d" ? onnx_fused::max_pool
                                    : c.op == "avg_pool2d" ? onnx_fused::avg_pool : onnx_fused::none;
         if (k == onnx_fused::none) continue;
         const std::map<std::string, std::string> w = split_attrs(c.attrs);

@@ -25,6 +25,16 @@ struct conv2d_options {
     std::ptrdiff_t groups = 1;
 };
 
+// A transposed convolution's: stride, padding (removed from both sides of an axis of the full result), extra rows
+// and columns at the end of the result (output_padding, below the stride), dilation and groups, per (height, width).
+struct conv_transpose2d_options {
+    std::array<std::ptrdiff_t, 2> stride{1, 1};
+    std::array<std::ptrdiff_t, 2> padding{0, 0};
+    std::array<std::ptrdiff_t, 2> output_padding{0, 0};
+    std::array<std::ptrdiff_t, 2> dilation{1, 1};
+    std::ptrdiff_t groups = 1;
+};
+
 struct pool2d_options {
     std::array<std::ptrdiff_t, 2> stride{0, 0};  // 0: the kernel's extent (PyTorch's default stride)
     std::array<std::ptrdiff_t, 2> padding{0, 0};
@@ -182,6 +192,65 @@ tensor avg_pool2d_padded(const tensor& x_in, std::array<std::ptrdiff_t, 2> kerne
 
 inline pads4 symmetric(std::array<std::ptrdiff_t, 2> p) { return {p[0], p[0], p[1], p[1]}; }
 
+// The transposed convolution (the gradient of conv2d with respect to its input, as a layer): each input element
+// scatters w's kernel for its channel into the output, which is col2im of the product of w and x. `pads` are the
+// rows and columns cropped from each side of the full result (top, bottom, left, right: ONNX's ConvTranspose may
+// crop the sides apart); output_padding adds that many at the end, below the stride (the windows col2im reads stay
+// those of the input's positions).
+template <int N>
+tensor conv_transpose2d_padded(const tensor& x, const tensor& w, const tensor& b, std::array<std::ptrdiff_t, 2> stride,
+                               const pads4& pads, std::array<std::ptrdiff_t, 2> output_padding, std::array<std::ptrdiff_t, 2> dilation,
+                               std::ptrdiff_t groups) {
+    const char* op = "conv_transpose2d";
+    check_images(op, x);
+    if (w.dim() != 4)
+        throw shape_error("kiln: shape_error in 'nn::conv_transpose2d': the weight must be (in_channels, out_channels / groups, kh, kw), got " +
+                          to_string(w.shape()));
+    const std::ptrdiff_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+    const std::ptrdiff_t kh = w.shape()[2], kw = w.shape()[3];
+    if (groups < 1 || c % groups != 0)
+        throw value_error("kiln: value_error in 'nn::conv_transpose2d': " + std::to_string(groups) + " groups must divide the input's " +
+                          std::to_string(c) + " channels");
+    if (w.shape()[0] != c)
+        throw shape_error("kiln: shape_error in 'nn::conv_transpose2d': the weight " + to_string(w.shape()) + " takes " +
+                          std::to_string(w.shape()[0]) + " input channels, but the input " + to_string(x.shape()) + " has " +
+                          std::to_string(c));
+    const std::ptrdiff_t m = w.shape()[1] * groups;
+    if (b.numel() != 0 && !(b.dim() == 1 && b.shape()[0] == m))
+        throw shape_error("kiln: shape_error in 'nn::conv_transpose2d': the bias must be (" + std::to_string(m) + ",), got " +
+                          to_string(b.shape()));
+    check_window(op, {kh, kw}, stride, pads, dilation);
+    std::array<std::ptrdiff_t, 2> size{};
+    for (int i = 0; i < 2; ++i) {
+        if (output_padding[i] < 0 || output_padding[i] >= stride[i])
+            throw value_error("kiln: value_error in 'nn::conv_transpose2d': output_padding " + window_text(output_padding) +
+                              " must be at least 0 and below the stride " + window_text(stride));
+        const std::ptrdiff_t in = i == 0 ? h : wd;
+        size[static_cast<std::size_t>(i)] = (in - 1) * stride[i] + dilation[i] * ((i == 0 ? kh : kw) - 1) + 1 + output_padding[i] -
+                                            pads[2 * i] - pads[2 * i + 1];
+        if (in < 1 || size[static_cast<std::size_t>(i)] < 1)
+            throw shape_error(std::string("kiln: shape_error in 'nn::conv_transpose2d': the ") + (i == 0 ? "height" : "width") +
+                              " of the result would be " + std::to_string(size[static_cast<std::size_t>(i)]) + " (input " +
+                              to_string(x.shape()) + ", kernel " + window_text({kh, kw}) + ", padding " +
+                              std::to_string(pads[2 * i]) + " and " + std::to_string(pads[2 * i + 1]) + ")");
+    }
+    // x as (N, groups, C / groups, H * W) against w as (groups, M / groups * kh * kw, C / groups): the columns of each
+    // input position, (N, M, kh * kw, H, W), which col2im adds into the result.
+    const std::ptrdiff_t cg = c / groups, k = kh * kw;
+    const dependent_tensor<N> cols =
+        kiln::matmul(w.reshape({groups, cg, (m / groups) * k}).transpose(1, 2), x.reshape({n, groups, cg, h * wd})).reshape({n, m, k, h, wd});
+    const tensor like = kiln::zeros({1}, x.dtype(), x.device()).reshape({1, 1, 1, 1}).broadcast_to({n, m, size[0], size[1]});
+    const dependent_tensor<N> y =
+        apply_structural<ops::col2im, N>(ops::make_window_attrs({kh, kw}, stride, pads, dilation, 0.0), tensor(cols), like);
+    tensor out = b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : tensor(y);
+    const tensor parts[3] = {x, w, b};
+    note_composite(op, [&] {
+        return window_attrs({kh, kw}, stride, pads, dilation) + " output_padding=" + std::to_string(output_padding[0]) + "," +
+               std::to_string(output_padding[1]) + " groups=" + std::to_string(groups);
+    }, std::span<const tensor>(parts, b.numel() != 0 ? 3 : 2), out);
+    return out;
+}
+
 }  // namespace kiln::detail
 
 namespace kiln::nn {
@@ -192,6 +261,15 @@ namespace kiln::nn {
 template <int N = 0>
 tensor conv2d(const tensor& x, const tensor& w, const tensor& b = tensor(), const conv2d_options& o = {}) {
     return detail::conv2d_padded<N>(x, w, b, o.stride, detail::symmetric(o.padding), o.dilation, o.groups);
+}
+
+// PyTorch's F.conv_transpose2d: x (batch, in_channels, height, width), w (in_channels, out_channels / groups, kh, kw),
+// b (out_channels,) or an empty tensor; the result is (batch, out_channels, out_h, out_w) with out_h = (height - 1) *
+// stride - 2 * padding + dilation * (kh - 1) + output_padding + 1. conv2d's gradient with respect to its input, as
+// a layer of its own (upsampling in decoders and generators).
+template <int N = 0>
+tensor conv_transpose2d(const tensor& x, const tensor& w, const tensor& b = tensor(), const conv_transpose2d_options& o = {}) {
+    return detail::conv_transpose2d_padded<N>(x, w, b, o.stride, detail::symmetric(o.padding), o.output_padding, o.dilation, o.groups);
 }
 
 // PyTorch's F.unfold: every kernel-sized window of x (N, C, H, W) as a column, (N, C * kh * kw, L) with L =

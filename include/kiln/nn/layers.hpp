@@ -156,6 +156,21 @@ private:
 };
 using dense = basic_dense<>;
 
+namespace detail_layers {
+// A convolution's weight with Glorot uniform initialization over the fans c / groups * kh * kw and m / groups * kh *
+// kw (Keras's Conv2D and Conv2DTranspose): (m, c / groups, kh, kw) for conv2d, (c, m / groups, kh, kw) transposed.
+inline tensor conv_weight(const char* layer, std::ptrdiff_t c, std::ptrdiff_t m, std::array<std::ptrdiff_t, 2> k, std::ptrdiff_t groups,
+                          bool transposed, generator& g, dtype d) {
+    if (c < 1 || m < 1 || k[0] < 1 || k[1] < 1 || groups < 1 || c % groups != 0 || m % groups != 0)
+        throw value_error(std::string("kiln: value_error in 'nn::") + layer + "': " + std::to_string(c) + " input and " +
+                          std::to_string(m) + " output channels, kernel (" + std::to_string(k[0]) + ", " + std::to_string(k[1]) +
+                          ") and " + std::to_string(groups) + " groups: each must be positive, and the groups must divide the channels");
+    const double fan_in = static_cast<double>(c / groups * k[0] * k[1]), fan_out = static_cast<double>(m / groups * k[0] * k[1]);
+    const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+    return transposed ? uniform({c, m / groups, k[0], k[1]}, -limit, limit, d, g) : uniform({m, c / groups, k[0], k[1]}, -limit, limit, d, g);
+}
+}  // namespace detail_layers
+
 // y = activation(conv2d(x, w) + b) over (batch, channels, height, width) inputs (nn/conv.hpp): w (out_channels,
 // in_channels / groups, kh, kw) with Glorot uniform initialization over the fans in_channels / groups * kh * kw and
 // out_channels / groups * kh * kw (as Keras's Conv2D), b zeros.
@@ -165,8 +180,8 @@ public:
     basic_conv2d_layer(std::ptrdiff_t in_channels, std::ptrdiff_t out_channels, std::array<std::ptrdiff_t, 2> kernel,
                        conv2d_options options = {}, activation act = identity, generator& g = default_generator(),
                        dtype d = dtype::float32)
-        : w(make_weight(in_channels, out_channels, kernel, options.groups, g, d)), b(zeros({out_channels}, d)),
-          options_(options), act_(std::move(act)) {}
+        : w(detail_layers::conv_weight("conv2d_layer", in_channels, out_channels, kernel, options.groups, false, g, d)),
+          b(zeros({out_channels}, d)), options_(options), act_(std::move(act)) {}
 
     tensor forward(const tensor& x) override { return act_(conv2d<N>(x, w, b, options_)); }
     std::vector<variable*> parameters() override { return {&w, &b}; }
@@ -174,20 +189,32 @@ public:
     variable w, b;
 
 private:
-    static tensor make_weight(std::ptrdiff_t c, std::ptrdiff_t m, std::array<std::ptrdiff_t, 2> k, std::ptrdiff_t groups,
-                              generator& g, dtype d) {
-        if (c < 1 || m < 1 || k[0] < 1 || k[1] < 1 || groups < 1 || c % groups != 0 || m % groups != 0)
-            throw value_error("kiln: value_error in 'nn::conv2d_layer': " + std::to_string(c) + " input and " + std::to_string(m) +
-                              " output channels, kernel (" + std::to_string(k[0]) + ", " + std::to_string(k[1]) + ") and " +
-                              std::to_string(groups) + " groups: each must be positive, and the groups must divide the channels");
-        const double fan_in = static_cast<double>(c / groups * k[0] * k[1]), fan_out = static_cast<double>(m / groups * k[0] * k[1]);
-        const double limit = std::sqrt(6.0 / (fan_in + fan_out));
-        return uniform({m, c / groups, k[0], k[1]}, -limit, limit, d, g);
-    }
     conv2d_options options_;
     activation act_;
 };
 using conv2d_layer = basic_conv2d_layer<>;
+
+// y = activation(conv_transpose2d(x, w) + b) (nn/conv.hpp): w (in_channels, out_channels / groups, kh, kw) with
+// Glorot uniform initialization over conv2d_layer's fans (Keras's Conv2DTranspose), b zeros.
+template <int N = 0>
+class basic_conv_transpose2d_layer : public module {
+public:
+    basic_conv_transpose2d_layer(std::ptrdiff_t in_channels, std::ptrdiff_t out_channels, std::array<std::ptrdiff_t, 2> kernel,
+                                 conv_transpose2d_options options = {}, activation act = identity, generator& g = default_generator(),
+                                 dtype d = dtype::float32)
+        : w(detail_layers::conv_weight("conv_transpose2d_layer", in_channels, out_channels, kernel, options.groups, true, g, d)),
+          b(zeros({out_channels}, d)), options_(options), act_(std::move(act)) {}
+
+    tensor forward(const tensor& x) override { return act_(conv_transpose2d<N>(x, w, b, options_)); }
+    std::vector<variable*> parameters() override { return {&w, &b}; }
+
+    variable w, b;
+
+private:
+    conv_transpose2d_options options_;
+    activation act_;
+};
+using conv_transpose2d_layer = basic_conv_transpose2d_layer<>;
 
 // Pooling and flattening as modules, for nn::sequential: max_pool2d_layer({2, 2}), avg_pool2d_layer({2, 2}, {...}),
 // flatten_layer() ((batch, ...) -> (batch, everything else)).
