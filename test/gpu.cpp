@@ -359,6 +359,27 @@ TEST_CASE("conv2d and the pools run on device tensors, with their gradients, as 
     for (std::size_t i = 0; i < gc.size(); ++i) check_close(gg[i], gc[i], 1e-5);
 }
 
+TEST_CASE("conv_transpose2d runs on device tensors, with its gradients, as on the CPU") {
+    auto run = [](const kiln::device& dev) {
+        kiln::variable w(seq({4, 3, 3, 2}, 0.29).to(dev)), b(seq({6}, 0.13).to(dev));
+        const kiln::tensor x = seq({2, 4, 5, 4}, 0.31).to(dev);
+        const kiln::nn::conv_transpose2d_options o{.stride = {2, 3}, .padding = {1, 0}, .output_padding = {1, 2}, .dilation = {1, 2}, .groups = 2};
+        kiln::gradient_tape tape;
+        const kiln::tensor y = kiln::nn::conv_transpose2d(x, w, b, o);
+        const kiln::tensor loss = kiln::sum(y * y);
+        auto g = tape.gradient(loss, {w, b});
+        CHECK(y.device() == dev);
+        CHECK(y.shape() == kiln::dims{2, 6, 10, 14});
+        for (const auto& t : g) CHECK(t.device() == dev);
+        return std::make_tuple(y, loss, g);
+    };
+    const auto [yc, lc, gc] = run(kiln::cpu);
+    const auto [yg, lg, gg] = run(kiln::cuda);
+    check_close(yg, yc, 1e-5);
+    check_close(lg, lc, 1e-5);
+    for (std::size_t i = 0; i < gc.size(); ++i) check_close(gg[i], gc[i], 1e-5);
+}
+
 TEST_CASE("nn::embedding moved to the device looks rows up and adds its gradient back as on the CPU") {
     auto run = [](const kiln::device& dev) {
         kiln::generator g(3);

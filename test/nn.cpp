@@ -1,6 +1,7 @@
 // Training pieces: layers, losses, optimizers (against hand-computed updates) and batching; a small model learns.
 #include <kiln/kiln.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -47,6 +48,98 @@ TEST_CASE("softmax, losses and their gradients") {
                          "labels are probabilities of the logits' shape; class indices are integers)",
                          kiln::shape_error);
     CHECK_THROWS_AS(kiln::nn::cross_entropy(logits, f64({1, 1, 1}, {3})), kiln::shape_error);
+}
+
+TEST_CASE("l1, huber, smooth L1 and binary cross-entropy losses equal their formulas, with their gradients") {
+    const kiln::tensor p = f64({0.5, -2, 3, 0.25, 4, -0.75}, {2, 3}), t = f64({0, 1, 3.5, 0.25, -1, 0}, {2, 3});
+    const std::vector<double> pv = values(p), tv = values(t);
+    double l1 = 0, huber = 0, huber2 = 0, smooth = 0;
+    for (std::size_t i = 0; i < pv.size(); ++i) {
+        const double d = std::fabs(pv[i] - tv[i]);
+        l1 += d;
+        huber += d < 1 ? 0.5 * d * d : d - 0.5;
+        huber2 += d < 2 ? 0.5 * d * d : 2 * (d - 1);
+        smooth += d < 0.5 ? 0.5 * d * d / 0.5 : d - 0.25;
+    }
+    CHECK(kiln::nn::l1_loss(p, t).item<double>() == doctest::Approx(l1 / 6).epsilon(1e-15));
+    CHECK(kiln::nn::huber_loss(p, t).item<double>() == doctest::Approx(huber / 6).epsilon(1e-15));
+    CHECK(kiln::nn::huber_loss(p, t, 2.0).item<double>() == doctest::Approx(huber2 / 6).epsilon(1e-15));
+    CHECK(kiln::nn::smooth_l1_loss(p, t, 0.5).item<double>() == doctest::Approx(smooth / 6).epsilon(1e-15));
+    CHECK(kiln::nn::smooth_l1_loss(p, t, 0.0).item<double>() == doctest::Approx(l1 / 6).epsilon(1e-15));
+    CHECK(kiln::nn::smooth_l1_loss(p, t, 2.0).item<double>() == doctest::Approx(huber2 / 6 / 2).epsilon(1e-15));
+
+    // Binary cross-entropy: of probabilities (logs clamped at -100, so 0 and 1 are finite), and of logits, stable
+    // where the naive formula overflows (x = 800: exp(800) is inf) or loses every digit (x = -40, t = 0).
+    const kiln::tensor q = f64({0.9, 0.2, 0, 1, 0.5}, {5}), y = f64({1, 0, 1, 0, 0.3}, {5});
+    const double bce = -(std::log(0.9) + std::log(0.8) - 100 - 100 + 0.3 * std::log(0.5) + 0.7 * std::log(0.5)) / 5;
+    CHECK(kiln::nn::binary_cross_entropy(q, y).item<double>() == doctest::Approx(bce).epsilon(1e-14));
+    const kiln::tensor x = f64({800, -40, 0, 2.5, -1}, {5}), z = f64({0, 0, 1, 1, 0.25}, {5});
+    auto softplus = [](double v) { return std::max(v, 0.0) + std::log1p(std::exp(-std::fabs(v))); };
+    double bcel = 0, weighted = 0;
+    const std::vector<double> xv = values(x), zv = values(z);
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+        bcel += softplus(xv[i]) - xv[i] * zv[i];
+        weighted += (1 - zv[i]) * xv[i] + (1 + (3 - 1) * zv[i]) * softplus(-xv[i]);
+    }
+    CHECK(bcel / 5 > 160);  // (the 800 with target 0 costs 800)
+    CHECK(kiln::nn::binary_cross_entropy_with_logits(x, z).item<double>() == doctest::Approx(bcel / 5).epsilon(1e-15));
+    CHECK(kiln::nn::binary_cross_entropy_with_logits(x, z, f64({3}, {1})).item<double>() == doctest::Approx(weighted / 5).epsilon(1e-15));
+    // With logits of moderate size, the logit form equals the probability form of sigmoid(x).
+    const kiln::tensor xm = f64({0.3, -1.2, 2, 0}, {2, 2}), zm = f64({1, 0, 0.5, 1}, {2, 2});
+    CHECK(kiln::nn::binary_cross_entropy_with_logits(xm, zm).item<double>() ==
+          doctest::Approx(kiln::nn::binary_cross_entropy(kiln::sigmoid(xm), zm).item<double>()).epsilon(1e-14));
+    // pos_weight per class of the last axis.
+    const double w0 = 2, w1 = 0.5;
+    double per_class = 0;
+    for (int i = 0; i < 4; ++i) {
+        const double v = values(xm)[static_cast<std::size_t>(i)], tt = values(zm)[static_cast<std::size_t>(i)], pw = i % 2 ? w1 : w0;
+        per_class += (1 - tt) * v + (1 + (pw - 1) * tt) * softplus(-v);
+    }
+    CHECK(kiln::nn::binary_cross_entropy_with_logits(xm, zm, f64({w0, w1}, {2})).item<double>() == doctest::Approx(per_class / 4).epsilon(1e-14));
+
+    // Gradients: d/dx of the logit form is (sigmoid(x) - t) / n; of the Huber loss, clip(d, -delta, delta) / n.
+    {
+        kiln::gradient_tape tape;
+        tape.watch(xm);
+        const kiln::tensor gx = tape.gradient(kiln::nn::binary_cross_entropy_with_logits(xm, zm), xm);
+        for (int i = 0; i < 4; ++i) {
+            const double v = values(xm)[static_cast<std::size_t>(i)];
+            CHECK(values(gx)[static_cast<std::size_t>(i)] == doctest::Approx((1 / (1 + std::exp(-v)) - values(zm)[static_cast<std::size_t>(i)]) / 4).epsilon(1e-14));
+        }
+    }
+    {
+        kiln::gradient_tape tape;
+        tape.watch(p);
+        const kiln::tensor gp = tape.gradient(kiln::nn::huber_loss(p, t, 2.0), p);
+        for (std::size_t i = 0; i < pv.size(); ++i)
+            CHECK(values(gp)[i] == doctest::Approx(std::clamp(pv[i] - tv[i], -2.0, 2.0) / 6).epsilon(1e-15));
+    }
+    // Traced: one trace for any batch, eager mode's values.
+    auto traced = kiln::function([](const kiln::tensor& a, const kiln::tensor& b) {
+        return kiln::nn::binary_cross_entropy_with_logits(a, b) + kiln::nn::huber_loss(a, b) + kiln::nn::l1_loss(a, b);
+    }, {kiln::spec(kiln::float64, {kiln::dyn, 2}), kiln::spec(kiln::float64, {kiln::dyn, 2})});
+    CHECK(traced(xm, zm).item<double>() == doctest::Approx((kiln::nn::binary_cross_entropy_with_logits(xm, zm) +
+                                                            kiln::nn::huber_loss(xm, zm) + kiln::nn::l1_loss(xm, zm)).item<double>()).epsilon(1e-15));
+    const kiln::tensor x3 = f64({1, 2, 3, 4, 5, 6}, {3, 2}), z3 = f64({1, 0, 1, 0, 1, 0}, {3, 2});
+    CHECK(traced(x3, z3).item<double>() == doctest::Approx((kiln::nn::binary_cross_entropy_with_logits(x3, z3) +
+                                                            kiln::nn::huber_loss(x3, z3) + kiln::nn::l1_loss(x3, z3)).item<double>()).epsilon(1e-15));
+    CHECK(traced.trace_count() == 1);
+
+    // Refusals, in sentences.
+    CHECK_THROWS_WITH_AS(kiln::nn::huber_loss(p, t.reshape({3, 2})),
+                         "kiln: shape_error in 'nn::huber_loss': the prediction has shape (2, 3) and the target (3, 2); they must be "
+                         "equal (broadcasting them would compare every prediction with every target): reshape one", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::huber_loss(p, t, 0.0), "kiln: value_error in 'nn::huber_loss': delta must be positive and finite, got 0",
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::smooth_l1_loss(p, t, -1.0), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::binary_cross_entropy(f64({0.5, 1.5}, {2}), f64({0, 1}, {2})),
+                         "kiln: value_error in 'nn::binary_cross_entropy': probabilities must be in [0, 1], got 1.5 (use "
+                         "binary_cross_entropy_with_logits for logits)", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::binary_cross_entropy_with_logits(kiln::from_values<std::int64_t>({1, 2}, {2}), f64({0, 1}, {2})),
+                         "kiln: dtype_error in 'nn::binary_cross_entropy_with_logits': the logits must be floating, got int64", kiln::dtype_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::binary_cross_entropy_with_logits(xm, zm, f64({1, 2, 3}, {3})),
+                         "kiln: shape_error in 'nn::binary_cross_entropy_with_logits': pos_weight (3,) must be one weight per class of "
+                         "the last axis of (2, 2)", kiln::shape_error);
 }
 
 TEST_CASE("sgd and adam update in one pass as the formulas say") {

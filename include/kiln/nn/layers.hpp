@@ -1,5 +1,5 @@
 #pragma once
-// Eager-mode layers, activations and losses, written once against the op vocabulary.
+// Eager-mode layers and activations, written once against the op vocabulary (the losses: losses.hpp).
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -11,84 +11,13 @@
 #include "activations.hpp"
 #include "conv.hpp"
 #include "dropout.hpp"
+#include "losses.hpp"
 #include "normalization.hpp"
 
 namespace kiln::nn {
 
 using activation = std::function<tensor(const tensor&)>;
 
-
-// The functions below are templates on an unused int (kiln::nn::mse(p, y) needs no brackets): their kernels are
-// compiled only in the translation units that call them (see detail::dependent_tensor).
-
-// Softmax along an axis, shifted by the (gradient-free) maximum for stability.
-template <int N = 0>
-tensor softmax(const tensor& x_in, int axis = -1) {
-    const detail::dependent_tensor<N>& x = x_in;
-    const detail::dependent_tensor<N> z = x - stop_gradient(max<N>(x, {axis}, true));
-    const detail::dependent_tensor<N> e = exp(z);
-    return e / sum(e, {axis}, true);
-}
-
-template <int N = 0>
-tensor log_softmax(const tensor& x_in, int axis = -1) {
-    const detail::dependent_tensor<N>& x = x_in;
-    const detail::dependent_tensor<N> z = x - stop_gradient(max<N>(x, {axis}, true));
-    return z - log(sum(exp(z), {axis}, true));
-}
-
-// Mean squared error. The prediction and the target must have one shape: broadcasting them, as a (n, 1) prediction
-// against (n,) targets would, silently averages every prediction against every target.
-template <int N = 0>
-tensor mse(const tensor& prediction, const tensor& target) {
-    if (!(prediction.shape() == target.shape()))
-        throw shape_error("kiln: shape_error in 'nn::mse': the prediction has shape " + to_string(prediction.shape()) +
-                          " and the target " + to_string(target.shape()) +
-                          "; they must be equal (broadcasting them would compare every prediction with every target): "
-                          "reshape one");
-    const detail::dependent_tensor<N>& p = prediction;
-    return mean<N>(square(p - target));
-}
-
-// Cross-entropy of logits (batch, classes) against int64/int32 class indices (batch,) or probabilities (batch,
-// classes); averaged over the batch. Class indices pick their log-probabilities with take_along_axis (no one-hot
-// product, so a -inf logit of another class does not make 0 * -inf), which also traces: eagerly the labels' range
-// is checked here with this loss's name; in a traced function take_along_axis checks them at every call (a
-// negative label is moved below -classes first, so that it cannot count from the end).
-template <int N = 0>
-tensor cross_entropy(const tensor& logits_in, const tensor& labels_in) {
-    const detail::dependent_tensor<N>& logits = logits_in;
-    const detail::dependent_tensor<N>& labels = labels_in;
-    if (logits.dim() != 2)
-        throw shape_error("kiln: shape_error in 'nn::cross_entropy': logits must be (batch, classes), got " + to_string(logits.shape()));
-    if (detail::is_floating(labels.dtype())) {
-        // Probabilities: one row per example, one column per class (a (batch,) or (batch, 1) tensor would broadcast
-        // against every class and give a wrong loss without a word).
-        if (!(labels.shape() == logits.shape()))
-            throw shape_error("kiln: shape_error in 'nn::cross_entropy': probabilities " + to_string(labels.shape()) +
-                              " do not match logits " + to_string(logits.shape()) +
-                              " (floating labels are probabilities of the logits' shape; class indices are integers)");
-        return -mean<N>(sum(labels * log_softmax<N>(logits, 1), {1}));
-    }
-    if (labels.dim() != 1 || labels.shape()[0] != logits.shape()[0])
-        throw shape_error("kiln: shape_error in 'nn::cross_entropy': labels " + to_string(labels.shape()) + " do not match logits " +
-                          to_string(logits.shape()));
-    if (labels.dtype() == dtype::boolean)
-        throw dtype_error("kiln: dtype_error in 'nn::cross_entropy': class labels must be integers, got bool");
-    const std::ptrdiff_t k = logits.shape()[1];
-    detail::dependent_tensor<N> index = labels;
-    if (!labels.is_symbolic()) {
-        const tensor lo = kiln::min<N>(labels), hi = kiln::max<N>(labels);
-        if (labels.numel() > 0 && (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= k))
-            throw value_error("kiln: value_error in 'nn::cross_entropy': class index " +
-                              std::to_string(lo.item<std::int64_t>() < 0 ? lo.item<std::int64_t>()
-                                                                         : hi.item<std::int64_t>()) +
-                              " is out of range for " + std::to_string(k) + " classes");
-    } else {
-        index = where(labels < 0, labels - static_cast<std::int64_t>(k), labels);
-    }
-    return -mean<N>(take_along_axis<N>(log_softmax<N>(logits, 1), index.unsqueeze(1), 1));
-}
 
 // Glorot (Xavier) uniform initialization for a (fan_in, fan_out) weight.
 // The same initializer as graph mode's kiln::init::glorot_uniform (eager/init.hpp).

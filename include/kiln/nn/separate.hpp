@@ -13,6 +13,11 @@
     P tensor log_softmax<0>(const tensor&, int);                                                                   \
     P tensor mse<0>(const tensor&, const tensor&);                                                                 \
     P tensor cross_entropy<0>(const tensor&, const tensor&);                                                       \
+    P tensor l1_loss<0>(const tensor&, const tensor&);                                                             \
+    P tensor huber_loss<0>(const tensor&, const tensor&, double);                                                  \
+    P tensor smooth_l1_loss<0>(const tensor&, const tensor&, double);                                              \
+    P tensor binary_cross_entropy<0>(const tensor&, const tensor&);                                                \
+    P tensor binary_cross_entropy_with_logits<0>(const tensor&, const tensor&, const tensor&);                     \
     P class basic_dense<0>;                                                                                        \
     }                                                                                                              \
     namespace kiln::optim {                                                                                        \
