@@ -525,6 +525,20 @@ TEST_CASE("save: dynamic extents that may differ are traced apart, so a call may
         CHECK(values(got) == values(mha(x)));  // (each op by eager mode's kernel: bit for bit)
     }
 
+    // A recurrent layer unrolls its time loop: saved with a dynamic batch and a static length it runs any batch from
+    // its file; a dynamic length is refused with the reason (each length is another graph).
+    kiln::nn::lstm rnn(3, 4, 2, gen);
+    auto recur = kiln::function([&](const kiln::tensor& x) { return rnn(x); });
+    const std::string rpath = temp_path("lstm.kfn");
+    kiln::save(recur, {kiln::spec(kiln::float32, {kiln::dyn, 5, 3})}, rpath);
+    const kiln::loaded_function lr = kiln::load(rpath);
+    for (std::ptrdiff_t n : {1, 4}) {
+        const kiln::tensor x = kiln::randn({n, 5, 3}, kiln::float32, gen);
+        CHECK(values(lr(x)[0]) == values(rnn(x)));
+    }
+    CHECK_THROWS_WITH_AS(kiln::save(recur, {kiln::spec(kiln::float32, {kiln::dyn, kiln::dyn, 3})}, rpath),
+                         doctest::Contains("cannot be saved with dynamic dimensions"), kiln::value_error);
+
     // Two lengths whose sum a count follows (a mean over a concatenation): apart, the count is on neither extent's
     // line, so save traces them equal and the file asks for equal lengths (a refusal, never a wrong mean).
     auto joined_mean = kiln::function([](const kiln::tensor& a, const kiln::tensor& c) { return kiln::mean(kiln::concat({a, c}, 0) * 3.0); });

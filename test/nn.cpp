@@ -142,6 +142,160 @@ TEST_CASE("l1, huber, smooth L1 and binary cross-entropy losses equal their form
                          "the last axis of (2, 2)", kiln::shape_error);
 }
 
+// One LSTM or GRU layer step by its definition (PyTorch's formulas), on row-major vectors: x (batch, in), h and c
+// (batch, hidden), weights (gates * hidden, in) and (gates * hidden, hidden).
+struct recurrent_ref {
+    std::vector<double> w_ih, w_hh, b_ih, b_hh;
+    std::ptrdiff_t in, hidden;
+    static double sig(double v) { return 1 / (1 + std::exp(-v)); }
+    // The projection of row b: gate row j of x w_ih^T + b_ih (xi) and of h w_hh^T + b_hh (hh).
+    std::pair<double, double> parts(const std::vector<double>& x, const std::vector<double>& h, std::ptrdiff_t b, std::ptrdiff_t j) const {
+        double xi = b_ih[static_cast<std::size_t>(j)], hh = b_hh[static_cast<std::size_t>(j)];
+        for (std::ptrdiff_t k = 0; k < in; ++k) xi += w_ih[static_cast<std::size_t>(j * in + k)] * x[static_cast<std::size_t>(b * in + k)];
+        for (std::ptrdiff_t k = 0; k < hidden; ++k)
+            hh += w_hh[static_cast<std::size_t>(j * hidden + k)] * h[static_cast<std::size_t>(b * hidden + k)];
+        return {xi, hh};
+    }
+    void lstm(const std::vector<double>& x, std::vector<double>& h, std::vector<double>& c, std::ptrdiff_t batch) const {
+        std::vector<double> h2 = h;
+        for (std::ptrdiff_t b = 0; b < batch; ++b)
+            for (std::ptrdiff_t u = 0; u < hidden; ++u) {
+                auto gate = [&](std::ptrdiff_t k) {
+                    const auto [xi, hh] = parts(x, h, b, k * hidden + u);
+                    return xi + hh;
+                };
+                const double i = sig(gate(0)), f = sig(gate(1)), g = std::tanh(gate(2)), o = sig(gate(3));
+                double& cell = c[static_cast<std::size_t>(b * hidden + u)];
+                cell = f * cell + i * g;
+                h2[static_cast<std::size_t>(b * hidden + u)] = o * std::tanh(cell);
+            }
+        h = h2;
+    }
+    void gru(const std::vector<double>& x, std::vector<double>& h, std::ptrdiff_t batch) const {
+        std::vector<double> h2 = h;
+        for (std::ptrdiff_t b = 0; b < batch; ++b)
+            for (std::ptrdiff_t u = 0; u < hidden; ++u) {
+                const auto [xr, hr] = parts(x, h, b, u);
+                const auto [xz, hz] = parts(x, h, b, hidden + u);
+                const auto [xn, hn] = parts(x, h, b, 2 * hidden + u);
+                const double r = sig(xr + hr), z = sig(xz + hz), n = std::tanh(xn + r * hn);
+                h2[static_cast<std::size_t>(b * hidden + u)] = (1 - z) * n + z * h[static_cast<std::size_t>(b * hidden + u)];
+            }
+        h = h2;
+    }
+};
+
+TEST_CASE("nn::lstm and nn::gru (and their cells) equal PyTorch's formulas over layers and time, differentiate and trace") {
+    kiln::generator g(29);
+    const std::ptrdiff_t batch = 2, length = 5, in = 3, hidden = 4, layers = 2;
+    for (bool is_lstm : {true, false}) {
+        CAPTURE(is_lstm);
+        kiln::nn::lstm lstm(in, hidden, layers, g, kiln::float64);
+        kiln::nn::gru gru(in, hidden, layers, g, kiln::float64);
+        kiln::nn::module& m = is_lstm ? static_cast<kiln::nn::module&>(lstm) : gru;
+        const std::vector<kiln::variable>& w_ih = is_lstm ? lstm.w_ih : gru.w_ih;
+        std::vector<kiln::variable>& w_hh = is_lstm ? lstm.w_hh : gru.w_hh;
+        const std::vector<kiln::variable>& b_ih = is_lstm ? lstm.b_ih : gru.b_ih;
+        const std::vector<kiln::variable>& b_hh = is_lstm ? lstm.b_hh : gru.b_hh;
+        const std::ptrdiff_t gates = is_lstm ? 4 : 3;
+        CHECK(m.parameters().size() == 8);
+        CHECK(w_ih[0].shape() == kiln::dims{gates * hidden, in});
+        CHECK(w_ih[1].shape() == kiln::dims{gates * hidden, hidden});
+        const double k = 1 / std::sqrt(4.0);
+        CHECK(kiln::max(kiln::abs(w_hh[1])).item<double>() <= k);
+        const kiln::tensor x = kiln::randn({batch, length, in}, kiln::float64, g);
+        const kiln::tensor h0 = kiln::randn({layers, batch, hidden}, kiln::float64, g), c0 = kiln::randn({layers, batch, hidden}, kiln::float64, g);
+        const auto r = is_lstm ? lstm(x, h0, c0) : gru(x, h0);
+        REQUIRE(r.output.shape() == kiln::dims{batch, length, hidden});
+        REQUIRE(r.h.shape() == kiln::dims{layers, batch, hidden});
+        // The reference, layer by layer and step by step.
+        std::vector<std::vector<double>> seq;
+        for (std::ptrdiff_t t = 0; t < length; ++t) seq.push_back(values(x.select(1, t)));
+        std::vector<double> want_h, want_c;
+        for (std::ptrdiff_t l = 0; l < layers; ++l) {
+            const std::size_t li = static_cast<std::size_t>(l);
+            const recurrent_ref ref{values(w_ih[li]), values(w_hh[li]), values(b_ih[li]), values(b_hh[li]), l == 0 ? in : hidden, hidden};
+            std::vector<double> h = values(h0.select(0, static_cast<int>(l))), c = values(c0.select(0, static_cast<int>(l)));
+            for (std::ptrdiff_t t = 0; t < length; ++t) {
+                if (is_lstm) ref.lstm(seq[static_cast<std::size_t>(t)], h, c, batch);
+                else ref.gru(seq[static_cast<std::size_t>(t)], h, batch);
+                seq[static_cast<std::size_t>(t)] = h;
+            }
+            want_h.insert(want_h.end(), h.begin(), h.end());
+            want_c.insert(want_c.end(), c.begin(), c.end());
+        }
+        for (std::ptrdiff_t t = 0; t < length; ++t)
+            kiln_test::check_all_close(values(r.output.select(1, t)), seq[static_cast<std::size_t>(t)], 1e-13, 1e-13);
+        kiln_test::check_all_close(values(r.h), want_h, 1e-13, 1e-13);
+        if (is_lstm) kiln_test::check_all_close(values(r.c), want_c, 1e-13, 1e-13);
+        else CHECK(r.c.numel() == 0);
+        // The cells: one step of layer 0.
+        const kiln::tensor x0 = x.select(1, 0), h00 = h0.select(0, 0), c00 = c0.select(0, 0);
+        const recurrent_ref ref0{values(w_ih[0]), values(w_hh[0]), values(b_ih[0]), values(b_hh[0]), in, hidden};
+        std::vector<double> hv = values(h00), cv = values(c00);
+        if (is_lstm) {
+            ref0.lstm(values(x0), hv, cv, batch);
+            const auto [h1, c1] = kiln::nn::lstm_cell(x0, h00, c00, w_ih[0], w_hh[0], b_ih[0], b_hh[0]);
+            kiln_test::check_all_close(values(h1), hv, 1e-13, 1e-13);
+            kiln_test::check_all_close(values(c1), cv, 1e-13, 1e-13);
+        } else {
+            ref0.gru(values(x0), hv, batch);
+            kiln_test::check_all_close(values(kiln::nn::gru_cell(x0, h00, w_ih[0], w_hh[0], b_ih[0], b_hh[0])), hv, 1e-13, 1e-13);
+        }
+        // Zeros as the initial state when none is given.
+        const auto r0 = is_lstm ? lstm.run(x) : gru.run(x);
+        const auto rz = is_lstm ? lstm(x, kiln::zeros({layers, batch, hidden}, kiln::float64), kiln::zeros({layers, batch, hidden}, kiln::float64))
+                                : gru(x, kiln::zeros({layers, batch, hidden}, kiln::float64));
+        CHECK(kiln::allclose(r0.output, rz.output, 0, 0));
+
+        // The gradient through time against central differences, for a recurrent weight of layer 0.
+        const kiln::tensor proj = kiln::randn({batch, length, hidden}, kiln::float64, g);
+        kiln::tensor grad;
+        {
+            kiln::gradient_tape tape;
+            const kiln::tensor loss = kiln::sum(m(x) * proj);
+            grad = tape.gradient(loss, w_hh[0]);
+        }
+        for (std::ptrdiff_t at : {0, 7, 21, 40}) {
+            kiln::tensor& w = w_hh[0];
+            const double keep = w.data<double>()[at];
+            w.data<double>()[at] = keep + 1e-6;
+            const double up = kiln::sum(m(x) * proj).item<double>();
+            w.data<double>()[at] = keep - 1e-6;
+            const double down = kiln::sum(m(x) * proj).item<double>();
+            w.data<double>()[at] = keep;
+            CHECK(grad.contiguous().data<double>()[at] == doctest::Approx((up - down) / 2e-6).epsilon(1e-6));
+        }
+        // Traced with a dynamic batch: one trace for batches 2 and 3, eager mode's values bit for bit.
+        auto fn = kiln::function([&](const kiln::tensor& xx) { return m(xx); }, {kiln::spec(kiln::float64, {kiln::dyn, length, in})});
+        CHECK(kiln::allclose(fn(x), m(x), 0, 0));
+        const kiln::tensor x3 = kiln::randn({3, length, in}, kiln::float64, g);
+        CHECK(kiln::allclose(fn(x3), m(x3), 0, 0));
+        CHECK(fn.trace_count() == 1);
+    }
+    // Refusals, in sentences.
+    kiln::nn::lstm lstm(3, 4, 2, g, kiln::float64);
+    kiln::nn::gru gru(3, 4, 1, g, kiln::float64);
+    CHECK_THROWS_WITH_AS(lstm(kiln::zeros({2, 5, 4}, kiln::float64)),
+                         "kiln: shape_error in 'nn::lstm': the input must be (batch, length, 3) with a length of at least 1, got (2, 5, 4)",
+                         kiln::shape_error);
+    CHECK_THROWS_AS(lstm(kiln::zeros({2, 0, 3}, kiln::float64)), kiln::shape_error);
+    CHECK_THROWS_WITH_AS(lstm(kiln::zeros({2, 5, 3}, kiln::float32)),
+                         "kiln: dtype_error in 'nn::lstm': the input is float32, the parameters float64", kiln::dtype_error);
+    CHECK_THROWS_WITH_AS(lstm(kiln::zeros({2, 5, 3}, kiln::float64), kiln::zeros({1, 2, 4}, kiln::float64)),
+                         "kiln: shape_error in 'nn::lstm': the initial state h0 must be (num_layers, batch, hidden) = (2, 2, 4) "
+                         "float64, got (1, 2, 4) float64", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(gru(kiln::zeros({2, 5, 3}, kiln::float64), kiln::zeros({1, 2, 4}, kiln::float64), kiln::zeros({1, 2, 4}, kiln::float64)),
+                         "kiln: value_error in 'nn::gru': a GRU has no cell state (c0)", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::lstm(3, 0), "kiln: value_error in 'nn::lstm': input_size 3, hidden_size 0 and num_layers 1 must be positive",
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::nn::gru_cell(kiln::zeros({2, 3}), kiln::zeros({2, 4}), kiln::zeros({12, 3}), kiln::zeros({8, 4})), kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::lstm_cell(kiln::zeros({2, 3}), kiln::zeros({2, 4}), kiln::zeros({2, 4}), kiln::zeros({16, 3}),
+                                             kiln::zeros({16, 4}, kiln::float64)),
+                         "kiln: dtype_error in 'nn::lstm_cell': the operands must have one dtype, the weights' float32, got float64",
+                         kiln::dtype_error);
+}
+
 TEST_CASE("sgd and adam update in one pass as the formulas say") {
     kiln::variable w(f64({1, -2}, {2}));
     kiln::optim::sgd plain({&w}, 0.1);

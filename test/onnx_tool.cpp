@@ -26,9 +26,12 @@
 
 namespace {
 
+int models_written = 0;
+
 template <int Arity, class F>
 void write(const std::string& dir, const std::string& name, F& fn, const std::vector<kiln::spec>& sig,
            const std::vector<std::vector<kiln::tensor>>& cases) {
+    ++models_written;
     F& callable = fn;
     kiln::export_onnx(fn, sig, dir + "/" + name + ".onnx");
     std::map<std::string, kiln::tensor> ref;
@@ -247,6 +250,16 @@ int main(int argc, char** argv) {
         }, {.name = "decoder"});
         write<1>(dir, "decoder", decode, {kiln::spec(kiln::float32, {kiln::dyn, 4, 3, 5})},
                  {{kiln::randn({2, 4, 3, 5}, kiln::float32, g)}, {kiln::randn({1, 4, 3, 5}, kiln::float32, g)}});
+        // Recurrent layers: a 2-layer LSTM and a GRU over a sequence of 4 steps with a dynamic batch (their parts:
+        // MatMul, Gather of a step, Slice of the gates, Sigmoid, Tanh, and the steps stacked).
+        kiln::nn::lstm rnn1(3, 5, 2, g);
+        kiln::nn::gru rnn2(5, 2, 1, g);
+        auto recurrent = kiln::function([&](const kiln::tensor& x) {
+            const kiln::nn::recurrent_result r = rnn1.run(x);
+            return std::make_tuple(rnn2(r.output), r.h, r.c);
+        }, {.name = "recurrent"});
+        write<1>(dir, "recurrent", recurrent, {kiln::spec(kiln::float32, {kiln::dyn, 4, 3})},
+                 {{kiln::randn({2, 4, 3}, kiln::float32, g)}, {kiln::randn({3, 4, 3}, kiln::float32, g)}});
         // Causal multi-head self-attention (its mask from CumSum of ones, a Where and the Softmax) with a dynamic
         // batch.
         kiln::nn::multi_head_attention attention(8, 2, true, g);
@@ -285,7 +298,7 @@ int main(int argc, char** argv) {
         auto bn_model = kiln::function([&](const kiln::tensor& x) { return bnet(x); }, {.name = "batch_norm"});
         write<1>(dir, "batch_norm", bn_model, {kiln::spec(kiln::float32, {kiln::dyn, 2, 5, 5})},
                  {{kiln::randn({2, 2, 5, 5}, kiln::float32, g)}, {kiln::randn({1, 2, 5, 5}, kiln::float32, g)}});
-        std::printf("onnx_tool: wrote 13 models and their kiln results in %s\n", dir.c_str());
+        std::printf("onnx_tool: wrote %d models and their kiln results in %s\n", models_written, dir.c_str());
     } catch (const kiln::error& e) {
         std::fprintf(stderr, "onnx_tool: %s\n", e.what());
         return 1;

@@ -3,4 +3,5 @@
 #include "function/function.hpp"
 #include "nn/attention.hpp"
 #include "nn/layers.hpp"
+#include "nn/recurrent.hpp"
 #include "nn/optim.hpp"

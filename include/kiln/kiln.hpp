@@ -15,6 +15,7 @@
 #include "nn/graph_layers.hpp"
 #include "nn/attention.hpp"
 #include "nn/layers.hpp"
+#include "nn/recurrent.hpp"
 #include "nn/optim.hpp"
 #include "ops/ops.hpp"
 #include "registry.hpp"

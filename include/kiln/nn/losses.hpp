@@ -104,8 +104,9 @@ tensor binary_cross_entropy(const tensor& probabilities, const tensor& target) {
             throw value_error("kiln: value_error in 'nn::binary_cross_entropy': probabilities must be in [0, 1], got " +
                               detail::number_text(lo >= 0 ? hi : lo) + " (use binary_cross_entropy_with_logits for logits)");
     }
+    const detail::dependent_tensor<N>& t = target;
     const detail::dependent_tensor<N> log_p = maximum(log(p), -100.0), log_q = maximum(log1p(-p), -100.0);
-    return -mean<N>(target * log_p + (1.0 - target) * log_q);
+    return -mean<N>(t * log_p + (1.0 - t) * log_q);
 }
 
 // Binary cross-entropy of logits x (PyTorch's binary_cross_entropy_with_logits, TensorFlow's
@@ -123,7 +124,9 @@ tensor binary_cross_entropy_with_logits(const tensor& logits, const tensor& targ
     if (!fits)
         throw shape_error("kiln: shape_error in 'nn::binary_cross_entropy_with_logits': pos_weight " + to_string(pos_weight.shape()) +
                           " must be one weight per class of the last axis of " + to_string(logits.shape()));
-    return mean<N>((1.0 - target) * x + (1.0 + (pos_weight - 1.0) * target) * softplus(-x));
+    const detail::dependent_tensor<N>& t = target;
+    const detail::dependent_tensor<N>& w = pos_weight;
+    return mean<N>((1.0 - t) * x + (1.0 + (w - 1.0) * t) * softplus(-x));
 }
 
 // Cross-entropy of logits (batch, classes) against int64/int32 class indices (batch,) or probabilities (batch,
