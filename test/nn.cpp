@@ -323,6 +323,72 @@ TEST_CASE("sgd and adam update in one pass as the formulas say") {
     CHECK_THROWS_AS(opt.step({f64({1, 2, 3}, {3})}), kiln::shape_error);
 }
 
+TEST_CASE("adamw decays each parameter by 1 - lr * weight_decay before Adam's step, eagerly, traced and in graph mode") {
+    // PyTorch's AdamW, step by step: p *= 1 - lr * wd, then Adam's update with bias correction.
+    kiln::variable a(f64({1, -3}, {2}));
+    kiln::optim::adamw opt({&a}, 0.05, 0.9, 0.999, 1e-8, 0.1);
+    CHECK(opt.weight_decay() == 0.1);
+    CHECK(kiln::optim::adamw::kind() == "adamw");
+    double m = 0, v = 0, x = 1, y = -3, my = 0, vy = 0;
+    for (int t = 1; t <= 4; ++t) {
+        const double lr = t == 3 ? 0.02 : 0.05;  // the decay follows a rate changed between steps
+        opt.set_learning_rate(lr);
+        const double gx = 0.5 * t, gy = -0.25;
+        opt.step({f64({gx, gy}, {2})});
+        auto adam = [&](double& p, double& mm, double& vv, double gr) {
+            p *= 1 - lr * 0.1;
+            mm = 0.9 * mm + 0.1 * gr;
+            vv = 0.999 * vv + 0.001 * gr * gr;
+            const double mh = mm / (1 - std::pow(0.9, t)), vh = vv / (1 - std::pow(0.999, t));
+            p -= lr * mh / (std::sqrt(vh) + 1e-8);
+        };
+        adam(x, m, v, gx);
+        adam(y, my, vy, gy);
+    }
+    CHECK(a.at<double>({0}) == doctest::Approx(x).epsilon(1e-12));
+    CHECK(a.at<double>({1}) == doctest::Approx(y).epsilon(1e-12));
+    CHECK(opt.hyperparameters().find(" weight_decay=" + kiln::detail::number_text(0.1)) != std::string::npos);
+    CHECK(kiln::optim::adam(0.1).hyperparameters().find("weight_decay") == std::string::npos);
+    // With weight_decay 0 it is Adam, bit for bit.
+    kiln::variable b1(f64({0.3, -0.7, 2}, {3})), b2(f64({0.3, -0.7, 2}, {3}));
+    kiln::optim::adam plain({&b1}, 0.01);
+    kiln::optim::adamw none({&b2}, 0.01, 0.9, 0.999, 1e-8, 0.0);
+    for (int t = 0; t < 3; ++t) {
+        plain.step({f64({0.1 * t, 1, -2}, {3})});
+        none.step({f64({0.1 * t, 1, -2}, {3})});
+    }
+    CHECK(values(b1) == values(b2));
+    // Traced: the step happens at every call with the rate of the moment, as eagerly.
+    kiln::variable c1(f64({1, 2}, {2})), c2(f64({1, 2}, {2}));
+    kiln::optim::adamw e1({&c1}, 0.1), e2({&c2}, 0.1);
+    auto traced_step = kiln::function([&](const kiln::tensor& g) { e2.step({g}); });
+    for (int t = 0; t < 3; ++t) {
+        if (t == 2) e1.set_learning_rate(0.01), e2.set_learning_rate(0.01);
+        e1.step({f64({0.5, -1}, {2})});
+        traced_step(f64({0.5, -1}, {2}));
+    }
+    CHECK(values(c1) == values(c2));
+    CHECK(traced_step.trace_count() == 1);
+    // Graph mode takes the same rule: minimize with adam_rule's weight_decay equals the eager AdamW step.
+    const auto xin = kiln::input<"x", double, kiln::shape<2>>{};
+    const auto u = kiln::param<"u", double, kiln::shape<2>>{};
+    const auto step = kiln::optim::minimize(kiln::sum(u * xin), kiln::optim::adam_rule{.lr = 0.05, .weight_decay = 0.2});
+    kiln::session s;
+    s.initialize(kiln::sum(u));
+    s.set("u", f64({1, -1}, {2}));
+    kiln::variable d(f64({1, -1}, {2}));
+    kiln::optim::adamw ed({&d}, 0.05, 0.9, 0.999, 1e-8, 0.2);
+    std::vector<double> xs{0.5, 2};
+    for (int t = 0; t < 3; ++t) {
+        s.run(step, xin = kiln::view(xs.data(), {2}));
+        ed.step({f64({0.5, 2}, {2})});
+    }
+    kiln_test::check_all_close(values(s.parameter("u")), values(d), 1e-15, 1e-15);
+    // A weight decay that is negative or not finite is refused, naming AdamW.
+    CHECK_THROWS_WITH_AS(kiln::optim::adamw(0.1, 0.9, 0.999, 1e-8, -1.0),
+                         "kiln: value_error in 'optim::adamw': weight_decay must be finite and non-negative, got -1", kiln::value_error);
+}
+
 TEST_CASE("adam flushes moments below the smallest normal number to zero, in eager and graph mode") {
     // One step with a gradient, then zero gradients: the moments decay geometrically (beta1 = beta2 = 0.5 here, so
     // that they reach the subnormal range within 130 steps) and must go from normal numbers straight to zero.
@@ -1104,6 +1170,80 @@ TEST_CASE("nn::layer_norm normalizes the trailing axes as PyTorch does, differen
     CHECK_THROWS_AS(kiln::nn::layer_norm(x, {5}, kiln::tensor(), kiln::tensor(), -1.0), kiln::value_error);
     CHECK_THROWS_AS(kiln::nn::layer_norm(x, {}), kiln::shape_error);
     CHECK_THROWS_AS(kiln::nn::layer_norm_layer({0}), kiln::value_error);
+}
+
+TEST_CASE("nn::rms_norm and nn::group_norm normalize as PyTorch does, differentiate, trace, and refuse bad shapes") {
+    kiln::generator g(31);
+    // RMS norm over the last two axes of (3, 2, 4), with a weight.
+    const kiln::tensor x = kiln::randn({3, 2, 4}, kiln::float64, g), w = kiln::randn({2, 4}, kiln::float64, g);
+    const std::vector<double> xv = values(x), wv = values(w);
+    std::vector<double> want(xv.size());
+    for (std::size_t r = 0; r < 3; ++r) {
+        double ms = 0;
+        for (std::size_t j = 0; j < 8; ++j) ms += xv[r * 8 + j] * xv[r * 8 + j] / 8;
+        for (std::size_t j = 0; j < 8; ++j) want[r * 8 + j] = xv[r * 8 + j] / std::sqrt(ms + 1e-6) * wv[j];
+    }
+    kiln_test::check_all_close(values(kiln::nn::rms_norm(x, {2, 4}, w, 1e-6)), want, 1e-14, 1e-14);
+    // The default eps is the dtype's machine epsilon: on rows of zeros, 0 / sqrt(eps) = 0, not NaN.
+    CHECK(values(kiln::nn::rms_norm(kiln::zeros({2, 3}), {3})) == std::vector<double>(6, 0.0));
+    kiln::nn::rms_norm_layer rms({4});
+    CHECK(rms.parameters().size() == 1);
+    CHECK(kiln::allclose(rms(x.to(kiln::float32)), kiln::nn::rms_norm(x.to(kiln::float32), {4}), 0, 0));
+
+    // Group norm: (2, 6, 3) in 3 groups of 2 channels, with a weight and a bias per channel.
+    const kiln::tensor y = kiln::randn({2, 6, 3}, kiln::float64, g), gw = kiln::randn({6}, kiln::float64, g), gb = kiln::randn({6}, kiln::float64, g);
+    const std::vector<double> yv = values(y), gwv = values(gw), gbv = values(gb);
+    std::vector<double> gwant(yv.size());
+    for (std::size_t n = 0; n < 2; ++n)
+        for (std::size_t grp = 0; grp < 3; ++grp) {
+            const std::size_t at = n * 18 + grp * 6;  // 2 channels of 3 values
+            double mean = 0, var = 0;
+            for (std::size_t j = 0; j < 6; ++j) mean += yv[at + j] / 6;
+            for (std::size_t j = 0; j < 6; ++j) var += (yv[at + j] - mean) * (yv[at + j] - mean) / 6;
+            for (std::size_t j = 0; j < 6; ++j) {
+                const std::size_t ch = grp * 2 + j / 3;
+                gwant[at + j] = (yv[at + j] - mean) / std::sqrt(var + 1e-5) * gwv[ch] + gbv[ch];
+            }
+        }
+    kiln_test::check_all_close(values(kiln::nn::group_norm(y, 3, gw, gb)), gwant, 1e-13, 1e-13);
+    // One group is layer normalization over (C, ...).
+    CHECK(kiln::allclose(kiln::nn::group_norm(y, 1), kiln::nn::layer_norm(y, {6, 3}), 1e-13, 1e-13));
+    // The gradient against central differences.
+    const kiln::tensor proj = kiln::randn({2, 6, 3}, kiln::float64, g);
+    kiln::tensor grad;
+    {
+        kiln::gradient_tape tape;
+        tape.watch(y);
+        grad = tape.gradient(kiln::sum(kiln::nn::group_norm(y, 3, gw, gb) * proj), y);
+    }
+    for (std::ptrdiff_t at : {0, 5, 17, 30}) {
+        kiln::tensor up = y.clone(), down = y.clone();
+        up.data<double>()[at] += 1e-6;
+        down.data<double>()[at] -= 1e-6;
+        const double numeric = (kiln::sum(kiln::nn::group_norm(up, 3, gw, gb) * proj).item<double>() -
+                                kiln::sum(kiln::nn::group_norm(down, 3, gw, gb) * proj).item<double>()) / 2e-6;
+        CHECK(grad.data<double>()[at] == doctest::Approx(numeric).epsilon(1e-6));
+    }
+    // Layers, traced with a dynamic batch: one trace.
+    kiln::nn::group_norm_layer gn(2, 6, 1e-5, true, kiln::float64);
+    CHECK(gn.parameters().size() == 2);
+    auto fn = kiln::function([&](const kiln::tensor& t) { return gn(t) + kiln::nn::rms_norm(t, {3}); },
+                             {kiln::spec(kiln::float64, {kiln::dyn, 6, 3})});
+    for (std::ptrdiff_t n : {2, 5}) {
+        const kiln::tensor t = kiln::randn({n, 6, 3}, kiln::float64, g);
+        CHECK(kiln::allclose(fn(t), gn(t) + kiln::nn::rms_norm(t, {3}), 0, 0));
+    }
+    CHECK(fn.trace_count() == 1);
+    // Refusals, in sentences.
+    CHECK_THROWS_WITH_AS(kiln::nn::group_norm(y, 4), "kiln: value_error in 'nn::group_norm': 4 groups must divide the 6 channels of (2, 6, 3)",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::group_norm(y, 3, kiln::ones({3}, kiln::float64)),
+                         "kiln: shape_error in 'nn::group_norm': the weight has shape (3,), but it must be (6,)", kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::rms_norm(x, {4, 2}), "kiln: shape_error in 'nn::rms_norm': the input (3, 2, 4) does not end in the normalized shape (4, 2)",
+                         kiln::shape_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::rms_norm(kiln::from_values<std::int64_t>({1, 2}, {2}), {2}),
+                         "kiln: dtype_error in 'nn::rms_norm': the input must be floating, got int64", kiln::dtype_error);
+    CHECK_THROWS_AS(kiln::nn::group_norm_layer(4, 6), kiln::value_error);
 }
 
 TEST_CASE("optim::clip_by_global_norm scales every gradient by max_norm / norm above max_norm, as TensorFlow does") {

@@ -48,11 +48,13 @@ struct momentum_rule {
     }
 };
 
-// Adam (Kingma and Ba) with the bias correction folded into the step size and epsilon.
+// Adam (Kingma and Ba) with the bias correction folded into the step size and epsilon; with weight_decay, AdamW's
+// decoupled decay (Loshchilov and Hutter, as PyTorch's AdamW): the parameter is first multiplied by 1 - lr *
+// weight_decay (exactly 1, which changes no bit, when weight_decay is 0).
 struct adam_rule {
-    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
     static constexpr int slots = 2;
-    double step = 0, eps_hat = 0;
+    double step = 0, eps_hat = 0, decay = 1;
     // beta1^t and beta2^t, carried from step to step (std::pow only when t does not follow the last step).
     double beta1_t = 1, beta2_t = 1;
     int last_t = 0;
@@ -83,6 +85,7 @@ struct adam_rule {
         last_t = t;
         step = lr * std::sqrt(1 - beta2_t) / (1 - beta1_t);
         eps_hat = eps * std::sqrt(1 - beta2_t);
+        decay = 1 - lr * weight_decay;
     }
     template <class T>
     auto roots() const {
@@ -90,7 +93,9 @@ struct adam_rule {
     }
     // The same update with the step size and eps_hat read from operands 4 and 5 (one value each, broadcast over the
     // parameter) instead of numbers in the kernel: a CUDA graph records that kernel once while the step count moves
-    // on, written there before each replay (kiln::optim::adam in a traced function, function/executor.hpp).
+    // on, written there before each replay (kiln::optim::adam in a traced function, function/executor.hpp). The
+    // decay stays a number in the kernel: a rule whose learning rate can change between steps (optim::adamw's) is
+    // not recorded.
     template <class T>
     auto roots_read() const {
         return roots_with<T>(kiln::detail::indexed_leaf<4, T>{}, kiln::detail::indexed_leaf<5, T>{});
@@ -116,7 +121,8 @@ struct adam_rule {
         const auto v = flush(make_node<ops::add>(make_node<ops::mul>(s(beta2), V),
                                                  make_node<ops::mul>(s(1 - beta2), make_node<ops::square>(G))));
         const auto p = make_node<ops::sub>(
-            P, make_node<ops::div>(make_node<ops::mul>(step_size, m), make_node<ops::add>(make_node<ops::sqrt>(v), eps_hat_value)));
+            make_node<ops::mul>(P, s(decay)),
+            make_node<ops::div>(make_node<ops::mul>(step_size, m), make_node<ops::add>(make_node<ops::sqrt>(v), eps_hat_value)));
         return std::make_tuple(p, m, v);
     }
 };

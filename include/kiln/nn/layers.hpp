@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "../eager/eager.hpp"
@@ -276,6 +277,63 @@ private:
     bool affine_;
 };
 using layer_norm_layer = basic_layer_norm<>;
+
+// nn.RMSNorm: RMS normalization over `normalized_shape` with a trainable weight of ones unless `elementwise_affine`
+// is false; eps empty: the machine epsilon of the input's dtype.
+template <int N = 0>
+class basic_rms_norm : public module {
+public:
+    explicit basic_rms_norm(dims normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true,
+                            dtype d = dtype::float32)
+        : w(ones(normalized_shape, d)), shape_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
+        kiln::detail::check_normalization("nn::rms_norm_layer", ones(normalized_shape, d), normalized_shape, tensor(), tensor(),
+                                          eps.value_or(0.0));
+    }
+    tensor forward(const tensor& x) override { return rms_norm<N>(x, shape_, affine_ ? tensor(w) : tensor(), eps_); }
+    std::vector<variable*> parameters() override {
+        if (!affine_) return {};
+        return {&w};
+    }
+
+    variable w;  // (unused when elementwise_affine is false)
+
+private:
+    dims shape_;
+    std::optional<double> eps_;
+    bool affine_;
+};
+using rms_norm_layer = basic_rms_norm<>;
+
+// nn.GroupNorm: group normalization of (N, num_channels, ...) inputs in num_groups groups, with a trainable weight of
+// ones and bias of zeros per channel unless affine is false.
+template <int N = 0>
+class basic_group_norm : public module {
+public:
+    basic_group_norm(std::ptrdiff_t num_groups, std::ptrdiff_t num_channels, double eps = 1e-5, bool affine = true, dtype d = dtype::float32)
+        : w(ones({checked(num_groups, num_channels, eps)}, d)), b(zeros({num_channels}, d)), groups_(num_groups), eps_(eps), affine_(affine) {}
+    tensor forward(const tensor& x) override {
+        return affine_ ? group_norm<N>(x, groups_, w, b, eps_) : group_norm<N>(x, groups_, tensor(), tensor(), eps_);
+    }
+    std::vector<variable*> parameters() override {
+        if (!affine_) return {};
+        return {&w, &b};
+    }
+
+    variable w, b;  // (unused when affine is false)
+
+private:
+    static std::ptrdiff_t checked(std::ptrdiff_t g, std::ptrdiff_t c, double eps) {
+        if (g < 1 || c < 1 || c % g != 0 || !(eps >= 0) || !std::isfinite(eps))
+            throw value_error("kiln: value_error in 'nn::group_norm_layer': " + std::to_string(g) + " groups must divide " +
+                              std::to_string(c) + " channels (both positive), and eps (" + kiln::detail::number_text(eps) +
+                              ") must be finite and not negative");
+        return c;
+    }
+    std::ptrdiff_t groups_;
+    double eps_;
+    bool affine_;
+};
+using group_norm_layer = basic_group_norm<>;
 
 // nn.BatchNorm1d/2d/3d: batch normalization of (N, C, ...) inputs (nn::batch_norm) over every axis but the channels,
 // with a trainable weight of ones and bias of zeros (unless affine is false) and running statistics (mean 0,

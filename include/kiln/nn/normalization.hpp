@@ -1,11 +1,13 @@
 #pragma once
-// Layer normalization and batch normalization. Layer normalization, as PyTorch's torch.nn.functional.layer_norm and nn.LayerNorm and ONNX's LayerNormalization
+// Layer, RMS, group and batch normalization. Layer normalization, as PyTorch's torch.nn.functional.layer_norm and nn.LayerNorm and ONNX's LayerNormalization
 // compute it: over the trailing axes that `normalized_shape` names, y = (x - mean) / sqrt(var + eps) * w + b with
 // the biased variance (divided by the count). It is written with the vocabulary's ops (mean, sub, mul, sqrt, div),
 // so the tape differentiates it, kiln::function traces and fuses it, every device runs it, and the tracer keeps a
 // note of it (function/graph.hpp's composites) from which the ONNX export writes one LayerNormalization.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +42,36 @@ inline void check_layer_norm(const tensor& x, const dims& normalized, const tens
     check_affine(b, "bias");
     if (!(eps >= 0) || !std::isfinite(eps))
         throw value_error("kiln: value_error in 'nn::layer_norm': eps must be finite and not negative, got " + number_text(eps));
+}
+
+// rms_norm's and group_norm's checks: x floating; for rms_norm x ends in `normalized` and w and b have that shape; for
+// group_norm (channels > 0) w and b are (channels,); both of x's dtype; eps finite and not negative.
+inline void check_normalization(const char* op, const tensor& x, const dims& normalized, const tensor& w, const tensor& b, double eps,
+                                std::ptrdiff_t channels = 0) {
+    x.check_valid(op);
+    if (!is_floating(x.dtype()))
+        throw dtype_error(std::string("kiln: dtype_error in '") + op + "': the input must be floating, got " + std::string(name(x.dtype())));
+    const dims want = channels > 0 ? dims{channels} : normalized;
+    if (channels == 0) {
+        const int k = normalized.rank, r = x.dim();
+        bool ends = k >= 1 && k <= r;
+        for (int i = 0; ends && i < k; ++i) ends = x.shape()[r - k + i] == normalized[i];
+        if (!ends)
+            throw shape_error(std::string("kiln: shape_error in '") + op + "': the input " + to_string(x.shape()) +
+                              " does not end in the normalized shape " + to_string(normalized) + (k == 0 ? " (name at least one axis)" : ""));
+    }
+    for (const tensor* t : {&w, &b}) {
+        if (!given(*t)) continue;
+        const char* what = t == &w ? "weight" : "bias";
+        if (!(t->shape() == want))
+            throw shape_error(std::string("kiln: shape_error in '") + op + "': the " + what + " has shape " + to_string(t->shape()) +
+                              ", but it must be " + to_string(want));
+        if (t->dtype() != x.dtype())
+            throw dtype_error(std::string("kiln: dtype_error in '") + op + "': the " + what + " is " + std::string(name(t->dtype())) +
+                              ", but the input is " + std::string(name(x.dtype())));
+    }
+    if (!(eps >= 0) || !std::isfinite(eps))
+        throw value_error(std::string("kiln: value_error in '") + op + "': eps must be finite and not negative, got " + number_text(eps));
 }
 
 }  // namespace kiln::detail
@@ -185,6 +217,49 @@ tensor batch_normalization(const tensor& x, const tensor& mean, const tensor& va
                            const tensor& b = tensor(), double eps = 1e-5) {
     detail::check_batch_norm<N>(x, mean, variance, w, b, eps, 0.0, "nn::batch_normalization");
     return detail::batch_norm_by<N>(x, mean, variance, w, b, eps);
+}
+
+// RMS normalization (PyTorch's F.rms_norm and nn.RMSNorm, as LLaMA-style models use it): over the trailing axes,
+// which must be `normalized_shape`, y = x / sqrt(mean(x^2) + eps) * w (w of the normalized shape, or an empty
+// kiln::tensor() for none). eps defaults to the machine epsilon of x's dtype, as PyTorch's does.
+template <int N = 0>
+tensor rms_norm(const tensor& x_in, const dims& normalized_shape, const tensor& w = tensor(), std::optional<double> eps = std::nullopt) {
+    const double e = eps ? *eps : x_in.valid() && x_in.dtype() == dtype::float64 ? std::numeric_limits<double>::epsilon()
+                                                                                  : static_cast<double>(std::numeric_limits<float>::epsilon());
+    detail::check_normalization("nn::rms_norm", x_in, normalized_shape, w, tensor(), e);
+    const detail::dependent_tensor<N>& x = x_in;
+    std::vector<int> axes;
+    for (int i = x.dim() - normalized_shape.rank; i < x.dim(); ++i) axes.push_back(i);
+    const detail::dependent_tensor<N> y = x * kiln::rsqrt(kiln::mean<N>(x * x, axes, true) + e);
+    return detail::given(w) ? tensor(y * static_cast<const detail::dependent_tensor<N>&>(w)) : tensor(y);
+}
+
+// Group normalization (PyTorch's F.group_norm and nn.GroupNorm): the C channels of x (N, C, ...) in num_groups
+// groups of C / num_groups, each group of each sample normalized over its channels and every other axis by its mean
+// and biased variance; then w and b, (C,) each, scale and shift each channel where given. One group is layer
+// normalization over (C, ...); C groups is instance normalization.
+template <int N = 0>
+tensor group_norm(const tensor& x_in, std::ptrdiff_t num_groups, const tensor& w = tensor(), const tensor& b = tensor(), double eps = 1e-5) {
+    x_in.check_valid("nn::group_norm");
+    if (x_in.dim() < 2)
+        throw shape_error("kiln: shape_error in 'nn::group_norm': the input must be (N, C, ...), got " + to_string(x_in.shape()));
+    const std::ptrdiff_t n = x_in.shape()[0], c = x_in.shape()[1];
+    if (num_groups < 1 || c % num_groups != 0)
+        throw value_error("kiln: value_error in 'nn::group_norm': " + std::to_string(num_groups) + " groups must divide the " +
+                          std::to_string(c) + " channels of " + to_string(x_in.shape()));
+    detail::check_normalization("nn::group_norm", x_in, dims{}, w, b, eps, c);
+    const detail::dependent_tensor<N>& x = x_in;
+    // (N, G, C / G * rest): one row of values per group of each sample.
+    const detail::dependent_tensor<N> g = x.reshape({n, num_groups, -1});
+    const detail::dependent_tensor<N> centred = g - kiln::mean<N>(g, {2}, true);
+    const detail::dependent_tensor<N> var = kiln::mean<N>(centred * centred, {2}, true);
+    detail::dependent_tensor<N> y = (centred / kiln::sqrt(var + eps)).reshape(x.shape());
+    dims per_channel;  // (C, 1, ...): w and b broadcast along the channels
+    per_channel.rank = x.dim() - 1;
+    for (int i = 0; i < per_channel.rank; ++i) per_channel[i] = i == 0 ? c : 1;
+    if (detail::given(w)) y = y * static_cast<const detail::dependent_tensor<N>&>(w).reshape(per_channel);
+    if (detail::given(b)) y = y + static_cast<const detail::dependent_tensor<N>&>(b).reshape(per_channel);
+    return y;
 }
 
 }  // namespace kiln::nn

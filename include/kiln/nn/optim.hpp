@@ -322,6 +322,8 @@ public:
     static std::vector<detail::hyperparameter> adam_ranges(double beta1, double beta2, double eps) {
         return {{"beta1", beta1, true}, {"beta2", beta2, true}, {"eps", eps, false}};
     }
+    // The decoupled weight decay (optim::adamw's; 0 for Adam).
+    double weight_decay() const noexcept { return rule_.weight_decay; }
 
     // Checkpoints (kiln/io/checkpoint.hpp): as sgd's. The step count is the int64 "step".
     static constexpr std::string_view kind() { return "adam"; }
@@ -335,7 +337,8 @@ public:
     template <int N = 0>
     std::string hyperparameters() const {
         return "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
-               " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps);
+               " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps) +
+               (rule_.weight_decay != 0 ? " weight_decay=" + kiln::detail::number_text(rule_.weight_decay) : std::string());
     }
     void bind(const std::vector<variable*>& params) {
         if (detail::adopt_parameters(params_, params, "adam")) make_slots();
@@ -362,6 +365,16 @@ public:
             throw value_error("kiln: value_error in 'optim::adam::restore': step count " + std::to_string(t) + " is out of range");
         t_ = static_cast<int>(t);
         rule_.resume(t_);
+    }
+
+protected:
+    // optim::adamw's: the hyperparameters checked under its name, and the decoupled weight decay.
+    adam(const char* who, std::vector<variable*> params, bool bound, double lr, double beta1, double beta2, double eps, double weight_decay)
+        : params_(std::move(params)), rule_{lr, beta1, beta2, eps, weight_decay} {
+        std::vector<detail::hyperparameter> ranges = adam_ranges(beta1, beta2, eps);
+        ranges.push_back({"weight_decay", weight_decay, false});
+        detail::check_hyperparameters(who, lr, ranges);
+        if (bound) make_slots();
     }
 
 private:
@@ -437,7 +450,8 @@ void adam::step_impl(const std::vector<tensor>& grads) {
         // Traced: the step (its count included) happens each time the function runs. On a CUDA device the update may
         // be recorded in a CUDA graph: the count then moves on the host at each call, and the update reads its step
         // size and eps_hat from device memory written before each replay (coef_).
-        bool recordable = !params_.empty();
+        // (AdamW's decay, 1 - lr * weight_decay, would be a number in the recorded kernel while the rate may change.)
+        bool recordable = !params_.empty() && rule_.weight_decay == 0;
         for (std::size_t i = 0; i < params_.size(); ++i)
             recordable = recordable && i < coef_.size() && coef_[i] && coef_[i]->device() == params_[i]->device() &&
                          params_[i]->device().type == device_type::cuda;
@@ -454,9 +468,7 @@ void adam::step_impl(const std::vector<tensor>& grads) {
             device = [this](const std::vector<tensor>& g) { update_reading_coefficients<N>(g); };
         }
 #endif
-        detail::trace_step(params_, grads, "adam_step",
-                           "lr=" + kiln::detail::number_text(rule_.lr) + " beta1=" + kiln::detail::number_text(rule_.beta1) +
-                               " beta2=" + kiln::detail::number_text(rule_.beta2) + " eps=" + kiln::detail::number_text(rule_.eps),
+        detail::trace_step(params_, grads, "adam_step", hyperparameters<N>(),
                            [this](const std::vector<tensor>& g) { step<N>(g); }, std::move(host), std::move(device));
         return;
     }
@@ -477,6 +489,23 @@ void adam::step_impl(const std::vector<tensor>& grads) {
                    *roots);
     });
 }
+
+// AdamW (Loshchilov and Hutter; PyTorch's torch.optim.AdamW, its defaults included): Adam whose step first
+// multiplies each parameter by 1 - lr * weight_decay (decoupled weight decay: the decay is not in the gradient, so
+// the moments do not see it). Everything else is adam's: the fused update (one pass per parameter), slots,
+// learning rate settable between steps (the decay follows it), checkpoints (kind "adamw"), tracing. A traced AdamW
+// step on a GPU is not captured in a CUDA graph (its host code runs at each call). Graph mode takes the same rule:
+// kiln::optim::minimize(loss, kiln::optim::adam_rule{.lr = 1e-3, .weight_decay = 1e-2}).
+class adamw : public adam {
+public:
+    adamw(std::vector<variable*> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+          double weight_decay = 1e-2)
+        : adam("adamw", std::move(params), true, lr, beta1, beta2, eps, weight_decay) {}
+    // Without parameters: they come with the first apply_gradients(grads, params).
+    explicit adamw(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 1e-2)
+        : adam("adamw", {}, false, lr, beta1, beta2, eps, weight_decay) {}
+    static constexpr std::string_view kind() { return "adamw"; }
+};
 
 // TensorFlow's tf.clip_by_global_norm (what PyTorch's clip_grad_norm_ computes): with norm = sqrt(the sum of every
 // squared element of every gradient), each gradient times max_norm / max(norm, max_norm), so nothing changes while
