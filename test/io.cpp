@@ -282,6 +282,31 @@ TEST_CASE("checkpoints: parameters and Adam's slots and step count round-trip in
     std::remove(path.c_str());
 }
 
+TEST_CASE("checkpoints: AdamW round-trips as its own kind, and resumes bit for bit") {
+    kiln::variable w(f64({1, -2, 3}, {3}));
+    kiln::optim::adamw opt({&w}, 0.05, 0.9, 0.999, 1e-8, 0.3);
+    auto step = [](kiln::optim::adamw& o, kiln::variable& v) {
+        kiln::gradient_tape tape;
+        o.step(tape.gradient(kiln::sum(kiln::square(v - 0.5)), {v}));
+    };
+    for (int i = 0; i < 2; ++i) step(opt, w);
+    const std::string path = temp_path("adamw.ckpt");
+    kiln::save_checkpoint(path, {&w}, opt);
+    const kiln::tensor_file f = kiln::load_safetensors(path);
+    CHECK(f.metadata.at("optimizer") == "adamw");
+    CHECK(f.metadata.at("optimizer.hyperparameters").find("weight_decay=") != std::string::npos);
+    kiln::variable w2(f64({0, 0, 0}, {3}));
+    kiln::optim::adamw opt2(0.05, 0.9, 0.999, 1e-8, 0.3);
+    kiln::load_checkpoint(path, {&w2}, opt2);
+    for (int i = 0; i < 2; ++i) step(opt, w), step(opt2, w2);
+    CHECK(values(w2) == values(w));
+    // Adam's checkpoint is not AdamW's, nor the other way round.
+    kiln::variable w3(f64({0, 0, 0}, {3}));
+    kiln::optim::adam plain(0.05);
+    CHECK_THROWS_AS(kiln::load_checkpoint(path, {&w3}, plain), kiln::file_error);
+    std::remove(path.c_str());
+}
+
 TEST_CASE("checkpoints: a file that does not fit the model is refused before anything changes") {
     kiln::variable w(f64({1, 2, 3}, {3}));
     kiln::optim::adam opt({&w});
