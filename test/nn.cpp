@@ -752,6 +752,92 @@ TEST_CASE("conv_transpose2d equals its definition, is conv2d's adjoint, differen
                          "kiln: value_error in 'nn::conv_transpose2d': 3 groups must divide the input's 4 channels", kiln::value_error);
 }
 
+// PyTorch's interpolate by its definition (not separable code): bilinear mixes the four neighbours of each output
+// pixel's source position; nearest takes floor(dst * in / out).
+std::vector<double> interpolate_by_loops(const kiln::tensor& x, std::ptrdiff_t oh, std::ptrdiff_t ow, bool bilinear, bool align) {
+    const std::ptrdiff_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+    const std::vector<double> xv = values(x);
+    auto at = [&](std::ptrdiff_t i, std::ptrdiff_t y, std::ptrdiff_t z) { return xv[static_cast<std::size_t>((i * h + y) * w + z)]; };
+    auto source = [&](std::ptrdiff_t d, std::ptrdiff_t in, std::ptrdiff_t out) {
+        if (align) return out > 1 ? static_cast<double>(d) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+        return std::max((static_cast<double>(d) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5, 0.0);
+    };
+    std::vector<double> y;
+    for (std::ptrdiff_t i = 0; i < n * c; ++i)
+        for (std::ptrdiff_t r = 0; r < oh; ++r)
+            for (std::ptrdiff_t q = 0; q < ow; ++q) {
+                if (!bilinear) {
+                    const auto sr = std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(std::floor(static_cast<double>(r) * h / oh)), h - 1);
+                    const auto sq = std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(std::floor(static_cast<double>(q) * w / ow)), w - 1);
+                    y.push_back(at(i, sr, sq));
+                    continue;
+                }
+                const double sr = source(r, h, oh), sq = source(q, w, ow);
+                const auto r0 = std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(sr), h - 1), q0 = std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(sq), w - 1);
+                const auto r1 = std::min<std::ptrdiff_t>(r0 + 1, h - 1), q1 = std::min<std::ptrdiff_t>(q0 + 1, w - 1);
+                const double lr = sr - static_cast<double>(r0), lq = sq - static_cast<double>(q0);
+                y.push_back((1 - lr) * ((1 - lq) * at(i, r0, q0) + lq * at(i, r0, q1)) + lr * ((1 - lq) * at(i, r1, q0) + lq * at(i, r1, q1)));
+            }
+    return y;
+}
+
+TEST_CASE("nn::interpolate and upsample resize as PyTorch's interpolate does (nearest, bilinear, align_corners), differentiate and trace") {
+    kiln::generator g(37);
+    const kiln::tensor x = kiln::randn({2, 3, 5, 4}, kiln::float64, g);
+    using kiln::nn::interpolation;
+    for (const std::array<std::ptrdiff_t, 2> size : {std::array<std::ptrdiff_t, 2>{10, 8}, {7, 3}, {3, 9}, {1, 1}, {5, 4}}) {
+        CAPTURE(size[0]);
+        CAPTURE(size[1]);
+        kiln_test::check_all_close(values(kiln::nn::interpolate(x, size)), interpolate_by_loops(x, size[0], size[1], false, false), 0, 0);
+        for (bool align : {false, true}) {
+            const kiln::tensor y = kiln::nn::interpolate(x, size, {.mode = interpolation::bilinear, .align_corners = align});
+            REQUIRE(y.shape() == kiln::dims{2, 3, size[0], size[1]});
+            kiln_test::check_all_close(values(y), interpolate_by_loops(x, size[0], size[1], true, align), 1e-14, 1e-14);
+        }
+    }
+    // The same size is the identity; upsample by 2 is interpolate to twice the size; nearest keeps an integer dtype.
+    CHECK(kiln::allclose(kiln::nn::interpolate(x, {5, 4}, {.mode = interpolation::bilinear}), x, 0, 0));
+    CHECK(kiln::allclose(kiln::nn::upsample(x, 2, {.mode = interpolation::bilinear}),
+                         kiln::nn::interpolate(x, {10, 8}, {.mode = interpolation::bilinear}), 0, 0));
+    const kiln::tensor ids = kiln::from_values<std::int64_t>({1, 2, 3, 4}, {1, 1, 2, 2});
+    CHECK(values(kiln::nn::upsample(ids, 2)) == std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+    CHECK(kiln::nn::upsample(ids, 2).dtype() == kiln::int64);
+    // The gradient against central differences.
+    const kiln::tensor proj = kiln::randn({2, 3, 7, 6}, kiln::float64, g);
+    kiln::tensor grad;
+    {
+        kiln::gradient_tape tape;
+        tape.watch(x);
+        grad = tape.gradient(kiln::sum(kiln::nn::interpolate(x, {7, 6}, {.mode = interpolation::bilinear}) * proj), x);
+    }
+    for (std::ptrdiff_t at : {0, 9, 33, 119}) {
+        kiln::tensor up = x.clone(), down = x.clone();
+        up.data<double>()[at] += 1e-6;
+        down.data<double>()[at] -= 1e-6;
+        const double numeric = (kiln::sum(kiln::nn::interpolate(up, {7, 6}, {.mode = interpolation::bilinear}) * proj).item<double>() -
+                                kiln::sum(kiln::nn::interpolate(down, {7, 6}, {.mode = interpolation::bilinear}) * proj).item<double>()) / 2e-6;
+        CHECK(grad.data<double>()[at] == doctest::Approx(numeric).epsilon(1e-6));
+    }
+    // As a layer, traced with a dynamic batch: one trace.
+    kiln::nn::upsample_layer up2(2, {.mode = interpolation::bilinear, .align_corners = true});
+    auto fn = kiln::function([&](const kiln::tensor& t) { return up2(t); }, {kiln::spec(kiln::float64, {kiln::dyn, 3, 5, 4})});
+    for (std::ptrdiff_t n : {2, 4}) {
+        const kiln::tensor t = kiln::randn({n, 3, 5, 4}, kiln::float64, g);
+        CHECK(kiln::allclose(fn(t), kiln::nn::upsample(t, 2, {.mode = interpolation::bilinear, .align_corners = true}), 0, 0));
+    }
+    CHECK(fn.trace_count() == 1);
+    // Refusals, in sentences.
+    CHECK_THROWS_WITH_AS(kiln::nn::interpolate(x, {0, 3}),
+                         "kiln: value_error in 'nn::interpolate': the output size (0, 3) and the input's height and width must be "
+                         "positive (input (2, 3, 5, 4))", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::interpolate(x, {3, 3}, {.align_corners = true}),
+                         "kiln: value_error in 'nn::interpolate': align_corners is read by bilinear interpolation only", kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::nn::interpolate(ids, {3, 3}, {.mode = interpolation::bilinear}),
+                         "kiln: dtype_error in 'nn::interpolate': bilinear interpolation needs a floating input, got int64", kiln::dtype_error);
+    CHECK_THROWS_AS(kiln::nn::interpolate(kiln::zeros({3, 4, 5}), {2, 2}), kiln::shape_error);
+    CHECK_THROWS_AS(kiln::nn::upsample(x, 0), kiln::value_error);
+}
+
 TEST_CASE("max_pool2d and avg_pool2d take each window's maximum and mean; padding never wins a maximum") {
     kiln::generator g(12);
     const kiln::tensor x = kiln::randn({2, 3, 7, 8}, g) - 5.0;  // (all negative: a zero of padding would win a maximum)

@@ -56,7 +56,7 @@ for path in models:
                 "cnn": {"Conv", "MaxPool", "AveragePool", "Gemm"}, "cnn2": {"Conv", "MaxPool", "AveragePool"},
                 "embedding": {"Gather", "ReduceMean", "Gemm"}, "layer_norm": {"LayerNormalization"},
                 "batch_norm": {"Conv", "BatchNormalization", "Relu"}, "decoder": {"ConvTranspose", "Relu"},
-                "recurrent": {"MatMul", "Sigmoid", "Tanh", "Concat"}}.get(name, set())
+                "recurrent": {"MatMul", "Sigmoid", "Tanh", "Concat"}, "norms": {"ReduceMean", "Sqrt", "Gather"}}.get(name, set())
     check(want_ops <= set(ops), "%s: written with %s (operators: %s)" % (name, sorted(want_ops), sorted(set(ops))))
     if name == "classifier":
         check("Exp" not in ops and "Sub" not in ops and "MatMul" not in ops,

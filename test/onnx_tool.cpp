@@ -250,13 +250,17 @@ int main(int argc, char** argv) {
         }, {.name = "decoder"});
         write<1>(dir, "decoder", decode, {kiln::spec(kiln::float32, {kiln::dyn, 4, 3, 5})},
                  {{kiln::randn({2, 4, 3, 5}, kiln::float32, g)}, {kiln::randn({1, 4, 3, 5}, kiln::float32, g)}});
-        // Group and RMS normalization with a dynamic batch (their parts: Reshape from the input's Shape, ReduceMean,
-        // Sqrt, Div, Mul).
+        // Group and RMS normalization, then bilinear and nearest resizing, with a dynamic batch (their parts: Reshape
+        // from the input's Shape, ReduceMean, Sqrt, Div, Mul; Gather of the source rows).
         kiln::nn::group_norm_layer gnorm(2, 4);
         gnorm.w.assign(kiln::randn({4}, kiln::float32, g));
         gnorm.b.assign(kiln::randn({4}, kiln::float32, g));
         const kiln::tensor rms_w = kiln::randn({5}, kiln::float32, g);
-        auto norms = kiln::function([&](const kiln::tensor& x) { return kiln::nn::rms_norm(gnorm(x), {5}, rms_w); }, {.name = "norms"});
+        auto norms = kiln::function([&](const kiln::tensor& x) {
+            const kiln::tensor y = kiln::nn::rms_norm(gnorm(x), {5}, rms_w);
+            return std::make_tuple(y, kiln::nn::interpolate(y, {5, 8}, {.mode = kiln::nn::interpolation::bilinear}),
+                                   kiln::nn::upsample(y, 2));
+        }, {.name = "norms"});
         write<1>(dir, "norms", norms, {kiln::spec(kiln::float32, {kiln::dyn, 4, 3, 5})},
                  {{kiln::randn({2, 4, 3, 5}, kiln::float32, g)}, {kiln::randn({3, 4, 3, 5}, kiln::float32, g) * 3.0f}});
         // Recurrent layers: a 2-layer LSTM and a GRU over a sequence of 4 steps with a dynamic batch (their parts:

@@ -4,4 +4,5 @@
 #include "nn/attention.hpp"
 #include "nn/layers.hpp"
 #include "nn/recurrent.hpp"
+#include "nn/resize.hpp"
 #include "nn/optim.hpp"

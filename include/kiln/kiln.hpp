@@ -16,6 +16,7 @@
 #include "nn/attention.hpp"
 #include "nn/layers.hpp"
 #include "nn/recurrent.hpp"
+#include "nn/resize.hpp"
 #include "nn/optim.hpp"
 #include "ops/ops.hpp"
 #include "registry.hpp"
