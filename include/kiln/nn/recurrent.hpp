@@ -204,11 +204,16 @@ private:
         const dims state{num_layers(), x.shape()[0], hidden_size()};
         if (!Lstm && kiln::detail::given(c0))
             throw value_error("kiln: value_error in 'nn::gru': a GRU has no cell state (c0)");
-        for (const tensor* t : {&h0, &c0})
-            if (kiln::detail::given(*t) && (!(t->shape() == state) || t->dtype() != x.dtype()))
-                throw shape_error(std::string("kiln: shape_error in '") + op + "': the initial state " + (t == &h0 ? "h0" : "c0") +
-                                  " must be (num_layers, batch, hidden) = " + to_string(state) + " " + std::string(kiln::name(x.dtype())) +
-                                  ", got " + to_string(t->shape()) + " " + std::string(kiln::name(t->dtype())));
+        for (const tensor* t : {&h0, &c0}) {
+            if (!kiln::detail::given(*t)) continue;
+            const char* which = t == &h0 ? "h0" : "c0";
+            if (!(t->shape() == state))
+                throw shape_error(std::string("kiln: shape_error in '") + op + "': the initial state " + which +
+                                  " must be (num_layers, batch, hidden) = " + to_string(state) + ", got " + to_string(t->shape()));
+            if (t->dtype() != x.dtype())
+                throw dtype_error(std::string("kiln: dtype_error in '") + op + "': the initial state " + which + " is " +
+                                  std::string(kiln::name(t->dtype())) + ", the input " + std::string(kiln::name(x.dtype())));
+        }
     }
 };
 using lstm = basic_recurrent<true>;
