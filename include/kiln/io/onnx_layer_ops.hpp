@@ -18,6 +18,77 @@ inline int onnx_axis(std::int64_t axis, const dims& x, std::string_view op) {
     return ops::detail_gather::axis_in(static_cast<int>(std::clamp<std::int64_t>(axis, -max_rank - 1, max_rank)), x, op);
 }
 
+// The window attributes Conv, ConvTranspose and the pools share, read once at import: kernel_shape, strides,
+// dilations, pads and auto_pad (checked to be one of ONNX's four).
+struct onnx_window_attrs {
+    std::string op, auto_pad;
+    std::vector<std::int64_t> kernel, strides, dilations, pads;
+    bool same() const { return auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER"; }
+};
+
+template <class Attr>
+onnx_window_attrs read_onnx_window_attrs(const std::string& op, Attr&& A) {
+    auto ints = [&](const char* name) {
+        const onnx_attr* a = A(name);
+        return a ? a->ints : std::vector<std::int64_t>{};
+    };
+    onnx_window_attrs w{op, "NOTSET", ints("kernel_shape"), ints("strides"), ints("dilations"), ints("pads")};
+    if (const onnx_attr* ap = A("auto_pad")) w.auto_pad = ap->s;
+    if (w.auto_pad != "NOTSET" && w.auto_pad != "VALID" && !w.same())
+        throw value_error("auto_pad '" + json::reader::printable(w.auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
+    return w;
+}
+
+// Those attributes against one call's input (and weight, for the convolutions): one or two spatial axes, a value
+// per axis (or the default), the kernel the weight holds, and the 1-d case run as 2-d of height 1.
+struct onnx_window_axes {
+    const onnx_window_attrs& a;
+    const tensor& x;
+    int spatial;
+    std::size_t s;
+    std::vector<std::int64_t> weight_kernel, st, di;
+
+    onnx_window_axes(const onnx_window_attrs& attrs, const tensor& input, const tensor* weight)
+        : a(attrs), x(input), spatial(input.dim() - 2), s(0) {
+        if (spatial != 1 && spatial != 2)
+            throw shape_error("kiln: shape_error in '" + a.op + "': kiln reads 1-d and 2-d inputs ((N, C, L) or (N, C, H, W)), got " +
+                              to_string(x.shape()));
+        s = static_cast<std::size_t>(spatial);
+        if (weight) {
+            if (weight->dim() != x.dim())
+                throw shape_error("kiln: shape_error in '" + a.op + "': the weight " + to_string(weight->shape()) +
+                                  " does not match the input " + to_string(x.shape()));
+            for (int i = 2; i < weight->dim(); ++i) weight_kernel.push_back(weight->shape()[i]);
+            if (!a.kernel.empty() && a.kernel != weight_kernel)
+                throw shape_error("kiln: shape_error in '" + a.op + "': kernel_shape disagrees with the weight");
+        }
+        st = per_axis(a.strides, s, 1, "strides");
+        di = per_axis(a.dilations, s, 1, "dilations");
+    }
+    std::vector<std::int64_t> per_axis(const std::vector<std::int64_t>& v, std::size_t want, std::int64_t fallback, const char* what) const {
+        if (v.empty()) return std::vector<std::int64_t>(want, fallback);
+        if (v.size() != want)
+            throw value_error("kiln: value_error in '" + a.op + "': " + what + " has " + std::to_string(v.size()) + " values for " +
+                              std::to_string(spatial) + " spatial axes");
+        return v;
+    }
+    std::int64_t extent(std::size_t i) const { return x.shape()[static_cast<int>(2 + i)]; }
+    // A total padding of axis i split as auto_pad says (SAME_UPPER: the odd one at the end; otherwise at the start).
+    void split_pad(std::vector<std::int64_t>& pd, std::size_t i, std::int64_t total) const {
+        pd[i] = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pd[i + s] = total - pd[i];
+    }
+    // (N, C, L) as (N, C, 1, L), and back.
+    tensor as_2d(const tensor& t) const { return spatial == 1 ? t.unsqueeze(2) : t; }
+    tensor from_2d(const tensor& t) const { return spatial == 1 ? t.squeeze(2) : t; }
+    std::array<std::ptrdiff_t, 2> two(const std::vector<std::int64_t>& v, std::ptrdiff_t one) const {
+        return {spatial == 1 ? one : v[0], spatial == 1 ? v[0] : v[1]};
+    }
+    pads4 pads_2d(const std::vector<std::int64_t>& pd) const {
+        return spatial == 1 ? pads4{0, 0, pd[0], pd[1]} : pads4{pd[0], pd[2], pd[1], pd[3]};
+    }
+};
+
 // Output `which` of a Split into `count` parts along `axis`: the sizes come from its second input (opset 13 on),
 // or from num_outputs (opset 18 on: parts of ceil(extent / n), the last smaller), or are equal.
 template <class AttrInt>
@@ -198,144 +269,77 @@ replay_fn onnx_layer_kernel(const std::string& op, std::int64_t opset, Attr&& A,
     if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
         const bool conv = op == "Conv", max_pool = op == "MaxPool";
         lo = conv ? 2 : 1, hi = conv ? 3 : 1;
-        auto ints = [&](const char* name) {
-            const onnx_attr* a = A(name);
-            return a ? a->ints : std::vector<std::int64_t>{};
-        };
-        const std::vector<std::int64_t> kernel_attr = ints("kernel_shape"), strides = ints("strides"), dilations = ints("dilations"),
-                                        pads = ints("pads");
-        const onnx_attr* ap = A("auto_pad");
-        const std::string auto_pad = ap ? ap->s : "NOTSET";
-        if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
-            throw value_error("auto_pad '" + json::reader::printable(auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
-        if (auto_pad != "NOTSET" && !pads.empty()) throw value_error("pads are given with auto_pad " + auto_pad);
+        const onnx_window_attrs wa = read_onnx_window_attrs(op, A);
+        if (wa.auto_pad != "NOTSET" && !wa.pads.empty()) throw value_error("pads are given with auto_pad " + wa.auto_pad);
         const bool ceil_mode = ai("ceil_mode", 0) != 0;
         if (op == "AveragePool" && ceil_mode) throw value_error("ceil_mode=1 is read for MaxPool only");
         if (max_pool && ai("storage_order", 0) != 0) throw value_error("storage_order=1 is not read");
-        if (!conv && kernel_attr.empty()) throw value_error("kernel_shape is required");
+        if (!conv && wa.kernel.empty()) throw value_error("kernel_shape is required");
         const std::int64_t groups = conv ? ai("group", 1) : 1;
         const bool include_pad = ai("count_include_pad", 0) != 0;
         return [=](auto in, auto) {
             const tensor& x0 = in[0];
-            const int spatial = x0.dim() - 2;
-            if (spatial != 1 && spatial != 2)
-                throw shape_error("kiln: shape_error in '" + op + "': kiln reads 1-d and 2-d inputs ((N, C, L) or (N, C, H, W)), got " +
-                                  to_string(x0.shape()));
-            auto per_axis = [&](const std::vector<std::int64_t>& v, std::size_t want, std::int64_t fallback, const char* what) {
-                if (v.empty()) return std::vector<std::int64_t>(want, fallback);
-                if (v.size() != want)
-                    throw value_error("kiln: value_error in '" + op + "': " + what + " has " + std::to_string(v.size()) +
-                                      " values for " + std::to_string(spatial) + " spatial axes");
-                return v;
-            };
-            const std::size_t s = static_cast<std::size_t>(spatial);
-            std::vector<std::int64_t> kernel = kernel_attr;
-            if (conv) {
-                if (in[1].dim() != x0.dim())
-                    throw shape_error("kiln: shape_error in 'Conv': the weight " + to_string(in[1].shape()) + " does not match the input " +
-                                      to_string(x0.shape()));
-                std::vector<std::int64_t> from_w;
-                for (int i = 2; i < in[1].dim(); ++i) from_w.push_back(in[1].shape()[i]);
-                if (!kernel.empty() && kernel != from_w) throw shape_error("kiln: shape_error in 'Conv': kernel_shape disagrees with the weight");
-                kernel = from_w;
-            }
-            kernel = per_axis(kernel, s, 1, "kernel_shape");
-            const std::vector<std::int64_t> st = per_axis(strides, s, 1, "strides"), di = per_axis(dilations, s, 1, "dilations");
-            std::vector<std::int64_t> pd = per_axis(pads, 2 * s, 0, "pads");
-            if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-                for (std::size_t i = 0; i < s; ++i) {
-                    const std::int64_t extent = x0.shape()[static_cast<int>(2 + i)], out = (extent + st[i] - 1) / st[i];
-                    const std::int64_t total = std::max<std::int64_t>((out - 1) * st[i] + (kernel[i] - 1) * di[i] + 1 - extent, 0);
-                    pd[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-                    pd[i + s] = total - pd[i];
+            const onnx_window_axes ax(wa, x0, conv ? &in[1] : nullptr);
+            const std::vector<std::int64_t> kernel = ax.per_axis(conv ? ax.weight_kernel : wa.kernel, ax.s, 1, "kernel_shape");
+            std::vector<std::int64_t> pd = ax.per_axis(wa.pads, 2 * ax.s, 0, "pads");
+            if (wa.same())
+                for (std::size_t i = 0; i < ax.s; ++i) {
+                    const std::int64_t extent = ax.extent(i), out = (extent + ax.st[i] - 1) / ax.st[i];
+                    ax.split_pad(pd, i, std::max<std::int64_t>((out - 1) * ax.st[i] + (kernel[i] - 1) * ax.di[i] + 1 - extent, 0));
                 }
-            // As 2-d: (N, C, L) becomes (N, C, 1, L).
-            const tensor x = spatial == 1 ? x0.unsqueeze(2) : x0;
-            auto two = [&](const std::vector<std::int64_t>& v, std::ptrdiff_t one) {
-                return std::array<std::ptrdiff_t, 2>{spatial == 1 ? one : v[0], spatial == 1 ? v[0] : v[1]};
-            };
-            const std::array<std::ptrdiff_t, 2> k2 = two(kernel, 1), s2 = two(st, 1), d2 = two(di, 1);
-            const pads4 p4 = spatial == 1 ? pads4{0, 0, pd[0], pd[1]} : pads4{pd[0], pd[2], pd[1], pd[3]};
+            const tensor x = ax.as_2d(x0);
+            const std::array<std::ptrdiff_t, 2> k2 = ax.two(kernel, 1), s2 = ax.two(ax.st, 1), d2 = ax.two(ax.di, 1);
+            const pads4 p4 = ax.pads_2d(pd);
             tensor y;
             if (conv) {
-                const tensor w = spatial == 1 ? in[1].unsqueeze(2) : in[1];
                 const tensor b = in.size() > 2 && in[2].valid() ? in[2] : tensor();
-                y = conv2d_padded<0>(x, w, b, s2, p4, d2, groups);
+                y = conv2d_padded<0>(x, ax.as_2d(in[1]), b, s2, p4, d2, groups);
             } else if (max_pool) {
                 y = max_pool2d_padded<0>(x, k2, s2, p4, d2, ceil_mode);
             } else {
                 if (d2[0] != 1 || d2[1] != 1) throw value_error("kiln: value_error in 'AveragePool': dilations are not read");
                 y = avg_pool2d_padded<0>(x, k2, s2, p4, include_pad);
             }
-            return spatial == 1 ? y.squeeze(2) : y;
+            return ax.from_2d(y);
         };
     }
     // The transposed convolution over one or two spatial axes, with nn::conv_transpose2d; output_shape (or auto_pad
     // SAME_UPPER/SAME_LOWER, which asks for input * stride) sets the pads by ONNX's formula.
     if (op == "ConvTranspose") {
         lo = 2, hi = 3;
+        const onnx_window_attrs wa = read_onnx_window_attrs(op, A);
         auto ints = [&](const char* name) {
             const onnx_attr* a = A(name);
             return a ? a->ints : std::vector<std::int64_t>{};
         };
-        const std::vector<std::int64_t> kernel_attr = ints("kernel_shape"), strides = ints("strides"), dilations = ints("dilations"),
-                                        pads = ints("pads"), output_padding = ints("output_padding"), output_shape = ints("output_shape");
-        const onnx_attr* ap = A("auto_pad");
-        const std::string auto_pad = ap ? ap->s : "NOTSET";
-        if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
-            throw value_error("auto_pad '" + json::reader::printable(auto_pad) + "' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER");
-        if ((auto_pad != "NOTSET" || !output_shape.empty()) && !pads.empty())
-            throw value_error("pads are given with " + std::string(output_shape.empty() ? "auto_pad " + auto_pad : "output_shape"));
+        const std::vector<std::int64_t> output_padding = ints("output_padding"), output_shape = ints("output_shape");
+        if ((wa.auto_pad != "NOTSET" || !output_shape.empty()) && !wa.pads.empty())
+            throw value_error("pads are given with " + std::string(output_shape.empty() ? "auto_pad " + wa.auto_pad : "output_shape"));
         const std::int64_t groups = ai("group", 1);
         return [=](auto in, auto) {
             const tensor& x0 = in[0];
-            const int spatial = x0.dim() - 2;
-            if (spatial != 1 && spatial != 2)
-                throw shape_error("kiln: shape_error in 'ConvTranspose': kiln reads 1-d and 2-d inputs ((N, C, L) or (N, C, H, W)), got " +
-                                  to_string(x0.shape()));
-            if (in[1].dim() != x0.dim())
-                throw shape_error("kiln: shape_error in 'ConvTranspose': the weight " + to_string(in[1].shape()) + " does not match the input " +
-                                  to_string(x0.shape()));
-            const std::size_t s = static_cast<std::size_t>(spatial);
-            auto per_axis = [&](const std::vector<std::int64_t>& v, std::size_t want, std::int64_t fallback, const char* what) {
-                if (v.empty()) return std::vector<std::int64_t>(want, fallback);
-                if (v.size() != want)
-                    throw value_error("kiln: value_error in 'ConvTranspose': " + std::string(what) + " has " + std::to_string(v.size()) +
-                                      " values for " + std::to_string(spatial) + " spatial axes");
-                return v;
-            };
-            std::vector<std::int64_t> kernel;
-            for (int i = 2; i < in[1].dim(); ++i) kernel.push_back(in[1].shape()[i]);
-            if (!kernel_attr.empty() && kernel_attr != kernel)
-                throw shape_error("kiln: shape_error in 'ConvTranspose': kernel_shape disagrees with the weight");
-            const std::vector<std::int64_t> st = per_axis(strides, s, 1, "strides"), di = per_axis(dilations, s, 1, "dilations"),
-                                            op_pad = per_axis(output_padding, s, 0, "output_padding");
-            std::vector<std::int64_t> pd = per_axis(pads, 2 * s, 0, "pads");
-            if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+            const onnx_window_axes ax(wa, x0, &in[1]);
+            const std::vector<std::int64_t>& kernel = ax.weight_kernel;
+            const std::vector<std::int64_t> op_pad = ax.per_axis(output_padding, ax.s, 0, "output_padding");
+            std::vector<std::int64_t> pd = ax.per_axis(wa.pads, 2 * ax.s, 0, "pads");
+            if (!output_shape.empty() || wa.same()) {
                 std::vector<std::int64_t> want = output_shape;
-                if (want.size() == s + 2) want.erase(want.begin(), want.begin() + 2);  // (the whole shape, as some writers give)
+                if (want.size() == ax.s + 2) want.erase(want.begin(), want.begin() + 2);  // (the whole shape, as some writers give)
                 if (want.empty())
-                    for (std::size_t i = 0; i < s; ++i) want.push_back(x0.shape()[static_cast<int>(2 + i)] * st[i]);
-                want = per_axis(want, s, 0, "output_shape");
-                for (std::size_t i = 0; i < s; ++i) {
-                    const std::int64_t total = st[i] * (x0.shape()[static_cast<int>(2 + i)] - 1) + op_pad[i] + (kernel[i] - 1) * di[i] + 1 - want[i];
+                    for (std::size_t i = 0; i < ax.s; ++i) want.push_back(ax.extent(i) * ax.st[i]);
+                want = ax.per_axis(want, ax.s, 0, "output_shape");
+                for (std::size_t i = 0; i < ax.s; ++i) {
+                    const std::int64_t total = ax.st[i] * (ax.extent(i) - 1) + op_pad[i] + (kernel[i] - 1) * ax.di[i] + 1 - want[i];
                     if (total < 0)
                         throw value_error("kiln: value_error in 'ConvTranspose': output_shape " + std::to_string(want[i]) +
                                           " is larger than the full result's " + std::to_string(want[i] + total) + " (kiln does not pad it)");
-                    const bool upper = auto_pad == "SAME_UPPER";
-                    pd[i] = upper ? total / 2 : total - total / 2;
-                    pd[i + s] = total - pd[i];
+                    ax.split_pad(pd, i, total);
                 }
             }
-            // As 2-d: (N, C, L) becomes (N, C, 1, L).
-            const tensor x = spatial == 1 ? x0.unsqueeze(2) : x0, w = spatial == 1 ? in[1].unsqueeze(2) : in[1];
-            auto two = [&](const std::vector<std::int64_t>& v, std::ptrdiff_t one) {
-                return std::array<std::ptrdiff_t, 2>{spatial == 1 ? one : v[0], spatial == 1 ? v[0] : v[1]};
-            };
-            const pads4 p4 = spatial == 1 ? pads4{0, 0, pd[0], pd[1]} : pads4{pd[0], pd[2], pd[1], pd[3]};
             const tensor b = in.size() > 2 && in[2].valid() ? in[2] : tensor();
-            const tensor y = conv_transpose2d_padded<0>(x, w, b, two(st, 1), p4, two(op_pad, 0), two(di, 1), groups);
-            return spatial == 1 ? y.squeeze(2) : y;
+            const tensor y = conv_transpose2d_padded<0>(ax.as_2d(x0), ax.as_2d(in[1]), b, ax.two(ax.st, 1), ax.pads_2d(pd),
+                                                        ax.two(op_pad, 0), ax.two(ax.di, 1), groups);
+            return ax.from_2d(y);
         };
     }
     if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
