@@ -490,6 +490,7 @@ TEST_CASE("save: what cannot be saved is refused with the reason") {
     auto rows_of_three = kiln::function([](const kiln::tensor& x) { return x + f64({1, 2, 3}, {3, 1}); });
     CHECK_THROWS_WITH_AS(kiln::save(rows_of_three, {kiln::spec(kiln::float64, {kiln::dyn, 2})}, path),
                          doctest::Contains("traces the function with each kiln::dyn extent at 2"), kiln::shape_error);
+    std::remove(path.c_str());
 }
 
 TEST_CASE("save: dynamic extents that may differ are traced apart, so a call may give them any values") {
@@ -573,6 +574,7 @@ TEST_CASE("save: dynamic extents that may differ are traced apart, so a call may
     CHECK(values(j(f64({1, 2, 3}, {3}), f64({4, 5, 9}, {3}))[0]) == std::vector<double>{12});
     CHECK(j.traced_extents() == std::vector<std::ptrdiff_t>{2, 2});
     CHECK_THROWS_WITH_AS(j(f64({1, 2}, {2}), f64({4, 5, 9, 3}, {4})), doctest::Contains("must be equal in a call"), kiln::shape_error);
+    for (const std::string& p : {path, apath, rpath}) std::remove(p.c_str());
 }
 
 TEST_CASE("load: a damaged file is refused, naming the file and the node or offset") {

@@ -91,6 +91,17 @@ tensor windows(const tensor& x, std::array<std::ptrdiff_t, 2> kernel, std::array
     return apply_structural<ops::im2col, N>(ops::make_window_attrs(kernel, stride, pads, dilation, fill), x);
 }
 
+// windows' adjoint: columns (N, C, kh * kw, out_h, out_w) added back into an image (N, C, size[0], size[1]), each
+// to the element it was read from (ops::col2im; the image's shape is given as a broadcast zero, read for its shape).
+template <int N>
+tensor unwindows(const tensor& cols, std::array<std::ptrdiff_t, 2> size, std::array<std::ptrdiff_t, 2> kernel,
+                 std::array<std::ptrdiff_t, 2> stride, const pads4& pads, std::array<std::ptrdiff_t, 2> dilation) {
+    const tensor like = kiln::zeros({1}, cols.dtype(), cols.device())
+                            .reshape({1, 1, 1, 1})
+                            .broadcast_to({cols.shape()[0], cols.shape()[1], size[0], size[1]});
+    return apply_structural<ops::col2im, N>(ops::make_window_attrs(kernel, stride, pads, dilation, 0.0), cols, like);
+}
+
 // A composite note's attributes (function/graph.hpp): ops::window_text, "kernel=3,3 stride=1,1 pads=1,1,1,1
 // dilation=1,1", the pads as top, bottom, left, right.
 inline std::string window_attrs(std::array<std::ptrdiff_t, 2> kernel, std::array<std::ptrdiff_t, 2> stride, const pads4& pads,
@@ -239,9 +250,7 @@ tensor conv_transpose2d_padded(const tensor& x, const tensor& w, const tensor& b
     const std::ptrdiff_t cg = c / groups, k = kh * kw;
     const dependent_tensor<N> cols =
         kiln::matmul(w.reshape({groups, cg, (m / groups) * k}).transpose(1, 2), x.reshape({n, groups, cg, h * wd})).reshape({n, m, k, h, wd});
-    const tensor like = kiln::zeros({1}, x.dtype(), x.device()).reshape({1, 1, 1, 1}).broadcast_to({n, m, size[0], size[1]});
-    const dependent_tensor<N> y =
-        apply_structural<ops::col2im, N>(ops::make_window_attrs({kh, kw}, stride, pads, dilation, 0.0), tensor(cols), like);
+    const dependent_tensor<N> y = unwindows<N>(tensor(cols), size, {kh, kw}, stride, pads, dilation);
     tensor out = b.numel() != 0 ? tensor(y + b.reshape({m, 1, 1})) : tensor(y);
     const tensor parts[3] = {x, w, b};
     note_composite(op, [&] {
@@ -305,10 +314,7 @@ tensor fold(const tensor& cols, std::array<std::ptrdiff_t, 2> size, std::array<s
                           std::to_string(oh * ow) + ") for kernel " + detail::window_text(kernel) + " and output size " +
                           detail::window_text(size) + ", got " + to_string(cols.shape()));
     const std::ptrdiff_t n = cols.shape()[0], c = cols.shape()[1] / k;
-    // The image's shape as a broadcast zero (col2im reads its shape only).
-    const tensor like = kiln::zeros({1}, cols.dtype(), cols.device()).reshape({1, 1, 1, 1}).broadcast_to({n, c, size[0], size[1]});
-    return detail::apply_structural<ops::col2im, N>(ops::make_window_attrs(kernel, o.stride, pads, o.dilation, 0.0),
-                                                    cols.reshape({n, c, k, oh, ow}), like);
+    return detail::unwindows<N>(cols.reshape({n, c, k, oh, ow}), size, kernel, o.stride, pads, o.dilation);
 }
 
 // The maximum of each kernel-sized window (padding never wins); the stride defaults to the kernel.

@@ -19,33 +19,8 @@ namespace kiln::detail {
 // Whether layer_norm was given a weight or bias: an empty tensor (kiln::tensor(), as conv2d's bias) is none.
 inline bool given(const tensor& t) { return t.valid() && t.numel() != 0; }
 
-inline void check_layer_norm(const tensor& x, const dims& normalized, const tensor& w, const tensor& b, double eps) {
-    x.check_valid("nn::layer_norm");
-    if (!is_floating(x.dtype()))
-        throw dtype_error("kiln: dtype_error in 'nn::layer_norm': the input must be floating, got " + std::string(name(x.dtype())));
-    const int k = normalized.rank, r = x.dim();
-    bool ends = k >= 1 && k <= r;
-    for (int i = 0; ends && i < k; ++i) ends = x.shape()[r - k + i] == normalized[i];
-    if (!ends)
-        throw shape_error("kiln: shape_error in 'nn::layer_norm': the input " + to_string(x.shape()) + " does not end in the normalized shape " +
-                          to_string(normalized) + (k == 0 ? " (name at least one axis)" : ""));
-    auto check_affine = [&](const tensor& t, const char* what) {
-        if (!given(t)) return;
-        if (!(t.shape() == normalized))
-            throw shape_error(std::string("kiln: shape_error in 'nn::layer_norm': the ") + what + " has shape " + to_string(t.shape()) +
-                              ", but the normalized shape is " + to_string(normalized));
-        if (t.dtype() != x.dtype())
-            throw dtype_error(std::string("kiln: dtype_error in 'nn::layer_norm': the ") + what + " is " + std::string(name(t.dtype())) +
-                              ", but the input is " + std::string(name(x.dtype())));
-    };
-    check_affine(w, "weight");
-    check_affine(b, "bias");
-    if (!(eps >= 0) || !std::isfinite(eps))
-        throw value_error("kiln: value_error in 'nn::layer_norm': eps must be finite and not negative, got " + number_text(eps));
-}
-
-// rms_norm's and group_norm's checks: x floating; for rms_norm x ends in `normalized` and w and b have that shape; for
-// group_norm (channels > 0) w and b are (channels,); both of x's dtype; eps finite and not negative.
+// The normalizations' checks: x floating; for layer_norm and rms_norm x ends in `normalized` and w and b have that
+// shape; for group_norm (channels > 0) w and b are (channels,); both of x's dtype; eps finite and not negative.
 inline void check_normalization(const char* op, const tensor& x, const dims& normalized, const tensor& w, const tensor& b, double eps,
                                 std::ptrdiff_t channels = 0) {
     x.check_valid(op);
@@ -65,13 +40,22 @@ inline void check_normalization(const char* op, const tensor& x, const dims& nor
         const char* what = t == &w ? "weight" : "bias";
         if (!(t->shape() == want))
             throw shape_error(std::string("kiln: shape_error in '") + op + "': the " + what + " has shape " + to_string(t->shape()) +
-                              ", but it must be " + to_string(want));
+                              (channels > 0 ? ", but it must be " : ", but the normalized shape is ") + to_string(want));
         if (t->dtype() != x.dtype())
             throw dtype_error(std::string("kiln: dtype_error in '") + op + "': the " + what + " is " + std::string(name(t->dtype())) +
                               ", but the input is " + std::string(name(x.dtype())));
     }
     if (!(eps >= 0) || !std::isfinite(eps))
         throw value_error(std::string("kiln: value_error in '") + op + "': eps must be finite and not negative, got " + number_text(eps));
+}
+
+// x standardized over `axes` (each slice less its mean, over the square root of its biased variance plus eps): the
+// body of layer_norm and group_norm.
+template <int N>
+dependent_tensor<N> standardize(const dependent_tensor<N>& x, const std::vector<int>& axes, double eps) {
+    const dependent_tensor<N> centred = x - kiln::mean<N>(x, axes, true);
+    const dependent_tensor<N> var = kiln::mean<N>(centred * centred, axes, true);
+    return centred / kiln::sqrt(var + eps);
 }
 
 }  // namespace kiln::detail
@@ -83,13 +67,11 @@ namespace kiln::nn {
 template <int N = 0>
 tensor layer_norm(const tensor& x_in, const dims& normalized_shape, const tensor& w = tensor(), const tensor& b = tensor(),
                   double eps = 1e-5) {
-    detail::check_layer_norm(x_in, normalized_shape, w, b, eps);
+    detail::check_normalization("nn::layer_norm", x_in, normalized_shape, w, b, eps);
     const detail::dependent_tensor<N>& x = x_in;
     std::vector<int> axes;
     for (int i = x.dim() - normalized_shape.rank; i < x.dim(); ++i) axes.push_back(i);
-    const detail::dependent_tensor<N> centred = x - kiln::mean<N>(x, axes, true);
-    const detail::dependent_tensor<N> var = kiln::mean<N>(centred * centred, axes, true);
-    detail::dependent_tensor<N> y = centred / kiln::sqrt(var + eps);
+    detail::dependent_tensor<N> y = detail::standardize<N>(x, axes, eps);
     if (detail::given(w)) y = y * static_cast<const detail::dependent_tensor<N>&>(w);
     if (detail::given(b)) y = y + static_cast<const detail::dependent_tensor<N>&>(b);
     const tensor out = y;
@@ -251,9 +233,7 @@ tensor group_norm(const tensor& x_in, std::ptrdiff_t num_groups, const tensor& w
     const detail::dependent_tensor<N>& x = x_in;
     // (N, G, C / G * rest): one row of values per group of each sample.
     const detail::dependent_tensor<N> g = x.reshape({n, num_groups, -1});
-    const detail::dependent_tensor<N> centred = g - kiln::mean<N>(g, {2}, true);
-    const detail::dependent_tensor<N> var = kiln::mean<N>(centred * centred, {2}, true);
-    detail::dependent_tensor<N> y = (centred / kiln::sqrt(var + eps)).reshape(x.shape());
+    detail::dependent_tensor<N> y = detail::standardize<N>(g, {2}, eps).reshape(x.shape());
     dims per_channel;  // (C, 1, ...): w and b broadcast along the channels
     per_channel.rank = x.dim() - 1;
     for (int i = 0; i < per_channel.rank; ++i) per_channel[i] = i == 0 ? c : 1;
