@@ -817,6 +817,49 @@ TEST_CASE("calls that contradict the specs name the argument and the spec") {
     CHECK(h.trace_count() == 2);
 }
 
+TEST_CASE("named dynamic extents: one name is one extent in every argument, and a call keeps them equal") {
+    // x (batch, length) and a mask of the same names: a masked mean per row.
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& m) { return kiln::sum(x * m, {1}) / kiln::sum(m, {1}); },
+                            {kiln::spec(kiln::float64, {"batch", "length"}), kiln::spec(kiln::float64, {"batch", "length"})},
+                            {.name = "masked"});
+    const kiln::tensor x = kiln::from_values({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
+    const kiln::tensor m = kiln::from_values({1.0, 0.0, 1.0, 0.0, 1.0, 1.0}, {2, 3});
+    CHECK(values(f(x, m)) == std::vector<double>{2.0, 5.5});
+    CHECK(values(f(kiln::ones({4, 5}, kiln::float64), kiln::ones({4, 5}, kiln::float64))) == std::vector<double>(4, 1.0));
+    CHECK(f.trace_count() == 1);
+    CHECK_THROWS_WITH_AS(f(kiln::ones({3, 4}, kiln::float64), kiln::ones({2, 4}, kiln::float64)),
+                         "kiln: shape_error in 'masked': argument 1 has shape (2, 4), whose axis 0 ('batch') is 2, but axis 0 of "
+                         "argument 0 (shape (3, 4)), of the same name, is 3 (extents of one name are equal in a call)",
+                         kiln::shape_error);
+    // One name twice in one spec: a square matrix of any size.
+    auto gram = kiln::function([](const kiln::tensor& a) { return kiln::sum(a * a.transpose(0, 1)); },
+                               {kiln::spec(kiln::float64, {"n", "n"})});
+    CHECK(gram(kiln::from_values({1.0, 2.0, 3.0, 4.0}, {2, 2})).item<double>() == 1.0 + 2.0 * 3.0 * 2.0 + 16.0);
+    CHECK(gram(kiln::ones({3, 3}, kiln::float64)).item<double>() == 9.0);
+    CHECK(gram.trace_count() == 1);
+    CHECK_THROWS_WITH_AS(gram(kiln::ones({3, 4}, kiln::float64)), doctest::Contains("whose axis 1 ('n') is 4, but axis 0 of argument 0"),
+                         kiln::shape_error);
+    // Printed by name; kiln::dyn prints as "?".
+    CHECK(kiln::to_string(kiln::spec(kiln::float32, {"batch", kiln::dyn, 8})) == "(batch, ?, 8) float32");
+    CHECK(kiln::spec(kiln::float32, {kiln::dyn, 8}).names.empty());
+    CHECK(kiln::spec(kiln::float32, {0, 8}).shape == std::vector<std::ptrdiff_t>{0, 8});
+    CHECK(kiln::spec(kiln::float32, {"b", 8}).names == std::vector<std::string>{"b", ""});
+    // Names that are not names, and names on static extents, are refused where the spec is made.
+    CHECK_THROWS_WITH_AS(kiln::spec(kiln::float32, {"2nd", 8}), doctest::Contains("a dimension's name is 1 to 64 letters, digits and underscores"),
+                         kiln::value_error);
+    CHECK_THROWS_AS(kiln::spec(kiln::float32, {"", 8}), kiln::value_error);
+    CHECK_THROWS_AS(kiln::spec(kiln::float32, {"a b"}), kiln::value_error);
+    CHECK_THROWS_AS(kiln::spec(kiln::float32, {std::string(65, 'a')}), kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::spec(kiln::float32, {2, kiln::dyn}, {"two", "n"}),
+                         "kiln: value_error in 'kiln::spec': axis 0 is named 'two' but has the static extent 2 (a name is a dynamic extent)",
+                         kiln::value_error);
+    CHECK_THROWS_WITH_AS(kiln::spec(kiln::float32, {kiln::dyn, kiln::dyn}, {"n"}), "kiln: value_error in 'kiln::spec': 1 names for 2 axes",
+                         kiln::value_error);
+    kiln::spec edited(kiln::float32, {kiln::dyn, 2});
+    edited.names = {"n", "m"};  // (set by hand: checked when a function takes it)
+    CHECK_THROWS_AS(kiln::function([](const kiln::tensor& t) { return t; }, {edited}), kiln::value_error);
+}
+
 TEST_CASE("options in braces alone are the options, whichever field comes first") {
     // kiln::function(f, {.plan = false}) once also read as a std::vector<spec> of size `false`: an ambiguous call.
     auto twice = [](const kiln::tensor& x) { return x * 2.0; };

@@ -65,6 +65,9 @@ for path in models:
                 for o in model.graph.output]
         check(dims[0][1] == 4 and isinstance(dims[0][0], str) and dims[1] == [dims[1][0]] and dims[2][1] == 4,
               "classifier: outputs have their static extents fixed and the batch named (%s)" % dims)
+    if name == "attention":
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim]
+        check(dims == ["batch", "length", 8], "attention: the input's dimensions carry the spec's names (%s)" % dims)
     if name == "cnn":
         check(not {"Slice", "MatMul", "Pad", "ReduceMax", "ReduceSum"} & set(ops),
               "cnn: the convolution and the pools are one operator each, their parts not written (operators: %s)" % sorted(set(ops)))

@@ -273,12 +273,12 @@ int main(int argc, char** argv) {
         }, {.name = "recurrent"});
         write<1>(dir, "recurrent", recurrent, {kiln::spec(kiln::float32, {kiln::dyn, 4, 3})},
                  {{kiln::randn({2, 4, 3}, kiln::float32, g)}, {kiln::randn({3, 4, 3}, kiln::float32, g)}});
-        // Causal multi-head self-attention (its mask from CumSum of ones, a Where and the Softmax) with a dynamic
-        // batch.
+        // Causal multi-head self-attention (its mask from CumSum of ones, a Where and the Softmax) with a batch and a
+        // sequence length named in its spec: two dimension names in the file, each free in a call.
         kiln::nn::multi_head_attention attention(8, 2, true, g);
         auto attend = kiln::function([&](const kiln::tensor& x) { return kiln::relu(attention(x)); }, {.name = "attention"});
-        write<1>(dir, "attention", attend, {kiln::spec(kiln::float32, {kiln::dyn, 5, 8})},
-                 {{kiln::randn({2, 5, 8}, kiln::float32, g)}, {kiln::randn({3, 5, 8}, kiln::float32, g)}});
+        write<1>(dir, "attention", attend, {kiln::spec(kiln::float32, {"batch", "length", 8})},
+                 {{kiln::randn({2, 5, 8}, kiln::float32, g)}, {kiln::randn({3, 4, 8}, kiln::float32, g)}});
         // nn::embedding: int64 ids looked up (Gather, after the Where that keeps negative ids from counting from
         // the end), averaged per row, then a dense layer.
         kiln::nn::embedding words(7, 4, g);

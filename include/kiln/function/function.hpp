@@ -83,12 +83,78 @@ struct function_options {
     std::function<void(const std::string&)> on_warning = nullptr;
 };
 
+namespace detail {
+
+// A dimension's name: 1 to 64 letters, digits and underscores, not starting with a digit (so that it is a name in
+// every format that names dimensions: ONNX's dim_param, the file's JSON, printed signatures).
+inline bool valid_dim_name(std::string_view n) {
+    if (n.empty() || n.size() > 64 || (n[0] >= '0' && n[0] <= '9')) return false;
+    for (char c : n)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    return true;
+}
+
+inline std::string checked_dim_name(std::string n) {
+    if (!valid_dim_name(n)) {
+        std::string shown;  // (at most 80 characters, control bytes and non-ASCII as '?')
+        for (std::size_t i = 0; i < n.size() && i < 80; ++i) shown += n[i] >= 32 && n[i] < 127 ? n[i] : '?';
+        throw value_error("kiln: value_error in 'kiln::spec': a dimension's name is 1 to 64 letters, digits and underscores, "
+                          "not starting with a digit; got '" + shown + (n.size() > 80 ? "...'" : "'"));
+    }
+    return n;
+}
+
+}  // namespace detail
+
+// One extent of a spec's shape, as a braced list gives it: a number, kiln::dyn, or a name, which is a dynamic extent
+// that every extent of the same name equals: {"batch", "length", 8}.
+struct spec_extent {
+    std::ptrdiff_t value = dyn;
+    std::string name;
+    template <std::integral I>
+    spec_extent(I v) : value(static_cast<std::ptrdiff_t>(v)) {}
+    spec_extent(const char* n) : name(detail::checked_dim_name(n ? n : "")) {}
+    spec_extent(std::string n) : name(detail::checked_dim_name(std::move(n))) {}
+};
+
 // The declared dtype and shape of a tensor argument: kiln::spec(kiln::float32, {kiln::dyn, 10}). A kiln::dyn
-// extent is dynamic: one trace serves every extent of it.
+// extent is dynamic: one trace serves every extent of it. A named extent, kiln::spec(kiln::float32, {"batch", 10}),
+// is dynamic too, and every extent of that name, in any argument, must be equal in a call; extents of different
+// names are independent (kiln::save traces them apart, and an ONNX export names them so).
 struct spec {
     kiln::dtype dtype = kiln::float32;
     std::vector<std::ptrdiff_t> shape;
+    // Empty, or one per axis: the name of a named dynamic extent, "" for the others.
+    std::vector<std::string> names;
     spec(kiln::dtype d, std::vector<std::ptrdiff_t> s) : dtype(d), shape(std::move(s)) {}
+    spec(kiln::dtype d, std::initializer_list<spec_extent> s) : dtype(d) {
+        for (const spec_extent& e : s) {
+            shape.push_back(e.value);
+            names.push_back(e.name);
+        }
+        if (std::all_of(names.begin(), names.end(), [](const std::string& n) { return n.empty(); })) names.clear();
+    }
+    // With a name per axis ("" for none); a name on a static extent is a value_error.
+    spec(kiln::dtype d, std::vector<std::ptrdiff_t> s, std::vector<std::string> axis_names)
+        : dtype(d), shape(std::move(s)), names(std::move(axis_names)) {
+        if (names.empty()) return;
+        if (names.size() != shape.size())
+            throw value_error("kiln: value_error in 'kiln::spec': " + std::to_string(names.size()) + " names for " +
+                              std::to_string(shape.size()) + " axes");
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            if (names[i].empty()) continue;
+            detail::checked_dim_name(names[i]);
+            if (shape[i] != dyn)
+                throw value_error("kiln: value_error in 'kiln::spec': axis " + std::to_string(i) + " is named '" + names[i] +
+                                  "' but has the static extent " + std::to_string(shape[i]) + " (a name is a dynamic extent)");
+        }
+        if (std::all_of(names.begin(), names.end(), [](const std::string& n) { return n.empty(); })) names.clear();
+    }
+    // The name of axis i ("" when it has none).
+    const std::string& name_of(std::size_t i) const {
+        static const std::string none;
+        return i < names.size() ? names[i] : none;
+    }
 };
 
 // The specs of a function's tensor arguments as kiln::function takes them: a braced list of specs or a
@@ -105,11 +171,44 @@ inline std::string to_string(const spec& s) {
     std::string out = "(";
     for (std::size_t i = 0; i < s.shape.size(); ++i) {
         if (i) out += ", ";
-        out += s.shape[i] == dyn ? std::string("?") : std::to_string(s.shape[i]);
+        out += s.shape[i] != dyn ? std::to_string(s.shape[i]) : !s.name_of(i).empty() ? s.name_of(i) : std::string("?");
     }
     if (s.shape.size() == 1) out += ",";
     return out + ") " + std::string(name(s.dtype));
 }
+
+namespace detail {
+
+// For each dynamic extent of a signature, in the order of the arguments and their axes, the first dynamic extent of
+// the same name (itself when it has none, or is the first): empty when no extent is named. Checks each spec's names
+// (one per axis, each a valid name on a dynamic extent) with the sentence of the spec's constructor.
+inline std::vector<std::uint32_t> dim_name_groups(const std::vector<spec>& specs) {
+    std::vector<std::uint32_t> same;
+    std::vector<std::string> seen;  // (the name of each dynamic extent so far)
+    bool named = false;
+    for (const spec& s : specs) {
+        if (!s.names.empty()) (void)spec(s.dtype, s.shape, s.names);  // (throws the constructor's value_error)
+        for (std::size_t i = 0; i < s.shape.size(); ++i) {
+            if (s.shape[i] != dyn) continue;
+            const std::string& n = s.name_of(i);
+            std::uint32_t first = static_cast<std::uint32_t>(seen.size());
+            if (!n.empty()) {
+                named = true;
+                for (std::size_t e = 0; e < seen.size(); ++e)
+                    if (seen[e] == n) {
+                        first = static_cast<std::uint32_t>(e);
+                        break;
+                    }
+            }
+            same.push_back(first);
+            seen.push_back(n);
+        }
+    }
+    if (!named) same.clear();
+    return same;
+}
+
+}  // namespace detail
 
 // A signature (one spec per tensor argument, as `loaded_function::signature()` gives it): "{(?, 10) float32}".
 inline std::string to_string(const std::vector<spec>& specs) {
@@ -127,7 +226,8 @@ public:
     // With a spec for each tensor argument: calls are checked against it, and its kiln::dyn extents are dynamic.
     // An empty list declares nothing (`kiln::function(f, {}, options)` is `kiln::function(f, options)`).
     function(F f, spec_list specs, function_options options = {})
-        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs.items)), has_specs_(!specs_.empty()) {}
+        : f_(std::move(f)), options_(std::move(options)), specs_(std::move(specs.items)), has_specs_(!specs_.empty()),
+          same_name_(detail::dim_name_groups(specs_)) {}
 
     template <class... A>
     decltype(auto) operator()(A&&... args) {
@@ -284,7 +384,24 @@ private:
             throw value_error(detail::error_prefix("value_error", options_.name) + "the function has " +
                               detail::count_of(specs_.size(), "spec") + " but was called with " +
                               detail::count_of(info.tensors.size(), "tensor argument"));
+        if (!same_name_.empty() && !auto_specs_) check_named_extents(info);
         return info;
+    }
+
+    // Extents of one name are equal in a call.
+    void check_named_extents(const call_info& info) const {
+        for (std::size_t d = 0; d < info.extents.size() && d < same_name_.size(); ++d) {
+            const std::size_t e = same_name_[d];
+            if (e == d || info.extents[e] == info.extents[d]) continue;
+            const auto [arg, axis] = info.dynamic[d];
+            const auto [arg0, axis0] = info.dynamic[e];
+            throw shape_error(detail::error_prefix("shape_error", options_.name) + "argument " + std::to_string(arg) + " has shape " +
+                              to_string(info.tensors[arg].shape()) + ", whose axis " + std::to_string(axis) + " ('" +
+                              specs_[arg].name_of(static_cast<std::size_t>(axis)) + "') is " + std::to_string(info.extents[d]) +
+                              ", but axis " + std::to_string(axis0) + " of argument " + std::to_string(arg0) + " (shape " +
+                              to_string(info.tensors[arg0].shape()) + "), of the same name, is " + std::to_string(info.extents[e]) +
+                              " (extents of one name are equal in a call)");
+        }
     }
 
     // The signature as bytes (what the cache looks up on every call: no text is made) and, when `parts` is set,
@@ -591,6 +708,8 @@ private:
     std::vector<spec> specs_;
     bool has_specs_ = false;
     bool auto_specs_ = false;         // specs_ made by reduce_retracing: a call that does not fit one is not an error
+    // detail::dim_name_groups of the specs: a call's extents of one name must be equal (empty: no names).
+    std::vector<std::uint32_t> same_name_;
     std::vector<spec> last_traced_;   // the tensor arguments of the last trace (reduce_retracing)
     bool eager_ = false;
     std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // (a pointer: functions move)

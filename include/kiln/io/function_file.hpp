@@ -102,9 +102,20 @@ public:
             for (int i = 0; i < t.dim(); ++i)
                 if (sp.shape[static_cast<std::size_t>(i)] == dyn) extents.push_back(t.shape()[i]);
         }
-        if (!equal_extents_ok(extents))
-            throw shape_error(detail::error_prefix("shape_error", name_) + "dynamic extents that were equal when it was traced "
-                              "must be equal in a call (a batch of inputs and labels)");
+        if (const auto bad = unequal_extents(extents)) {
+            const auto [a, b] = *bad;
+            const auto [arg_a, axis_a] = dynamic_at(a);
+            const auto [arg_b, axis_b] = dynamic_at(b);
+            const std::string& nm = specs_[arg_b].name_of(static_cast<std::size_t>(axis_b));
+            throw shape_error(detail::error_prefix("shape_error", name_) + "axis " + std::to_string(axis_b) + " of argument " +
+                              std::to_string(arg_b) + (nm.empty() ? std::string() : " ('" + nm + "')") + " is " +
+                              std::to_string(extents[b]) + ", but axis " + std::to_string(axis_a) + " of argument " +
+                              std::to_string(arg_a) + " is " + std::to_string(extents[a]) +
+                              (nm.empty() || specs_[arg_a].name_of(static_cast<std::size_t>(axis_a)) != nm
+                                   ? std::string(": dynamic extents that were equal when it was traced must be equal in a call "
+                                                 "(a batch of inputs and labels)")
+                                   : std::string(": extents of one name must be equal in a call")));
+        }
         return exe_->run(args, extents);
     }
     template <class... T>
@@ -121,22 +132,34 @@ private:
     void check() const {
         if (!exe_) throw value_error("kiln: value_error in 'loaded_function': it is empty (assign it from kiln::load)");
     }
-    bool equal_extents_ok(const std::vector<std::ptrdiff_t>& e) const {
-        for (std::size_t a = 0; a < e.size(); ++a)
-            for (std::size_t b = a + 1; b < e.size(); ++b) {
+    // The first two dynamic extents of a call that must be equal and are not.
+    std::optional<std::pair<std::size_t, std::size_t>> unequal_extents(const std::vector<std::ptrdiff_t>& e) const {
+        for (std::size_t b = 1; b < e.size(); ++b)
+            for (std::size_t a = 0; a < b; ++a) {
+                if (e[a] == e[b]) continue;
                 if (!group_.empty()) {  // (ONNX: dimensions of one name must be equal; others may be anything)
-                    if (group_[a] == group_[b] && e[a] != e[b]) return false;
-                } else if (traced_[a] == traced_[b] && e[a] != e[b]) {  // (traced apart: anything, equal too)
-                    return false;
+                    if (group_[a] == group_[b]) return std::pair{a, b};
+                } else if (traced_[a] == traced_[b]) {  // (traced apart: anything, equal too)
+                    return std::pair{a, b};
+                } else if (!named_.empty() && named_[a] == named_[b]) {  // (one name: equal, however traced)
+                    return std::pair{a, b};
                 }
             }
-        return true;
+        return std::nullopt;
+    }
+    // (argument, axis) of dynamic extent d.
+    std::pair<std::size_t, int> dynamic_at(std::size_t d) const {
+        for (std::size_t k = 0; k < specs_.size(); ++k)
+            for (std::size_t i = 0; i < specs_[k].shape.size(); ++i)
+                if (specs_[k].shape[i] == dyn && d-- == 0) return {k, static_cast<int>(i)};
+        return {0, 0};
     }
 
     std::shared_ptr<const detail::executable> exe_;
     std::vector<spec> specs_;
     std::vector<std::ptrdiff_t> traced_;
     std::vector<int> group_;  // ONNX: each dynamic dimension's name, as a number
+    std::vector<std::uint32_t> named_;  // a kiln file's named extents: detail::dim_name_groups of the signature
     std::string name_ = "loaded function";
 };
 
@@ -218,7 +241,7 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
         const std::string where = "argument " + std::to_string(k);
         const value& a = args.items[k];
         if (a.kind != value::object) fail(where + " is not an object");
-        only(a, {"dtype", "shape"}, where);
+        only(a, {"dtype", "shape", "names"}, where);
         const auto d = detail::dtype_named(field(a, "dtype", value::string, where).text);
         if (!d) fail(where + " has an unknown dtype");
         const value& sh = field(a, "shape", value::array, where);
@@ -232,12 +255,28 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
                 s.push_back(static_cast<std::ptrdiff_t>(count_of(e, std::uint64_t{1} << 40, where + "'s extent")));
             }
         }
-        f.specs_.emplace_back(*d, std::move(s));
+        std::vector<std::string> names;
+        if (a.find("names")) {
+            const value& nv = field(a, "names", value::array, where);
+            if (nv.items.size() != s.size())
+                fail(where + " has " + std::to_string(nv.items.size()) + " names for " + std::to_string(s.size()) + " dimensions");
+            for (std::size_t j = 0; j < s.size(); ++j) {
+                if (nv.items[j].kind != value::string) fail(where + "'s name " + std::to_string(j) + " is not a string");
+                const std::string& n = nv.items[j].text;
+                if (!n.empty() && !detail::valid_dim_name(n))
+                    fail(where + "'s name " + std::to_string(j) + " ('" + json::reader::printable(n) +
+                         "') is not 1 to 64 letters, digits and underscores");
+                if (!n.empty() && s[j] != dyn) fail(where + " names its static dimension " + std::to_string(j));
+                names.push_back(n);
+            }
+        }
+        f.specs_.emplace_back(*d, std::move(s), std::move(names));
     }
     const value& ext = field(root, "extents", value::array, "the graph");
     if (ext.items.size() != dynamic_count)
         fail("lists " + std::to_string(ext.items.size()) + " traced extents for " + std::to_string(dynamic_count) + " dynamic dimensions");
     for (const value& e : ext.items) f.traced_.push_back(static_cast<std::ptrdiff_t>(count_of(e, std::uint64_t{1} << 40, "a traced extent")));
+    f.named_ = detail::dim_name_groups(f.specs_);
 
     // Nodes.
     const value& nodes = field(root, "nodes", value::array, "the graph");

@@ -114,7 +114,13 @@ void write_function_file(Sink&& sink, const executable& exe, const std::vector<s
         text += (k ? "," : "") + std::string("{\"dtype\":") + json::quote(name(specs[k].dtype)) + ",\"shape\":[";
         for (std::size_t j = 0; j < specs[k].shape.size(); ++j)
             text += (j ? "," : "") + std::to_string(specs[k].shape[j] == dyn ? -1 : specs[k].shape[j]);
-        text += "]}";
+        text += "]";
+        if (!specs[k].names.empty()) {  // (named dynamic extents: "" for an axis without a name)
+            text += ",\"names\":[";
+            for (std::size_t j = 0; j < specs[k].shape.size(); ++j) text += (j ? "," : "") + json::quote(specs[k].name_of(j));
+            text += "]";
+        }
+        text += "}";
     }
     text += "],\n \"extents\":[";
     for (std::size_t k = 0; k < exe.traced_extents.size(); ++k) text += (k ? "," : "") + std::to_string(exe.traced_extents[k]);
@@ -184,7 +190,39 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
         n_dyn += static_cast<std::size_t>(std::count(s.shape.begin(), s.shape.end(), dyn));
     }
     const bool dynamic = n_dyn > 0;
-    const std::vector<std::vector<int>> groupings = extent_groupings(n_dyn);
+    // Named extents: one name is one extent, and different names are never traced equal. The groupings are of the
+    // units (each name, each unnamed extent), those that put two names together left out.
+    const std::vector<std::uint32_t> same = dim_name_groups(signature);
+    std::vector<std::size_t> unit(n_dyn);
+    std::vector<bool> named_unit;
+    std::size_t names = 0;
+    for (std::size_t d = 0; d < n_dyn; ++d) {
+        if (!same.empty() && same[d] != d) {
+            unit[d] = unit[same[d]];
+            continue;
+        }
+        unit[d] = named_unit.size();
+        named_unit.push_back(false);
+    }
+    if (!same.empty()) {
+        std::size_t d = 0;
+        for (const spec& s : signature)
+            for (std::size_t i = 0; i < s.shape.size(); ++i)
+                if (s.shape[i] == dyn) {
+                    if (!s.name_of(i).empty() && !named_unit[unit[d]]) named_unit[unit[d]] = true, ++names;
+                    ++d;
+                }
+    }
+    std::vector<std::vector<int>> groupings;
+    for (const std::vector<int>& g : extent_groupings(named_unit.size())) {
+        bool apart = true;
+        for (std::size_t a = 0; a < g.size() && apart; ++a)
+            for (std::size_t b = a + 1; b < g.size() && apart; ++b) apart = !(named_unit[a] && named_unit[b] && g[a] == g[b]);
+        if (!apart) continue;
+        std::vector<int> per_extent(n_dyn);
+        for (std::size_t d = 0; d < n_dyn; ++d) per_extent[d] = g[unit[d]];
+        groupings.push_back(std::move(per_extent));
+    }
     for (std::size_t attempt = 0; attempt < groupings.size(); ++attempt) {
         const bool last = attempt + 1 == groupings.size();
         function<F> traced(fn.callable(), signature, fn.options());
@@ -222,6 +260,9 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
         } catch (const shape_error& e) {
             if (!last) continue;  // (extents apart where the function needs them equal: a batch of inputs and labels)
             if (!dynamic) throw;
+            if (names >= 2)
+                throw shape_error(std::string(e.what()) + " (" + entry + " traces extents of different names apart, as "
+                                  "their names say: extents that the function needs equal must share a name)");
             throw shape_error(std::string(e.what()) + " (" + entry + " traces the function with each kiln::dyn "
                               "extent at 2, then at 5 and 8, after trying them apart: a function that holds only for some "
                               "extents must be saved with those extents in its signature)");

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,23 +108,35 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
     const function_graph& g = exe.graph;
     onnx_builder b;
     std::vector<std::string> value(g.nodes.size());
-    // Dynamic dimensions: their names (extents that were equal when traced share one) and, when a parameter needs
-    // one, its value computed from the input's shape.
+    // Dynamic dimensions: their names (the spec's name where it gives one; extents that were equal when traced
+    // share one, since the trace assumed them equal; "dim<k>" otherwise) and, when a parameter needs one, its value
+    // computed from the input's shape.
     std::vector<std::string> dim_name;
     std::vector<std::pair<std::size_t, int>> dim_at;  // (argument, axis)
+    std::set<std::string> taken;
     for (std::size_t k = 0; k < specs.size(); ++k)
         for (std::size_t i = 0; i < specs[k].shape.size(); ++i)
             if (specs[k].shape[i] == dyn) {
-                const std::size_t d = dim_at.size();
-                std::string nm = "dim" + std::to_string(d);
-                for (std::size_t e = 0; e < d && d < exe.traced_extents.size(); ++e)
-                    if (exe.traced_extents[e] == exe.traced_extents[d]) {
-                        nm = dim_name[e];  // equal when traced: the trace assumed them equal
-                        break;
-                    }
-                dim_name.push_back(nm);
+                dim_name.push_back(specs[k].name_of(i));
                 dim_at.emplace_back(k, static_cast<int>(i));
+                if (!dim_name.back().empty()) taken.insert(dim_name.back());
             }
+    auto traced_equal = [&](std::size_t a, std::size_t b) {
+        return a < exe.traced_extents.size() && b < exe.traced_extents.size() && exe.traced_extents[a] == exe.traced_extents[b];
+    };
+    for (std::size_t d = 0, fresh = 0; d < dim_name.size(); ++d) {
+        if (!dim_name[d].empty()) continue;
+        for (std::size_t e = 0; e < dim_name.size() && dim_name[d].empty(); ++e)
+            if (e != d && !dim_name[e].empty() && traced_equal(e, d)) dim_name[d] = dim_name[e];
+        if (!dim_name[d].empty()) continue;
+        std::string nm;
+        do nm = "dim" + std::to_string(fresh++);
+        while (taken.count(nm) != 0);
+        taken.insert(nm);
+        // (every unnamed extent traced equal to this one takes the name too)
+        for (std::size_t e = d; e < dim_name.size(); ++e)
+            if (dim_name[e].empty() && (e == d || traced_equal(e, d))) dim_name[e] = nm;
+    }
     std::vector<std::string> input_name(specs.size());
     for (std::size_t k = 0; k < specs.size(); ++k) input_name[k] = "input_" + std::to_string(k);
     std::map<int, std::string> extent_value;  // dynamic dim -> a 1-element int64 tensor

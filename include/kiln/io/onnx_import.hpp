@@ -184,7 +184,10 @@ struct onnx_importer {
                 ex[static_cast<int>(i)] = e;
             }
             n.shape = ex;
-            f.specs_.emplace_back(*d, shape);
+            // The dim_params that are names kiln takes (letters, digits, underscores) name the signature's extents.
+            std::vector<std::string> names;
+            for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(shape[i] == dyn && valid_dim_name(params[i]) ? params[i] : "");
+            f.specs_.emplace_back(*d, shape, std::move(names));
             examples.push_back(zeros(ex, *d));
             define(nm, std::move(n), in);
         }
