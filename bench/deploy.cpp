@@ -1,6 +1,7 @@
 // Deployment (issue #16): the reference model (Dense(64, relu), Dense(1)) at inference, one thread, batch 1 and 32,
-// as the traced function it was saved from, loaded from a kiln file (kiln::load) and loaded from ONNX
-// (kiln::load_onnx); and saving and loading the reference model and a 100 MB model against writing and reading the
+// as the traced function it was saved from, loaded from a kiln file (kiln::load), that loaded function wrapped in
+// kiln::function with its signature (function mode's passes: fused groups, the buffer plan) and loaded from ONNX
+// (kiln::load_onnx); the chain relu(x*y + 0.5*x - y)*2 + y at 2^20 elements the same ways; and saving and loading the reference model and a 100 MB model against writing and reading the
 // same number of bytes with std::fwrite and std::fread. A plain program: contenders interleave by hand, five rounds,
 // the median per contender; bench/deploy_vs_onnxruntime.py runs it beside ONNX Runtime on the same ONNX file.
 //   bench_deploy DIR     (writes DIR/reference.kfn, DIR/reference.onnx, DIR/big.kfn and DIR/bytes.bin)
@@ -53,18 +54,38 @@ int main(int argc, char** argv) {
     kiln::export_onnx(predict, sig, dir + "/reference.onnx");
     const kiln::loaded_function from_kiln = kiln::load(dir + "/reference.kfn");
     const kiln::loaded_function from_onnx = kiln::load_onnx(dir + "/reference.onnx");
+    auto wrapped = kiln::function(from_kiln, from_kiln.signature());
 
     std::printf("inference of the reference model, one thread (us per call, median of 5 interleaved rounds)\n");
     for (std::ptrdiff_t batch : {1, 32}) {
         const kiln::tensor x = kiln::randn({batch, mlp::features}, kiln::float32, g);
-        std::vector<double> traced, kfn, onnx;
+        std::vector<double> traced, kfn, wrap, onnx;
         for (int r = 0; r < 5; ++r) {
             traced.push_back(seconds_per_call([&] { (void)predict(x); }));
             kfn.push_back(seconds_per_call([&] { (void)from_kiln(x); }));
+            wrap.push_back(seconds_per_call([&] { (void)wrapped(x); }));
             onnx.push_back(seconds_per_call([&] { (void)from_onnx(x); }));
         }
-        std::printf("batch %2td: traced function %.2f us, kiln::load %.2f us, kiln::load_onnx %.2f us\n", batch,
-                    median(traced) * 1e6, median(kfn) * 1e6, median(onnx) * 1e6);
+        std::printf("batch %2td: traced function %.2f us, kiln::load %.2f us, kiln::load in kiln::function %.2f us, "
+                    "kiln::load_onnx %.2f us\n",
+                    batch, median(traced) * 1e6, median(kfn) * 1e6, median(wrap) * 1e6, median(onnx) * 1e6);
+    }
+    {
+        auto chain = kiln::function([](const kiln::tensor& x, const kiln::tensor& y) { return kiln::relu(x * y + 0.5f * x - y) * 2.0f + y; },
+                                    {.name = "chain"});
+        const std::vector<kiln::spec> two{kiln::spec(kiln::float32, {kiln::dyn}), kiln::spec(kiln::float32, {kiln::dyn})};
+        kiln::save(chain, two, dir + "/chain.kfn");
+        const kiln::loaded_function loaded = kiln::load(dir + "/chain.kfn");
+        auto fused = kiln::function(loaded, loaded.signature());
+        const kiln::tensor x = kiln::randn({1 << 20}, kiln::float32, g), y = kiln::randn({1 << 20}, kiln::float32, g);
+        std::vector<double> traced, kfn, wrap;
+        for (int r = 0; r < 5; ++r) {
+            traced.push_back(seconds_per_call([&] { (void)chain(x, y); }));
+            kfn.push_back(seconds_per_call([&] { (void)loaded(x, y); }));
+            wrap.push_back(seconds_per_call([&] { (void)fused(x, y); }));
+        }
+        std::printf("chain at 2^20: traced function %.1f us, kiln::load %.1f us, kiln::load in kiln::function %.1f us\n",
+                    median(traced) * 1e6, median(kfn) * 1e6, median(wrap) * 1e6);
     }
 
     // Save and load against fwrite/fread of the same bytes.

@@ -1038,6 +1038,25 @@ TEST_CASE("after the first calls, a replayed training step takes every tensor fr
     CHECK(after.hits - before.hits == 50);
 }
 
+TEST_CASE("a dynamic batch that no parameter follows: each batch size gets its own buffer plan") {
+    // Dense layers only: nothing in the graph follows the batch (no reshape, no mean), yet a plan holds its values'
+    // shapes. Traced at batch 1, then called at 32: the calls at 32 run from a plan of their own (allocating only
+    // the result), not node by node from a plan that does not fit.
+    kiln::generator g(2);
+    mlp::eager_model m(g);
+    auto predict = kiln::function([&](const kiln::tensor& x) { return m(x); }, {kiln::spec(kiln::float32, {kiln::dyn, mlp::features})});
+    const kiln::tensor one = kiln::randn({1, mlp::features}, kiln::float32, g), many = kiln::randn({32, mlp::features}, kiln::float32, g);
+    CHECK(values(predict(one)) == values(m(one)));
+    for (int i = 0; i < 3; ++i) CHECK(values(predict(many)) == values(m(many)));
+    const kiln::allocator_stats before = kiln::cache_stats();
+    for (int i = 0; i < 20; ++i) (void)predict(many);
+    const kiln::allocator_stats after = kiln::cache_stats();
+    CHECK(after.misses == before.misses);
+    CHECK(after.hits - before.hits == 20);
+    CHECK(values(predict(one)) == values(m(one)));  // (and batch 1 still from its own)
+    CHECK(predict.trace_count() == 1);
+}
+
 TEST_CASE("kiln::while_loop: eagerly a C++ loop; traced, the trip count comes from the values at each call") {
     // Doubles x until its sum passes a limit given as a tensor: the number of trips depends on the data.
     auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& limit) {

@@ -626,6 +626,34 @@ TEST_CASE("save and export_onnx: named extents are one extent each, traced apart
     std::remove(path.c_str());
 }
 
+TEST_CASE("a loaded function wrapped in kiln::function runs fused, as the function it was saved from") {
+    auto chain = kiln::function([](const kiln::tensor& x, const kiln::tensor& y) { return kiln::relu(x * y + 0.5f * x - y) * 2.0f + y; });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {"n"}), kiln::spec(kiln::float32, {"n"})};
+    const std::string path = temp_path("chain.kfn");
+    kiln::save(chain, sig, path);
+    const kiln::loaded_function loaded = kiln::load(path);
+    const std::string onnx = kiln::onnx_bytes(chain, sig);
+    const kiln::loaded_function imported = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    auto fused = kiln::function(loaded, loaded.signature());
+    auto fused_onnx = kiln::function(imported, imported.signature());
+    kiln::generator g(11);
+    for (std::ptrdiff_t n : {5, 4099}) {
+        const kiln::tensor x = kiln::randn({n}, kiln::float32, g), y = kiln::randn({n}, kiln::float32, g);
+        const std::vector<double> want = values(chain(x, y));
+        CHECK(values(loaded(x, y)[0]) == want);
+        CHECK(values(fused(x, y)[0]) == want);
+        CHECK(values(fused_onnx(x, y)[0]) == want);
+    }
+    CHECK(fused.trace_count() == 1);  // (the signature's named extent: one trace for both lengths)
+    // One fused group runs the chain, as in the function it was saved from.
+    const std::string graph = kiln::to_string(fused.graph(kiln::zeros({8}), kiln::zeros({8})));
+    CHECK(graph.find("relu(") != std::string::npos);
+    CHECK(graph.find("[fused 0]") != std::string::npos);
+    CHECK(graph.find("[fused 1]") == std::string::npos);
+    CHECK_THROWS_WITH_AS(fused(kiln::zeros({3}), kiln::zeros({4})), doctest::Contains("of the same name"), kiln::shape_error);
+    std::remove(path.c_str());
+}
+
 TEST_CASE("load: a damaged file is refused, naming the file and the node or offset") {
     const std::string good = small_model_bytes();
     REQUIRE(load_refusal(good).empty());

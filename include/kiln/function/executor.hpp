@@ -366,10 +366,15 @@ struct basic_executable {
 
     template <int N = 0>
     std::vector<tensor> run_graph(std::span<const tensor> args, const std::vector<std::ptrdiff_t>& extents) const {
-        // The traced extents take no lock; other extents take it once, for their parameters and their plan.
-        const bool traced_key = !has_dynamic || extents == traced_extents;
+        // The traced extents take no lock; other extents take it once, for their parameters (where some follow the
+        // extents) and their plan (always: a plan holds its values' shapes, even where no parameter moves).
+        const bool traced_key = extents == traced_extents;
+        // Called while a kiln::function traces (a loaded function inside a traced one): each node runs its eager op,
+        // which records; the fused groups, the buffer plan and a captured CUDA graph would read values that a
+        // symbolic tensor does not have.
+        const bool tracing = active_tracer != nullptr;
 #if KILN_HAS_GPU
-        if (captured && traced_key)
+        if (captured && traced_key && !tracing)
             if (std::optional<std::vector<tensor>> r = replay_captured(args)) return std::move(*r);
 #endif
         std::shared_ptr<const std::vector<std::vector<std::int64_t>>> params;
@@ -378,12 +383,13 @@ struct basic_executable {
             if (planning) p = traced_plan.load(std::memory_order_acquire);
         } else {
             std::lock_guard lock(bind_mutex);
-            params = bind_locked(extents);
+            if (has_dynamic) params = bind_locked(extents);
             if (planning) {
                 auto found = plans.find(extents);
                 if (found != plans.end()) p = found->second.get();
             }
         }
+        if (tracing) [[unlikely]] return run_nodes(args, params, nullptr, false, {}, true);
         if (!planning) return run_nodes(args, params, nullptr);
         if (p) {
             if (p->ok && plan_fits(*p, graph, args)) return run_buffer_plan<N>(*p, graph, args, copy_result);
@@ -428,7 +434,7 @@ struct basic_executable {
     std::vector<tensor> run_nodes(std::span<const tensor> args,
                                   const std::shared_ptr<const std::vector<std::vector<std::int64_t>>>& params,
                                   std::vector<std::optional<tensor>>* keep, bool recording = false,
-                                  std::span<const std::pair<std::int32_t, tensor>> substitutes = {}) const {
+                                  std::span<const std::pair<std::int32_t, tensor>> substitutes = {}, bool ungrouped = false) const {
         const std::size_t n = graph.nodes.size();
         // (Optional: an empty slot costs nothing to make, a default tensor an id and a reference count.)
         std::vector<std::optional<tensor>> slots(n);
@@ -437,7 +443,7 @@ struct basic_executable {
         std::int32_t deferred_from = -1;  // releases inside a group wait for the group, which runs at its last op
         for (std::size_t i = 0; i < n; ++i) {
             const graph_node& node = graph.nodes[i];
-            if (node.group >= 0) {
+            if (node.group >= 0 && !ungrouped) {
                 const fused_group& g = groups[static_cast<std::size_t>(node.group)];
                 if (deferred_from < 0) deferred_from = static_cast<std::int32_t>(i);
                 if (static_cast<std::int32_t>(i) != g.members.back()) continue;
