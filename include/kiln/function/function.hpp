@@ -26,6 +26,7 @@
 
 #include "control_flow.hpp"
 #include "dynamic_dims.hpp"
+#include "spec.hpp"
 
 namespace kiln {
 
@@ -82,140 +83,6 @@ struct function_options {
     // Called with a warning when each of the last 5 calls traced (stderr when empty).
     std::function<void(const std::string&)> on_warning = nullptr;
 };
-
-namespace detail {
-
-// A dimension's name: 1 to 64 letters, digits and underscores, not starting with a digit (so that it is a name in
-// every format that names dimensions: ONNX's dim_param, the file's JSON, printed signatures).
-inline bool valid_dim_name(std::string_view n) {
-    if (n.empty() || n.size() > 64 || (n[0] >= '0' && n[0] <= '9')) return false;
-    for (char c : n)
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
-    return true;
-}
-
-inline std::string checked_dim_name(std::string n) {
-    if (!valid_dim_name(n)) {
-        std::string shown;  // (at most 80 characters, control bytes and non-ASCII as '?')
-        for (std::size_t i = 0; i < n.size() && i < 80; ++i) shown += n[i] >= 32 && n[i] < 127 ? n[i] : '?';
-        throw value_error("kiln: value_error in 'kiln::spec': a dimension's name is 1 to 64 letters, digits and underscores, "
-                          "not starting with a digit; got '" + shown + (n.size() > 80 ? "...'" : "'"));
-    }
-    return n;
-}
-
-}  // namespace detail
-
-// One extent of a spec's shape, as a braced list gives it: a number, kiln::dyn, or a name, which is a dynamic extent
-// that every extent of the same name equals: {"batch", "length", 8}.
-struct spec_extent {
-    std::ptrdiff_t value = dyn;
-    std::string name;
-    template <std::integral I>
-    spec_extent(I v) : value(static_cast<std::ptrdiff_t>(v)) {}
-    spec_extent(const char* n) : name(detail::checked_dim_name(n ? n : "")) {}
-    spec_extent(std::string n) : name(detail::checked_dim_name(std::move(n))) {}
-};
-
-// The declared dtype and shape of a tensor argument: kiln::spec(kiln::float32, {kiln::dyn, 10}). A kiln::dyn
-// extent is dynamic: one trace serves every extent of it. A named extent, kiln::spec(kiln::float32, {"batch", 10}),
-// is dynamic too, and every extent of that name, in any argument, must be equal in a call; extents of different
-// names are independent (kiln::save traces them apart, and an ONNX export names them so).
-struct spec {
-    kiln::dtype dtype = kiln::float32;
-    std::vector<std::ptrdiff_t> shape;
-    // Empty, or one per axis: the name of a named dynamic extent, "" for the others.
-    std::vector<std::string> names;
-    spec(kiln::dtype d, std::vector<std::ptrdiff_t> s) : dtype(d), shape(std::move(s)) {}
-    spec(kiln::dtype d, std::initializer_list<spec_extent> s) : dtype(d) {
-        for (const spec_extent& e : s) {
-            shape.push_back(e.value);
-            names.push_back(e.name);
-        }
-        if (std::all_of(names.begin(), names.end(), [](const std::string& n) { return n.empty(); })) names.clear();
-    }
-    // With a name per axis ("" for none); a name on a static extent is a value_error.
-    spec(kiln::dtype d, std::vector<std::ptrdiff_t> s, std::vector<std::string> axis_names)
-        : dtype(d), shape(std::move(s)), names(std::move(axis_names)) {
-        if (names.empty()) return;
-        if (names.size() != shape.size())
-            throw value_error("kiln: value_error in 'kiln::spec': " + std::to_string(names.size()) + " names for " +
-                              std::to_string(shape.size()) + " axes");
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            if (names[i].empty()) continue;
-            detail::checked_dim_name(names[i]);
-            if (shape[i] != dyn)
-                throw value_error("kiln: value_error in 'kiln::spec': axis " + std::to_string(i) + " is named '" + names[i] +
-                                  "' but has the static extent " + std::to_string(shape[i]) + " (a name is a dynamic extent)");
-        }
-        if (std::all_of(names.begin(), names.end(), [](const std::string& n) { return n.empty(); })) names.clear();
-    }
-    // The name of axis i ("" when it has none).
-    const std::string& name_of(std::size_t i) const {
-        static const std::string none;
-        return i < names.size() ? names[i] : none;
-    }
-};
-
-// The specs of a function's tensor arguments as kiln::function takes them: a braced list of specs or a
-// std::vector<spec>. It is a type of its own so that kiln::function(f, {.plan = false}) means the options alone:
-// a std::vector<spec> parameter would take `{false}` too (through its size constructor) and make the call ambiguous.
-struct spec_list {
-    std::vector<spec> items;
-    spec_list() = default;
-    spec_list(std::initializer_list<spec> s) : items(s) {}
-    spec_list(std::vector<spec> s) : items(std::move(s)) {}
-};
-
-inline std::string to_string(const spec& s) {
-    std::string out = "(";
-    for (std::size_t i = 0; i < s.shape.size(); ++i) {
-        if (i) out += ", ";
-        out += s.shape[i] != dyn ? std::to_string(s.shape[i]) : !s.name_of(i).empty() ? s.name_of(i) : std::string("?");
-    }
-    if (s.shape.size() == 1) out += ",";
-    return out + ") " + std::string(name(s.dtype));
-}
-
-namespace detail {
-
-// For each dynamic extent of a signature, in the order of the arguments and their axes, the first dynamic extent of
-// the same name (itself when it has none, or is the first): empty when no extent is named. Checks each spec's names
-// (one per axis, each a valid name on a dynamic extent) with the sentence of the spec's constructor.
-inline std::vector<std::uint32_t> dim_name_groups(const std::vector<spec>& specs) {
-    std::vector<std::uint32_t> same;
-    std::vector<std::string> seen;  // (the name of each dynamic extent so far)
-    bool named = false;
-    for (const spec& s : specs) {
-        if (!s.names.empty()) (void)spec(s.dtype, s.shape, s.names);  // (throws the constructor's value_error)
-        for (std::size_t i = 0; i < s.shape.size(); ++i) {
-            if (s.shape[i] != dyn) continue;
-            const std::string& n = s.name_of(i);
-            std::uint32_t first = static_cast<std::uint32_t>(seen.size());
-            if (!n.empty()) {
-                named = true;
-                for (std::size_t e = 0; e < seen.size(); ++e)
-                    if (seen[e] == n) {
-                        first = static_cast<std::uint32_t>(e);
-                        break;
-                    }
-            }
-            same.push_back(first);
-            seen.push_back(n);
-        }
-    }
-    if (!named) same.clear();
-    return same;
-}
-
-}  // namespace detail
-
-// A signature (one spec per tensor argument, as `loaded_function::signature()` gives it): "{(?, 10) float32}".
-inline std::string to_string(const std::vector<spec>& specs) {
-    std::string out = "{";
-    for (std::size_t i = 0; i < specs.size(); ++i) out += (i ? ", " : "") + to_string(specs[i]);
-    return out + "}";
-}
 
 // A traced function: f with tensor arguments (and static ones: numbers, bools, enums, strings) and a tensor, a
 // std::tuple, std::pair, std::array or std::vector of tensors, or nothing as its result.

@@ -192,26 +192,16 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
     const bool dynamic = n_dyn > 0;
     // Named extents: one name is one extent, and different names are never traced equal. The groupings are of the
     // units (each name, each unnamed extent), those that put two names together left out.
-    const std::vector<std::uint32_t> same = dim_name_groups(signature);
+    const dim_names by_name = dynamic_dim_names(signature);
     std::vector<std::size_t> unit(n_dyn);
     std::vector<bool> named_unit;
-    std::size_t names = 0;
     for (std::size_t d = 0; d < n_dyn; ++d) {
-        if (!same.empty() && same[d] != d) {
-            unit[d] = unit[same[d]];
+        if (by_name.first[d] != d) {
+            unit[d] = unit[by_name.first[d]];
             continue;
         }
         unit[d] = named_unit.size();
-        named_unit.push_back(false);
-    }
-    if (!same.empty()) {
-        std::size_t d = 0;
-        for (const spec& s : signature)
-            for (std::size_t i = 0; i < s.shape.size(); ++i)
-                if (s.shape[i] == dyn) {
-                    if (!s.name_of(i).empty() && !named_unit[unit[d]]) named_unit[unit[d]] = true, ++names;
-                    ++d;
-                }
+        named_unit.push_back(!by_name.name[d].empty());
     }
     std::vector<std::vector<int>> groupings;
     for (const std::vector<int>& g : extent_groupings(named_unit.size())) {
@@ -260,7 +250,7 @@ std::shared_ptr<const executable> compile_for(const function<F>& fn, const std::
         } catch (const shape_error& e) {
             if (!last) continue;  // (extents apart where the function needs them equal: a batch of inputs and labels)
             if (!dynamic) throw;
-            if (names >= 2)
+            if (std::count(named_unit.begin(), named_unit.end(), true) >= 2)
                 throw shape_error(std::string(e.what()) + " (" + entry + " traces extents of different names apart, as "
                                   "their names say: extents that the function needs equal must share a name)");
             throw shape_error(std::string(e.what()) + " (" + entry + " traces the function with each kiln::dyn "
