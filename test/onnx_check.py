@@ -63,11 +63,13 @@ for path in models:
               "classifier: softmax's parts and the products under Gemm are not written as well")
         dims = [[d.dim_value if d.HasField("dim_value") else d.dim_param for d in o.type.tensor_type.shape.dim]
                 for o in model.graph.output]
-        check(dims[0][1] == 4 and isinstance(dims[0][0], str) and dims[1] == [dims[1][0]] and dims[2][1] == 4,
-              "classifier: outputs have their static extents fixed and the batch named (%s)" % dims)
+        check(dims == [["dim0", 4], ["dim0"], ["dim0", 4]],
+              "classifier: outputs have their static extents fixed and the batch named as the input's (%s)" % dims)
     if name == "attention":
         dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim]
         check(dims == ["batch", "length", 8], "attention: the input's dimensions carry the spec's names (%s)" % dims)
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in model.graph.output[0].type.tensor_type.shape.dim]
+        check(dims == ["batch", "length", 8], "attention: the output's dimensions are the input's (%s)" % dims)
     if name == "cnn":
         check(not {"Slice", "MatMul", "Pad", "ReduceMax", "ReduceSum"} & set(ops),
               "cnn: the convolution and the pools are one operator each, their parts not written (operators: %s)" % sorted(set(ops)))
@@ -120,6 +122,21 @@ for path in models:
             feeds["input_%d" % k] = ref["input_%d/%s" % (k, c)]
             k += 1
         outs = session.run(None, feeds)
+        # An output's dimension named as an input's is that input's extent in every case, and a fixed one is fixed.
+        extent_of = {}
+        for inp in model.graph.input:
+            for a, d in enumerate(inp.type.tensor_type.shape.dim):
+                if d.dim_param and inp.name in feeds:
+                    extent_of.setdefault(d.dim_param, feeds[inp.name].shape[a])
+        for j, o in enumerate(model.graph.output):
+            for a, d in enumerate(o.type.tensor_type.shape.dim):
+                if d.dim_param in extent_of and j < len(outs):
+                    check(outs[j].shape[a] == extent_of[d.dim_param],
+                          "%s case %s output %d axis %d, named '%s' like an input's: %d, the input's %d" %
+                          (name, c, j, a, d.dim_param, outs[j].shape[a], extent_of[d.dim_param]))
+                elif d.HasField("dim_value") and j < len(outs):
+                    check(outs[j].shape[a] == d.dim_value, "%s case %s output %d axis %d: %d, as declared (%d)" %
+                          (name, c, j, a, outs[j].shape[a], d.dim_value))
         for j, got in enumerate(outs):
             want = ref.get("output_%d/%s" % (j, c))
             if want is None:

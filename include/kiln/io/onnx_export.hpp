@@ -182,7 +182,10 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
         return params_tensor(i, j, 1);
     };
 
-    const onnx_plan plan = make_onnx_plan<N>(g, specs);
+    std::vector<int> same_dim(dim_name.size());  // (the first dynamic extent of each one's name)
+    for (std::size_t d = 0; d < dim_name.size(); ++d)
+        same_dim[d] = static_cast<int>(std::find(dim_name.begin(), dim_name.end(), dim_name[d]) - dim_name.begin());
+    const onnx_plan plan = make_onnx_plan<N>(g, specs, same_dim);
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         const graph_node& n = g.nodes[i];
         if (!plan.live[i] && n.kind != node_kind::argument && n.kind != node_kind::effect) continue;
@@ -569,14 +572,18 @@ std::string onnx_model_bytes(const executable& exe, const std::vector<spec>& spe
         proto::bytes_field(node, 3, "return_" + std::to_string(k));
         proto::bytes_field(node, 4, "Identity");
         proto::bytes_field(graph, 1, node);
-        // Its extents: fixed where they are static, otherwise a named dimension of its own (which dynamic
-        // dimension of the inputs an output's extent equals is not worked out).
-        const graph_node& o = g.nodes[static_cast<std::size_t>(g.outputs[k])];
+        // Its extents: fixed where they are static; where one always equals an input's dynamic extent, that
+        // extent's name; otherwise a named dimension of its own.
+        const std::size_t out_value = static_cast<std::size_t>(g.outputs[k]);
+        const graph_node& o = g.nodes[out_value];
         std::vector<std::ptrdiff_t> extents(static_cast<std::size_t>(o.shape.rank), dyn);
         std::vector<std::string> names(extents.size());
         for (int i = 0; i < o.shape.rank; ++i) {
-            if (plan.dynamic_axes[static_cast<std::size_t>(g.outputs[k])] >> i & 1u) names[static_cast<std::size_t>(i)] = name + "_dim" + std::to_string(i);
-            else extents[static_cast<std::size_t>(i)] = o.shape[i];
+            const std::size_t ax = static_cast<std::size_t>(i);
+            const int d = ax < plan.axis_dims[out_value].size() ? plan.axis_dims[out_value][ax] : -1;
+            if (d >= 0 && static_cast<std::size_t>(d) < dim_name.size()) names[ax] = dim_name[static_cast<std::size_t>(d)];
+            else if (plan.dynamic_axes[out_value] >> i & 1u) names[ax] = name + "_dim" + std::to_string(i);
+            else extents[ax] = o.shape[i];
         }
         proto::bytes_field(outputs, 12, onnx_value_info(name, o.dtype, names, &extents));
     }
