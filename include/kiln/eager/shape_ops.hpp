@@ -1,6 +1,6 @@
 #pragma once
 // Shape ops: tile, repeat, split, pad, outer and two-operand einsum. tile, repeat, pad and einsum are the
-// mode-neutral ops of ops/layout.hpp and ops/einsum.hpp, run through eager mode's seam (their gradient rules are the
+// mode-neutral ops of ops/layout.hpp, ops/pad.hpp and ops/einsum.hpp, run through eager mode's seam (their gradient rules are the
 // ops' own); split is views and outer a product of views, recorded as such.
 //
 // (Eager-mode functions, as those of eager/indexing.hpp.)
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../ops/einsum.hpp"
+#include "../ops/pad.hpp"
 #include "indexing.hpp"
 
 namespace kiln {

@@ -1,7 +1,7 @@
 #pragma once
 // Graph mode's flips, slices, splits, tiles, repeats and pads, integer-array indexing (take_along_axis, index_select),
 // sorting (argsort, sort) and outer products. The ops (shape rules, kernels, gradients) are the mode-neutral ones of
-// ops/layout.hpp and ops/gather.hpp, the same that eager mode runs; attributes are template arguments here.
+// ops/layout.hpp, ops/pad.hpp and ops/gather.hpp, the same that eager mode runs; attributes are template arguments here.
 #include <tuple>
 #include <utility>
 
@@ -11,6 +11,7 @@
 #include "../../ops/gather.hpp"
 #include "../../ops/join.hpp"
 #include "../../ops/layout.hpp"
+#include "../../ops/pad.hpp"
 #include "views.hpp"
 
 namespace kiln {
