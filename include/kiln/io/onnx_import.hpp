@@ -10,6 +10,78 @@ namespace kiln {
 
 namespace detail {
 
+// A graph input's or output's ValueInfoProto: its name, element type (0 when not given) and, where it has a shape,
+// each extent (dyn where it is not a number) with its dim_param ("?<axis><name>" for a dynamic extent without one,
+// "" for a number). `what` ("input", "output") names it in messages.
+struct onnx_declared_value {
+    std::string name;
+    std::int64_t elem = 0;
+    bool has_shape = false;
+    std::vector<std::ptrdiff_t> shape;
+    std::vector<std::string> params;
+};
+
+inline onnx_declared_value read_onnx_declared_value(pb_reader& in, const char* what) {
+    onnx_declared_value v;
+    while (!in.done()) {
+        const auto [field, wire] = in.key();
+        if (field == 1) {
+            v.name = in.text(wire);
+        } else if (field == 2 && wire == 2) {
+            pb_reader type = in.sub();
+            while (!type.done()) {
+                const auto [tf, tw] = type.key();
+                if (tf != 1 || tw != 2) {
+                    if (tf == 4 || tf == 5) type.fail(std::string(what) + " '" + json::reader::printable(v.name) + "' is not a tensor");
+                    type.skip(tw);
+                    continue;
+                }
+                pb_reader tt = type.sub();
+                while (!tt.done()) {
+                    const auto [f3, w3] = tt.key();
+                    if (f3 == 1 && w3 == 0) {
+                        v.elem = static_cast<std::int64_t>(tt.varint());
+                    } else if (f3 == 2 && w3 == 2) {
+                        v.has_shape = true;
+                        pb_reader sh = tt.sub();
+                        while (!sh.done()) {
+                            const auto [f4, w4] = sh.key();
+                            if (f4 != 1 || w4 != 2) {
+                                sh.skip(w4);
+                                continue;
+                            }
+                            pb_reader dim = sh.sub();
+                            std::ptrdiff_t e = dyn;
+                            std::string param;
+                            while (!dim.done()) {
+                                const auto [f5, w5] = dim.key();
+                                if (f5 == 1 && w5 == 0) {
+                                    const std::uint64_t x = dim.varint();
+                                    if (x > (std::uint64_t{1} << 40)) dim.fail(std::string("an ") + what + " extent is out of range");
+                                    e = static_cast<std::ptrdiff_t>(x);
+                                } else if (f5 == 2) {
+                                    param = dim.text(w5);
+                                } else {
+                                    dim.skip(w5);
+                                }
+                            }
+                            v.shape.push_back(e);
+                            v.params.push_back(e == dyn ? (param.empty() ? "?" + std::to_string(v.shape.size()) + v.name : param) : "");
+                            if (v.shape.size() > static_cast<std::size_t>(max_rank))
+                                sh.fail(std::string("an ") + what + " has more than 8 dimensions");
+                        }
+                    } else {
+                        tt.skip(w3);
+                    }
+                }
+            }
+        } else {
+            in.skip(wire);
+        }
+    }
+    return v;
+}
+
 struct onnx_importer {
     std::string file;
     load_options opt;
@@ -102,66 +174,12 @@ struct onnx_importer {
         std::vector<tensor> examples;
         int argc = 0;
         for (pb_reader& in : inputs) {
-            std::string nm;
-            std::int64_t elem = 0;
-            bool has_shape = false;
-            std::vector<std::ptrdiff_t> shape;
-            std::vector<std::string> params;
-            while (!in.done()) {
-                const auto [field, wire] = in.key();
-                if (field == 1) {
-                    nm = in.text(wire);
-                } else if (field == 2 && wire == 2) {
-                    pb_reader type = in.sub();
-                    while (!type.done()) {
-                        const auto [tf, tw] = type.key();
-                        if (tf != 1 || tw != 2) {
-                            if (tf == 4 || tf == 5) type.fail("input '" + json::reader::printable(nm) + "' is not a tensor");
-                            type.skip(tw);
-                            continue;
-                        }
-                        pb_reader tt = type.sub();
-                        while (!tt.done()) {
-                            const auto [f3, w3] = tt.key();
-                            if (f3 == 1 && w3 == 0) {
-                                elem = static_cast<std::int64_t>(tt.varint());
-                            } else if (f3 == 2 && w3 == 2) {
-                                has_shape = true;
-                                pb_reader sh = tt.sub();
-                                while (!sh.done()) {
-                                    const auto [f4, w4] = sh.key();
-                                    if (f4 != 1 || w4 != 2) {
-                                        sh.skip(w4);
-                                        continue;
-                                    }
-                                    pb_reader dim = sh.sub();
-                                    std::ptrdiff_t e = dyn;
-                                    std::string param;
-                                    while (!dim.done()) {
-                                        const auto [f5, w5] = dim.key();
-                                        if (f5 == 1 && w5 == 0) {
-                                            const std::uint64_t v = dim.varint();
-                                            if (v > (std::uint64_t{1} << 40)) dim.fail("an input extent is out of range");
-                                            e = static_cast<std::ptrdiff_t>(v);
-                                        } else if (f5 == 2) {
-                                            param = dim.text(w5);
-                                        } else {
-                                            dim.skip(w5);
-                                        }
-                                    }
-                                    shape.push_back(e);
-                                    params.push_back(e == dyn ? (param.empty() ? "?" + std::to_string(shape.size()) + nm : param) : "");
-                                    if (shape.size() > static_cast<std::size_t>(max_rank)) sh.fail("an input has more than 8 dimensions");
-                                }
-                            } else {
-                                tt.skip(w3);
-                            }
-                        }
-                    }
-                } else {
-                    in.skip(wire);
-                }
-            }
+            const onnx_declared_value info = read_onnx_declared_value(in, "input");
+            const std::string& nm = info.name;
+            const std::int64_t elem = info.elem;
+            const bool has_shape = info.has_shape;
+            const std::vector<std::ptrdiff_t>& shape = info.shape;
+            const std::vector<std::string>& params = info.params;
             if (value.count(nm)) continue;  // an initializer listed as an input too (older exporters)
             const auto d = from_onnx_dtype(elem);
             if (!d) in.fail("input '" + json::reader::printable(nm) + "' is " + onnx_dtype_name(elem) + ", a dtype kiln does not have");
@@ -322,13 +340,10 @@ struct onnx_importer {
                 define(outs[o], std::move(n), r);
             }
         }
+        std::vector<onnx_declared_value> declared;  // (each output's declared element type, checked below)
         for (pb_reader& o : outputs) {
-            std::string nm;
-            while (!o.done()) {
-                const auto [field, wire] = o.key();
-                if (field == 1) nm = o.text(wire);
-                else o.skip(wire);
-            }
+            declared.push_back(read_onnx_declared_value(o, "output"));
+            const std::string& nm = declared.back().name;
             if (const auto u = unread.find(nm); u != unread.end())
                 o.fail("graph output '" + json::reader::printable(nm) + "' is " + u->second);
             const auto it = value.find(nm);
@@ -360,6 +375,16 @@ struct onnx_importer {
             }
             n.dtype = vals[i].dtype();
             n.shape = vals[i].shape();
+        }
+        // An output computes the element type the model declares (ONNX Runtime refuses a model where they differ).
+        for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+            const std::int64_t elem = declared[k].elem;
+            if (elem == 0) continue;
+            const dtype got = g.nodes[static_cast<std::size_t>(g.outputs[k])].dtype;
+            if (from_onnx_dtype(elem) != std::optional<dtype>(got))
+                throw file_error("kiln: file_error in 'load_onnx': '" + file + "': output '" + json::reader::printable(declared[k].name) +
+                                 "' is declared " + onnx_dtype_name(elem) + ", but the model computes " + onnx_dtype_name(onnx_dtype(got)) +
+                                 " (" + std::string(kiln::name(got)) + ") for it");
         }
         exe->traced = g;
         exe->traced_here = false;
