@@ -857,7 +857,13 @@ TEST_CASE("named dynamic extents: one name is one extent in every argument, and 
                          kiln::value_error);
     kiln::spec edited(kiln::float32, {kiln::dyn, 2});
     edited.names = {"n", "m"};  // (set by hand: checked when a function takes it)
+    CHECK_THROWS_WITH_AS(edited.check_names(),
+                         "kiln: value_error in 'kiln::spec': axis 1 is named 'm' but has the static extent 2 (a name is a dynamic extent)",
+                         kiln::value_error);
     CHECK_THROWS_AS(kiln::function([](const kiln::tensor& t) { return t; }, {edited}), kiln::value_error);
+    edited.names = {"n", ""};
+    CHECK_NOTHROW(edited.check_names());
+    CHECK(kiln::to_string(edited) == "(n, 2) float32");
 }
 
 TEST_CASE("options in braces alone are the options, whichever field comes first") {
