@@ -432,6 +432,7 @@ TEST_CASE("save and load: a traced function runs from its file with its dynamic 
     REQUIRE(f.signature().size() == 1);
     CHECK(kiln::to_string(f.signature()[0]) == "(?, 3) float32");
     CHECK(kiln::to_string(f.signature()) == "{(?, 3) float32}");
+    CHECK(kiln::to_string(f.output_signature()) == "{(?, 2) float32}");
     CHECK(kiln::to_string(std::vector<kiln::spec>{kiln::spec(kiln::int64, {2}), kiln::spec(kiln::float64, {})}) == "{(2,) int64, () float64}");
     CHECK(f.outputs() == 1);
     // Values worked out by hand (w's rows [1, -2], [0.5, 3], [-1, 2]): x = [1, 1, 1] -> x.w + b = [0.75, 2.5]
@@ -590,6 +591,8 @@ TEST_CASE("save and export_onnx: named extents are one extent each, traced apart
     CHECK(onnx.find("length") != std::string::npos);
     const kiln::loaded_function g = kiln::load_onnx_bytes(onnx.data(), onnx.size());
     CHECK(kiln::to_string(g.signature()) == "{(batch, length) float64, (batch, length) float64}");
+    CHECK(kiln::to_string(f.output_signature()) == "{(batch,) float64}");
+    CHECK(kiln::to_string(g.output_signature()) == "{(batch,) float64}");
     for (const kiln::loaded_function* h : {&f, &g}) {
         CHECK(values((*h)(kiln::from_values({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3}), kiln::from_values({1.0, 0.0, 1.0, 0.0, 1.0, 1.0}, {2, 3}))[0]) ==
               std::vector<double>{2.0, 5.5});
@@ -741,6 +744,7 @@ TEST_CASE("ONNX: kiln's export reads back with kiln::load_onnx and computes what
     const kiln::loaded_function f = kiln::load_onnx_bytes(bytes.data(), bytes.size());
     REQUIRE(f.signature().size() == 1);
     CHECK(kiln::to_string(f.signature()[0]) == "(dim0, 3) float32");
+    CHECK(kiln::to_string(f.output_signature()) == "{(dim0, 2) float32}");
     small_model m;
     for (std::ptrdiff_t n : {1, 4, 9}) {
         const kiln::tensor x = kiln::randn({n, 3});
@@ -1136,4 +1140,45 @@ TEST_CASE("saved random programs load and give eager mode's results, static and 
     // file cannot hold, or hold only at some extents.
     CHECK(saved * 5 >= count * 4);
     std::remove(path.c_str());
+}
+
+TEST_CASE("a loaded function's output signature: static extents fixed, and an extent named after the input extent it equals") {
+    kiln::nn::dense layer(8, 4, kiln::nn::identity);
+    auto classify = kiln::function([&](const kiln::tensor& x) {
+        const kiln::tensor logits = layer(x);
+        return std::make_tuple(kiln::nn::softmax(logits, -1), kiln::argmax(logits, 1), logits.reshape({-1}), logits.transpose(0, 1),
+                               kiln::sum(logits, {0}), x.slice(1, 2, 5).unsqueeze(0));
+    });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {"batch", 8})};
+    const std::string path = temp_path("classify.kfn");
+    kiln::save(classify, sig, path);
+    const std::string onnx = kiln::onnx_bytes(classify, sig);
+    const kiln::loaded_function f = kiln::load(path), g = kiln::load_onnx_bytes(onnx.data(), onnx.size());
+    std::remove(path.c_str());
+    const std::string want = "{(batch, 4) float32, (batch,) int64, (?,) float32, (4, batch) float32, (4,) float32, (1, batch, 3) float32}";
+    CHECK(kiln::to_string(f.output_signature()) == want);
+    CHECK(kiln::to_string(g.output_signature()) == want);
+    // What calls return agrees with it at other batches.
+    for (std::ptrdiff_t n : {1, 5}) {
+        const std::vector<kiln::tensor> out = f({kiln::randn({n, 8})});
+        const std::vector<kiln::spec> sig_out = f.output_signature();
+        REQUIRE(out.size() == sig_out.size());
+        for (std::size_t k = 0; k < out.size(); ++k) {
+            CHECK(out[k].dtype() == sig_out[k].dtype);
+            REQUIRE(static_cast<std::size_t>(out[k].dim()) == sig_out[k].shape.size());
+            for (std::size_t i = 0; i < sig_out[k].shape.size(); ++i) {
+                if (sig_out[k].shape[i] != kiln::dyn) CHECK(out[k].shape()[static_cast<int>(i)] == sig_out[k].shape[i]);
+                if (sig_out[k].name_of(i) == "batch") CHECK(out[k].shape()[static_cast<int>(i)] == n);
+            }
+        }
+    }
+    // Without names the dynamic extents print as '?'; a function without dynamic extents has a static one.
+    kiln::save(classify, {kiln::spec(kiln::float32, {kiln::dyn, 8})}, path);
+    CHECK(kiln::to_string(kiln::load(path).output_signature()) ==
+          "{(?, 4) float32, (?,) int64, (?,) float32, (4, ?) float32, (4,) float32, (1, ?, 3) float32}");
+    kiln::save(classify, {kiln::spec(kiln::float32, {3, 8})}, path);
+    CHECK(kiln::to_string(kiln::load(path).output_signature()) ==
+          "{(3, 4) float32, (3,) int64, (12,) float32, (4, 3) float32, (4,) float32, (1, 3, 3) float32}");
+    std::remove(path.c_str());
+    CHECK_THROWS_AS((void)kiln::loaded_function().output_signature(), kiln::value_error);
 }

@@ -210,6 +210,24 @@ for c, n in enumerate([5, 2]):
         cases["output_%d/%d" % (j, c)] = np.array(o, copy=True, order="C")  # (ascontiguousarray makes 0-d 1-d)
 from safetensors.numpy import save_file  # noqa: E402
 save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
+# The output signature kiln reads from the declared outputs (names of the input's dimensions kept).
+with open(os.path.join(work, "helper_mlp.outputs"), "w") as f:
+    f.write("{(batch, 4) float32, (batch,) int32, (2, 2) float32, () int64, (batch,) float32}\n")
+
+# Declared outputs that the model's own run contradicts (a wrong extent, a name of no input, a name the run does not
+# bear out, another rank) are dynamic and unnamed in kiln's output signature; ONNX Runtime is not asked.
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+                           helper.make_node("Transpose", ["x"], ["c"], perm=[1, 0]), helper.make_node("Abs", ["x"], ["d"])],
+                          "declared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 4]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, ["rows", 3]),
+                           helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", "batch"]),
+                           helper.make_tensor_value_info("d", TensorProto.FLOAT, ["batch"])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+onnx.save(model, os.path.join(work, "declared_wrong.onnx"))
+with open(os.path.join(work, "declared_wrong.outputs"), "w") as f:
+    f.write("{(batch, ?) float32, (?, 3) float32, (?, batch) float32, (?, ?) float32}\n")
 
 
 # Models of the newer opsets, as the onnx package writes them by default and as newer exporters do: opset 18 made the

@@ -83,6 +83,17 @@ int import_models(const std::string& dir) {
         }
         try {
             const kiln::loaded_function f = kiln::load_onnx(e.path().string());
+            // <model>.outputs, where it exists: the output signature kiln reads from the model.
+            if (std::ifstream in(base + ".outputs"); in) {
+                std::string want;
+                std::getline(in, want);
+                const std::string got = kiln::to_string(f.output_signature());
+                ++compared;
+                failures += got != want;
+                std::printf("%s: %s's output signature is %s%s\n", got == want ? "ok" : "FAILED", name.c_str(), got.c_str(),
+                            got == want ? "" : (" (expected " + want + ")").c_str());
+            }
+            if (!std::filesystem::exists(base + ".safetensors")) continue;  // (a model for its signature alone)
             const kiln::tensor_file ref = kiln::load_safetensors(base + ".safetensors");
             for (int c = 0; ref.contains("input_0/" + std::to_string(c)); ++c) {
                 std::vector<kiln::tensor> in;

@@ -46,6 +46,7 @@
 #include "function_write.hpp"
 #include "recorded_ops.hpp"
 #include "safetensors.hpp"
+#include "value_axes.hpp"
 
 namespace kiln {
 
@@ -77,6 +78,38 @@ public:
         return exe_->graph;
     }
     std::size_t outputs() const { return exe_ ? exe_->graph.outputs.size() : 0; }
+    // What it returns, one spec per output: its dtype, its static extents, and kiln::dyn where an extent may change
+    // from call to call, with the name of the input extent it always equals where the signature names that extent
+    // ("{(batch, 10) float32}" for a classifier of "(batch, 784)" inputs). Worked out from the graph (elementwise
+    // ops, products, reductions, casts, axis moves, slices, concats, gathers, windows, reshapes that keep an
+    // extent); an extent it cannot follow is dynamic and unnamed.
+    // An ONNX model's: its outputs' declared element types and dimensions (dim_params that name an input's
+    // dimension are that name), where the model's check run at load agreed with them, and kiln::dyn elsewhere.
+    template <int N = 0>
+    std::vector<spec> output_signature() const {
+        check();
+        if (!declared_outputs_.empty()) return declared_outputs_;
+        const function_graph& g = exe_->graph;
+        const std::vector<std::uint32_t> dynamic = detail::dynamic_axes_of<N>(g, specs_);
+        const detail::dim_names by_name = detail::dynamic_dim_names(specs_);
+        const std::vector<int> first(by_name.first.begin(), by_name.first.end());
+        const std::vector<std::vector<int>> equal_to = detail::axis_dims_of<N>(g, specs_, dynamic, first);
+        std::vector<spec> out;
+        for (const std::int32_t v : g.outputs) {
+            const std::size_t at = static_cast<std::size_t>(v);
+            const graph_node& o = g.nodes[at];
+            std::vector<std::ptrdiff_t> shape(static_cast<std::size_t>(o.shape.rank));
+            std::vector<std::string> names(shape.size());
+            for (std::size_t i = 0; i < shape.size(); ++i) {
+                const bool moves = dynamic[at] >> i & 1u;
+                shape[i] = moves ? dyn : o.shape[static_cast<int>(i)];
+                const int d = moves && i < equal_to[at].size() ? equal_to[at][i] : -1;
+                if (d >= 0 && static_cast<std::size_t>(d) < by_name.name.size()) names[i] = by_name.name[static_cast<std::size_t>(d)];
+            }
+            out.emplace_back(o.dtype, std::move(shape), std::move(names));
+        }
+        return out;
+    }
     // The extents its dynamic dimensions had when it was traced (its graph's shapes show them).
     const std::vector<std::ptrdiff_t>& traced_extents() const noexcept { return traced_; }
 
@@ -160,6 +193,7 @@ private:
     std::vector<std::ptrdiff_t> traced_;
     std::vector<int> group_;  // ONNX: each dynamic dimension's name, as a number
     std::vector<std::uint32_t> named_;  // a kiln file's named extents: detail::dim_name_groups of the signature
+    std::vector<spec> declared_outputs_;  // ONNX: the outputs as the model declares them (what its run confirmed)
     std::string name_ = "loaded function";
 };
 

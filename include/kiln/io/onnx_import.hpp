@@ -386,6 +386,26 @@ struct onnx_importer {
                                  "' is declared " + onnx_dtype_name(elem) + ", but the model computes " + onnx_dtype_name(onnx_dtype(got)) +
                                  " (" + std::string(kiln::name(got)) + ") for it");
         }
+        // The outputs as declared, where the check run agrees: a declared extent it computed, and a dim_param that
+        // names an input's dynamic dimension where the output's extent was that dimension's in the run.
+        const bool any_dynamic = !f.traced_.empty();
+        for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+            const graph_node& o = g.nodes[static_cast<std::size_t>(g.outputs[k])];
+            const onnx_declared_value& d = declared[k];
+            const bool same_rank = d.has_shape && d.shape.size() == static_cast<std::size_t>(o.shape.rank);
+            std::vector<std::ptrdiff_t> shape(static_cast<std::size_t>(o.shape.rank), dyn);
+            std::vector<std::string> names(shape.size());
+            for (std::size_t i = 0; i < shape.size(); ++i) {
+                const std::ptrdiff_t ran = o.shape[static_cast<int>(i)];
+                if (!any_dynamic || (same_rank && d.shape[i] == ran)) {
+                    shape[i] = ran;
+                } else if (same_rank && d.shape[i] == dyn && valid_dim_name(d.params[i])) {
+                    const auto it = dim_names.find(d.params[i]);
+                    if (it != dim_names.end() && 2 + it->second == ran) names[i] = d.params[i];
+                }
+            }
+            f.declared_outputs_.emplace_back(o.dtype, std::move(shape), std::move(names));
+        }
         exe->traced = g;
         exe->traced_here = false;
         exe->traced_extents = f.traced_;
