@@ -1088,7 +1088,7 @@ TEST_CASE("saved random programs load and give eager mode's results, static and 
     const char* env = std::getenv("KILN_RANDOM_PROGRAMS");
     const std::uint32_t count = env ? static_cast<std::uint32_t>(std::atoi(env)) : 200;
     const std::string path = temp_path("random_program.kfn");
-    std::size_t saved = 0;
+    std::size_t saved = 0, named_axes = 0;
     for (std::uint32_t seed = 0; seed < count; ++seed) {
         rp::setup su{};
         const std::vector<rp::step> program = rp::make(seed, su);
@@ -1096,7 +1096,9 @@ TEST_CASE("saved random programs load and give eager mode's results, static and 
             CAPTURE(seed);
             CAPTURE(dynamic);
             CAPTURE(rp::describe(program));
-            const std::int64_t b = dynamic ? kiln::dyn : su.batch;
+            // (The dynamic batch is kiln::dyn for even seeds and the name "batch" for odd ones.)
+            const bool named = dynamic && seed % 2 == 1;
+            const kiln::spec_extent b = named ? kiln::spec_extent("batch") : kiln::spec_extent(dynamic ? kiln::dyn : su.batch);
             const std::vector<kiln::spec> specs{kiln::spec(su.dtype, {b, su.features}), kiln::spec(su.dtype, {su.features}),
                                                 kiln::spec(su.dtype, {b, 1}), kiln::spec(su.dtype, {b, su.features})};
             auto traced = kiln::function(
@@ -1132,10 +1134,25 @@ TEST_CASE("saved random programs load and give eager mode's results, static and 
                     CHECK_THROWS_AS((void)f(args), kiln::error);
                     continue;
                 }
-                CHECK(rp::compare(expect, f(args), tol) == "");
+                const std::vector<kiln::tensor> got = f(args);
+                CHECK(rp::compare(expect, got, tol) == "");
+                // The output signature holds for this call: its static extents, and its extents named "batch".
+                const std::vector<kiln::spec> outs = f.output_signature();
+                REQUIRE(outs.size() == got.size());
+                for (std::size_t k = 0; k < got.size(); ++k) {
+                    CHECK(outs[k].dtype == got[k].dtype());
+                    REQUIRE(outs[k].shape.size() == static_cast<std::size_t>(got[k].dim()));
+                    for (std::size_t i = 0; i < outs[k].shape.size(); ++i) {
+                        const std::ptrdiff_t e = got[k].shape()[static_cast<int>(i)];
+                        if (outs[k].shape[i] != kiln::dyn) CHECK(e == outs[k].shape[i]);
+                        if (outs[k].name_of(i) == "batch") CHECK(e == batches[call]);
+                        named_axes += outs[k].name_of(i) == "batch";
+                    }
+                }
             }
         }
     }
+    CHECK(named_axes > 0);
     // Of the 2 x count attempts about half save (2,826 of 6,000 for 3,000 seeds); the rest write into tensors, which a
     // file cannot hold, or hold only at some extents.
     CHECK(saved * 5 >= count * 4);
