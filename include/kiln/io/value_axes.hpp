@@ -29,7 +29,10 @@ inline std::uint32_t aligned_axes(std::uint32_t m, int from, int to) {
     return out;
 }
 
-// For a permute or transpose node over an operand of rank `ri`: the operand's axis that each result axis is.
+inline bool axis_in(int axis, int rank) { return axis >= 0 && axis < rank; }
+
+// For a permute or transpose node over an operand of rank `ri`: the operand's axis that each result axis is (empty
+// where the attributes do not make a permutation, which a graph that loaded never has).
 inline std::vector<int> permuted_from(const std::string& op, const std::map<std::string, std::string>& a, int ri) {
     std::vector<int> from(static_cast<std::size_t>(std::max(ri, 0)));
     for (int k = 0; k < ri; ++k) from[static_cast<std::size_t>(k)] = k;
@@ -37,8 +40,14 @@ inline std::vector<int> permuted_from(const std::string& op, const std::map<std:
         const std::vector<int> d = attr_axes(a, "dims");
         for (std::size_t k = 0; k < d.size() && k < from.size(); ++k) from[k] = normalized_axis(d[k], ri);
     } else {
-        std::swap(from[static_cast<std::size_t>(normalized_axis(attr_axis(a, "dim0"), ri))],
-                  from[static_cast<std::size_t>(normalized_axis(attr_axis(a, "dim1"), ri))]);
+        const int d0 = normalized_axis(attr_axis(a, "dim0"), ri), d1 = normalized_axis(attr_axis(a, "dim1"), ri);
+        if (!axis_in(d0, ri) || !axis_in(d1, ri)) return {};
+        std::swap(from[static_cast<std::size_t>(d0)], from[static_cast<std::size_t>(d1)]);
+    }
+    std::vector<bool> seen(from.size(), false);
+    for (int k : from) {
+        if (!axis_in(k, ri) || seen[static_cast<std::size_t>(k)]) return {};
+        seen[static_cast<std::size_t>(k)] = true;
     }
     return from;
 }
@@ -47,15 +56,16 @@ inline bool is_reduction_op(const std::string& op) {
     return op == "sum" || op == "prod" || op == "max" || op == "min" || op == "argmax" || op == "argmin";
 }
 
-// For a reduction node over an operand of rank `ri`: the result axis of each operand axis, -1 where it is gone.
+// For a reduction node over an operand of rank `ri`: the result axis of each operand axis, -1 where it is gone
+// (empty where an axis is out of range).
 inline std::vector<int> reduction_kept_axes(const std::string& op, const std::map<std::string, std::string>& a, int ri) {
     std::uint32_t reduced = 0;
-    if (op == "argmax" || op == "argmin") {
-        reduced = 1u << normalized_axis(attr_axis(a, "axis"), ri);
-    } else {
-        for (int ax : attr_axes(a, "axes")) reduced |= 1u << normalized_axis(ax, ri);
-        if (reduced == 0) reduced = all_axes(ri);
+    std::vector<int> axes = op == "argmax" || op == "argmin" ? std::vector<int>{attr_axis(a, "axis")} : attr_axes(a, "axes");
+    for (int ax : axes) {
+        if (!axis_in(normalized_axis(ax, ri), ri)) return {};
+        reduced |= 1u << normalized_axis(ax, ri);
     }
+    if (reduced == 0) reduced = all_axes(ri);
     const bool keep = attr_bool(a, "keepdims");
     std::vector<int> to(static_cast<std::size_t>(std::max(ri, 0)), -1);
     for (int k = 0, j = 0; k < ri; ++k) {
@@ -82,18 +92,20 @@ std::vector<std::uint32_t> dynamic_axes_of(const function_graph& g, const std::v
                 if (s.shape[a] == dyn) out |= 1u << a;
         } else if (n.kind != node_kind::op) {
             out = 0;  // constants, variables: their shapes are fixed
-        } else if (!n.dynamic.empty() && (n.op == "reshape" || n.op == "broadcast_to" || n.op == "full")) {
-            // Parameters are the result's extents (a fill's value last): the axes whose extent follows one.
+        } else if (n.kind == node_kind::op && (n.op == "reshape" || n.op == "broadcast_to" || n.op == "full")) {
+            // Parameters are the result's extents (a fill's value last): the axes whose extent follows one, or is
+            // worked out when the op runs (-1, which kiln's traces never leave but a file may hold).
             out = 0;
             for (const dynamic_param& dp : n.dynamic)
                 if (static_cast<int>(dp.index) < r) out |= 1u << dp.index;
+            for (int j = 0; j < r; ++j)
+                if (static_cast<std::size_t>(j) >= n.params.values.size() || n.params.values[static_cast<std::size_t>(j)] < 0)
+                    out |= 1u << j;
         } else if (n.dynamic.empty()) {  // (a parameter that follows an extent: every axis counts as dynamic)
             const std::map<std::string, std::string> a = split_attrs(n.attrs);
             const std::string& op = n.op;
             const op_schema* s = find_op_or_null<N>(op);
-            if (op == "reshape" || op == "broadcast_to" || op == "full") {
-                out = 0;  // every extent is a parameter, and none follows an extent
-            } else if (op == "im2col") {
+            if (op == "im2col") {
                 const std::uint32_t x = mask(0);  // (N, C, H, W) -> (N, C, K, out_h, out_w)
                 out = (x & 3u) | ((x >> 2 & 3u) << 3);
             } else if (op == "cast" || op == "copy" || op == "slice" || op == "cumsum" || op == "cumprod") {
@@ -102,31 +114,33 @@ std::vector<std::uint32_t> dynamic_axes_of(const function_graph& g, const std::v
                 out = mask(1);  // (the image's shape is its second operand's)
             } else if (op == "index_select" && n.inputs.size() == 2) {
                 const int ax = normalized_axis(attr_axis(a, "axis"), in(0).shape.rank), ir = in(1).shape.rank;
-                const std::uint32_t low = all_axes(ax);
-                out = (mask(0) & low) | (mask(1) << ax) | ((mask(0) >> (ax + 1)) << (ax + ir));
+                if (axis_in(ax, in(0).shape.rank)) {
+                    const std::uint32_t low = all_axes(ax);
+                    out = (mask(0) & low) | (mask(1) << ax) | ((mask(0) >> (ax + 1)) << (ax + ir));
+                }
             } else if (op == "concat") {
                 out = 0;
                 for (std::size_t k = 0; k < n.inputs.size(); ++k) out |= mask(k);
-            } else if (op == "unsqueeze") {
+            } else if (op == "unsqueeze" && axis_in(normalized_axis(attr_axis(a, "axis"), r), r)) {
                 const int ax = normalized_axis(attr_axis(a, "axis"), r);
                 const std::uint32_t x = mask(0), low = all_axes(ax);
                 out = (x & low) | ((x & ~low) << 1);
-            } else if (op == "select") {
+            } else if (op == "select" && axis_in(normalized_axis(attr_axis(a, "axis"), in(0).shape.rank), in(0).shape.rank)) {
                 const int ax = normalized_axis(attr_axis(a, "axis"), in(0).shape.rank);
                 const std::uint32_t x = mask(0), low = all_axes(ax);
                 out = (x & low) | ((x >> 1) & ~low);
             } else if (op == "permute" || op == "transpose") {
                 const int ri = in(0).shape.rank;
                 const std::vector<int> from = permuted_from(op, a, ri);
-                out = 0;
-                for (int k = 0; k < ri; ++k)
-                    if (mask(0) >> from[static_cast<std::size_t>(k)] & 1u) out |= 1u << k;
+                if (!from.empty()) out = 0;
+                for (std::size_t k = 0; k < from.size(); ++k)
+                    if (mask(0) >> from[k] & 1u) out |= 1u << k;
             } else if (is_reduction_op(op)) {
                 const std::vector<int> to = reduction_kept_axes(op, a, in(0).shape.rank);
-                out = 0;
+                if (!to.empty()) out = 0;
                 for (std::size_t k = 0; k < to.size(); ++k)
                     if (to[k] >= 0 && (mask(0) >> k & 1u)) out |= 1u << to[k];
-            } else if (op == "matmul" && in(0).shape.rank >= 2 && in(1).shape.rank >= 2) {
+            } else if (op == "matmul" && in(0).shape.rank >= 2 && in(1).shape.rank >= 2 && r >= 2) {
                 const int ra = in(0).shape.rank, rb = in(1).shape.rank;
                 const std::uint32_t batch = all_axes(r - 2);
                 out = ((aligned_axes(mask(0), ra, r) | aligned_axes(mask(1), rb, r)) & batch);
@@ -197,11 +211,13 @@ std::vector<std::vector<int>> axis_dims_of(const function_graph& g, const std::v
             const op_schema* s = find_op_or_null<N>(op);
             std::vector<std::size_t> all(n.inputs.size());
             for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
-            if (op == "cast" || op == "copy" || op == "cumsum" || op == "cumprod") {
+            if ((op == "cast" || op == "copy" || op == "cumsum" || op == "cumprod") && src(0).size() == out.size()) {
                 out = src(0);
-            } else if (op == "col2im" && n.inputs.size() == 2) {  // (windows, an operand of the image's shape)
+            } else if (op == "col2im" && n.inputs.size() == 2 && src(1).size() == out.size()) {  // (windows, the image's shape)
                 out = src(1);
-            } else if (op == "index_select" && n.inputs.size() == 2) {  // x's axes before `axis`, the index's, x's after
+            } else if (op == "index_select" && n.inputs.size() == 2 &&  // x's axes before `axis`, the index's, x's after
+                       axis_in(normalized_axis(attr_axis(a, "axis"), in(0).shape.rank), in(0).shape.rank) &&
+                       r == in(0).shape.rank - 1 + in(1).shape.rank) {
                 const int ax = normalized_axis(attr_axis(a, "axis"), in(0).shape.rank), ir = in(1).shape.rank;
                 for (int j = 0; j < r; ++j)
                     out[static_cast<std::size_t>(j)] = j < ax ? src(0)[static_cast<std::size_t>(j)]
@@ -213,11 +229,12 @@ std::vector<std::vector<int>> axis_dims_of(const function_graph& g, const std::v
                 const int ax = normalized_axis(attr_axis(a, "axis"), r);
                 for (int j = 0; j < r; ++j)
                     if (j != ax) out[static_cast<std::size_t>(j)] = broadcast(j, all);
-            } else if (op == "unsqueeze") {
+            } else if (op == "unsqueeze" && axis_in(normalized_axis(attr_axis(a, "axis"), r), r) && r == in(0).shape.rank + 1) {
                 const int ax = normalized_axis(attr_axis(a, "axis"), r);
                 for (int j = 0; j < r; ++j)
                     if (j != ax) out[static_cast<std::size_t>(j)] = src(0)[static_cast<std::size_t>(j < ax ? j : j - 1)];
-            } else if (op == "select") {
+            } else if (op == "select" && axis_in(normalized_axis(attr_axis(a, "axis"), in(0).shape.rank), in(0).shape.rank) &&
+                       r == in(0).shape.rank - 1) {
                 const int ax = normalized_axis(attr_axis(a, "axis"), in(0).shape.rank);
                 for (int j = 0; j < r; ++j) out[static_cast<std::size_t>(j)] = src(0)[static_cast<std::size_t>(j < ax ? j : j + 1)];
             } else if (op == "permute" || op == "transpose") {
@@ -227,7 +244,7 @@ std::vector<std::vector<int>> axis_dims_of(const function_graph& g, const std::v
                 const std::vector<int> to = reduction_kept_axes(op, a, in(0).shape.rank);
                 for (std::size_t k = 0; k < to.size(); ++k)
                     if (to[k] >= 0 && to[k] < r) out[static_cast<std::size_t>(to[k])] = src(0)[k];
-            } else if (op == "matmul" && in(0).shape.rank >= 2 && in(1).shape.rank >= 2) {
+            } else if (op == "matmul" && in(0).shape.rank >= 2 && in(1).shape.rank >= 2 && r >= 2) {
                 for (int j = 0; j < r - 2; ++j) out[static_cast<std::size_t>(j)] = broadcast(j, all);
                 out[static_cast<std::size_t>(r - 2)] = src(0)[static_cast<std::size_t>(in(0).shape.rank - 2)];
                 out[static_cast<std::size_t>(r - 1)] = src(1)[static_cast<std::size_t>(in(1).shape.rank - 1)];
