@@ -43,6 +43,9 @@ int main() {
     const kiln::loaded_function from_onnx = kiln::load_onnx("08_deploy.onnx");
     std::printf("loaded '%s' taking %s: %zu nodes\n", from_kiln.name().c_str(), kiln::to_string(from_kiln.signature()[0]).c_str(),
                 from_kiln.graph().size());
+    // What each returns: (?, 1) float32 from the kiln file; the ONNX file names the batch dim0 in and out.
+    std::printf("returning %s (kiln file) and %s (ONNX)\n", kiln::to_string(from_kiln.output_signature()).c_str(),
+                kiln::to_string(from_onnx.output_signature()).c_str());
 
     kiln::generator g(99);
     bool ok = true;
