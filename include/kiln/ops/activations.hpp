@@ -1,6 +1,7 @@
 #pragma once
 // The activations of the vocabulary: sigmoid, relu (and relu_backward, its gradient as one op), softplus, silu,
 // gelu, elu, leaky_relu and clamp.
+#include "binary_math.hpp"
 #include "math.hpp"
 
 namespace kiln {

@@ -4,4 +4,5 @@
 #include "cast.hpp"
 #include "compare.hpp"
 #include "math.hpp"
+#include "binary_math.hpp"
 #include "activations.hpp"
