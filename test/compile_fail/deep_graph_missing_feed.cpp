@@ -3,7 +3,7 @@
 // A residual chain 10 deep: its type's printed form doubles with each layer. The feed check runs first in
 // kiln::run, so the one error prints that type once, not in every internal frame (7.5 MB of output at 12 layers
 // before, 0.44 MB after).
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 template <int Depth, class H>

@@ -1,6 +1,6 @@
 // expect: input_fed_twice<(kiln::fixed_string<2>.?"x"|.*kiln::detail::chars<'x'>)
 // errors: 1
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 int main() {

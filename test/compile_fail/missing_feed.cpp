@@ -1,6 +1,6 @@
 // expect: no_feed_for_input<(kiln::fixed_string<2>.?"y"|.*kiln::detail::chars<'y'>)
 // errors: 1
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 int main() {

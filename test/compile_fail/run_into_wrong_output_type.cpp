@@ -1,6 +1,6 @@
 // expect: run_into: the output's element type differs
 // errors: 1
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 int main() {

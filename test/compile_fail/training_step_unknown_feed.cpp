@@ -1,6 +1,6 @@
 // expect: feed_names_no_input_of_the_expression<(kiln::fixed_string<2>.?"z"|.*kiln::detail::chars<'z'>)
 // errors: 1
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 int main() {

@@ -1,6 +1,6 @@
 // expect: std::vector<bool> stores bits, not bools
 // errors: 1
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 int main() {

@@ -1,6 +1,6 @@
 // expect: feed_has_wrong_element_type<[^;]*, float, double, kiln::detail::chars<'x'> ?>
 // errors: 1
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 #include <vector>
 using namespace kiln::literals;
 int main() {
