@@ -494,6 +494,49 @@ TEST_CASE("save: what cannot be saved is refused with the reason") {
     std::remove(path.c_str());
 }
 
+TEST_CASE("save, load and export_onnx: C++ bool numbers as operands, with eager mode's promotion") {
+    // A bool number takes its tensors' dtype (x * true is x's float32; i + true adds 1 to int32), and where's
+    // condition may be one.
+    auto f = kiln::function([](const kiln::tensor& m, const kiln::tensor& x, const kiln::tensor& i) {
+        return std::make_tuple(kiln::logical_and(m, true), kiln::where(m, m, false), x * true + x, i + true,
+                               kiln::where(m, i, true), kiln::where(true, x, 0.5), kiln::equal(m, false));
+    });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::bool_, {kiln::dyn}), kiln::spec(kiln::float32, {kiln::dyn}),
+                                      kiln::spec(kiln::int32, {kiln::dyn})};
+    const std::string path = temp_path("bools.kfn"), onnx = temp_path("bools.onnx");
+    kiln::save(f, sig, path);
+    kiln::export_onnx(f, sig, onnx);
+    const std::string bytes = bytes_of_file(path);
+    const kiln::loaded_function loaded = kiln::load(path), from_onnx = kiln::load_onnx(onnx);
+    std::remove(path.c_str());
+    std::remove(onnx.c_str());
+    const kiln::tensor m = kiln::from_values({true, false, true, true}, kiln::dims{4});
+    const kiln::tensor x = kiln::from_values({1.5, -2.0, 3.0, 0.25}, kiln::dims{4}).to(kiln::float32);
+    const kiln::tensor i = kiln::from_values({4, 5, 6, -7}, kiln::dims{4}).to(kiln::int32);
+    const std::vector<std::vector<double>> want = {{1, 0, 1, 1}, {1, 0, 1, 1}, {3, -4, 6, 0.5}, {5, 6, 7, -6},
+                                                   {4, 1, 6, -7}, {1.5, -2, 3, 0.25}, {0, 1, 0, 0}};
+    const kiln::dtype want_dtype[] = {kiln::bool_, kiln::bool_, kiln::float32, kiln::int32, kiln::int32, kiln::float32, kiln::bool_};
+    for (const kiln::loaded_function* l : {&loaded, &from_onnx}) {
+        const std::vector<kiln::tensor> got = (*l)({m, x, i});
+        REQUIRE(got.size() == want.size());
+        for (std::size_t k = 0; k < want.size(); ++k) {
+            CHECK(values(got[k]) == want[k]);
+            CHECK(got[k].dtype() == want_dtype[k]);
+        }
+    }
+    // The file marks them, and a reader refuses a bool parameter that is neither 0 nor 1 or that is also floating.
+    REQUIRE(bytes.find("\"bool_params\":1") != std::string::npos);
+    CHECK(load_refusal(bytes).empty());
+    CHECK(load_refusal(with_graph(bytes, "\"params\":[1],\"float_params\":0,\"opaque_params\":0,\"bool_params\":1",
+                                  "\"params\":[2],\"float_params\":0,\"opaque_params\":0,\"bool_params\":1"))
+              .find("bool parameter 0 is neither 0 nor 1") != std::string::npos);
+    CHECK(load_refusal(with_graph(bytes, "\"float_params\":0,\"opaque_params\":0,\"bool_params\":1",
+                                  "\"float_params\":1,\"opaque_params\":0,\"bool_params\":1"))
+              .find("marks a parameter both bool and floating or opaque") != std::string::npos);
+    CHECK(load_refusal(with_graph(bytes, "\"bool_params\":1", "\"bool_params\":2")).find("marks parameters it does not have") !=
+          std::string::npos);
+}
+
 TEST_CASE("save: dynamic extents that may differ are traced apart, so a call may give them any values") {
     // x and a mask, both (batch, length): the two batches must be equal, as must the two lengths, but a batch and a
     // length are independent. save finds that grouping (the first tried, all four apart, fails to broadcast).

@@ -370,7 +370,7 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
             n.value = it->second;
             payload_used.insert(key);
         } else if (kind == "op") {
-            only(v, {"kind", "op", "attrs", "inputs", "params", "float_params", "opaque_params", "dynamic", "dtype", "shape"}, where);
+            only(v, {"kind", "op", "attrs", "inputs", "params", "float_params", "opaque_params", "bool_params", "dynamic", "dtype", "shape"}, where);
             n.kind = node_kind::op;
             n.op = field(v, "op", value::string, where).text;
             if (!ops.find(n.op)) fail(where + " is op '" + json::reader::printable(n.op) + "', which the graph's op list does not name");
@@ -408,7 +408,16 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
                 n.params.opaque = count_of(field(v, "opaque_params", value::number, where), UINT64_MAX, where + "'s opaque_params");
                 const std::uint64_t mask = n.params.values.size() == 64 ? UINT64_MAX : (std::uint64_t{1} << n.params.values.size()) - 1;
                 if ((n.params.float_params | n.params.opaque) & ~mask) fail(where + " marks parameters it does not have");
-            } else if (v.find("float_params") || v.find("opaque_params")) {
+                if (const value* b = v.find("bool_params")) {
+                    n.params.bool_params = count_of(*b, UINT64_MAX, where + "'s bool_params");
+                    if (n.params.bool_params & ~mask) fail(where + " marks parameters it does not have");
+                    if (n.params.bool_params & (n.params.float_params | n.params.opaque))
+                        fail(where + " marks a parameter both bool and floating or opaque");
+                    for (std::size_t k = 0; k < n.params.values.size(); ++k)
+                        if ((n.params.bool_params >> k & 1) && n.params.values[k] != 0 && n.params.values[k] != 1)
+                            fail(where + "'s bool parameter " + std::to_string(k) + " is neither 0 nor 1");
+                }
+            } else if (v.find("float_params") || v.find("opaque_params") || v.find("bool_params")) {
                 fail(where + " marks parameters it does not have");
             }
             if (const value* dyn_list = v.find("dynamic")) {

@@ -86,6 +86,8 @@ void write_function_file(Sink&& sink, const executable& exe, const std::vector<s
                     }
                     line += "],\"float_params\":" + std::to_string(n.params.float_params) +
                             ",\"opaque_params\":" + std::to_string(n.params.opaque);
+                    // (only where there is one: files without bool numbers stay what older readers read)
+                    if (n.params.bool_params) line += ",\"bool_params\":" + std::to_string(n.params.bool_params);
                 }
                 if (!n.dynamic.empty()) {
                     line += ",\"dynamic\":[";

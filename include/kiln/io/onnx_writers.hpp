@@ -550,11 +550,11 @@ std::string onnx_write_elementwise(onnx_export_state& s, const onnx_node& x) {
             vd.push_back(x.in_dtype[t++]);
             continue;
         }
-        const bool is_float = x.n.params.float_params >> q & 1;
+        const bool is_float = x.n.params.float_params >> q & 1, is_bool = x.n.params.bool_params >> q & 1;
         bool follows_extent = false;
         for (const dynamic_param& dp : x.n.dynamic) follows_extent = follows_extent || dp.index == q;
         const std::int64_t bits = x.n.params.values[q++];
-        const dtype nd = number_operand_dtype(is_float, td);
+        const dtype nd = number_operand_dtype(is_float, td, is_bool);
         vd.push_back(nd);
         if (follows_extent) {
             // A number that follows a dynamic extent (a mean's count): computed from the input's shape.

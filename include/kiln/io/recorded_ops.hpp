@@ -133,8 +133,10 @@ std::optional<dtype> tensor_operands_dtype(std::uint32_t numbers, std::size_t ar
 
 // The dtype a number operand computes in beside tensors of dtype `d` (PyTorch's rule, as eager mode applies it: a
 // number joins its tensors' dtype, and a floating number makes an integer or bool tensor float32; where's two
-// numbers give float32, or int64). A file holds it as a rank-0 tensor of this dtype.
-inline dtype number_operand_dtype(bool is_float, std::optional<dtype> d) {
+// numbers give float32, or int64; a bool number takes its tensors' dtype, or is a bool). A file holds it as a
+// rank-0 tensor of this dtype.
+inline dtype number_operand_dtype(bool is_float, std::optional<dtype> d, bool is_bool = false) {
+    if (is_bool) return d ? *d : dtype::boolean;
     if (is_float) return d && is_floating(*d) ? *d : dtype::float32;
     return d && *d != dtype::boolean ? *d : dtype::int64;
 }
@@ -415,11 +417,10 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
     const std::size_t count = static_cast<std::size_t>(std::popcount(numbers));
     if (count == arity) throw value_error("has no tensor operand");
     need(arity - count, arity - count, count);
-    if (params.bool_params) throw value_error("has a bool number operand, which a file cannot hold yet");
     const bool is_where = op == "where";
-    const std::uint64_t floats = params.float_params;
+    const std::uint64_t floats = params.float_params, bools = params.bool_params;
     const op_kernel kernel = s->kernel;
-    return [numbers, arity, floats, kernel, is_where](auto in, auto p) {
+    return [numbers, arity, floats, bools, kernel, is_where](auto in, auto p) {
         if (numbers == 0) return kernel(in, {});
         // A number becomes a rank-0 tensor of the dtype the op would convert it to, so the op computes what it
         // computed with the number.
@@ -431,9 +432,9 @@ replay_fn rebuild_op(const std::string& op, const std::string& attrs_text, std::
                 ops.push_back(in[t++]);
                 continue;
             }
-            const bool is_float = floats >> q & 1;
+            const bool is_float = floats >> q & 1, is_bool = bools >> q & 1;
             const std::int64_t bits = p[q++];
-            const dtype nd = number_operand_dtype(is_float, d);
+            const dtype nd = number_operand_dtype(is_float, d, is_bool);
             if (is_float) {
                 ops.push_back(full(dims{}, param_number(bits), nd));
             } else {
