@@ -9,7 +9,8 @@
 // The models: the reference model (Dense(64, relu), Dense(1)), the chain relu(x*y + 0.5*x - y)*2 + y, a classifier
 // with softmax, one that uses every kind of op the exporter maps (views with a dynamic batch, reductions,
 // argmax, concat, casts, where, comparisons, activations without ONNX operators), and one of the ops written as
-// compositions of ONNX operators, on special values too (zeros of both signs, infinities, NaN).
+// compositions of ONNX operators, on special values too (zeros of both signs, infinities, NaN), and one of C++ bool
+// numbers as operands.
 #include <kiln/io.hpp>
 
 #include <cmath>
@@ -213,6 +214,14 @@ int main(int argc, char** argv) {
         write<2>(dir, "composites", composites, {kiln::spec(kiln::float32, {kiln::dyn, 4}), kiln::spec(kiln::int32, {kiln::dyn, 5})},
               {{kiln::randn({5, 4}, kiln::float32, g), kiln::uniform({5, 5}, -9, 9, kiln::float32, g).to(kiln::int32)},
                {specials, kiln::from_values<std::int32_t>({0, 1, 2, 3, -1, -300000000, 5, -7, 2, 2, 9, -9, 0, 4, -4}, {3, 5})}});
+        // C++ bool numbers as operands: each takes its tensors' dtype (x * true is float32, i + true int32).
+        auto bools = kiln::function([&](const kiln::tensor& x, const kiln::tensor& i) {
+            const kiln::tensor m = x > 0.0f;
+            return std::make_tuple(kiln::logical_and(m, true), kiln::where(m, m, false), x * true + x, i + true,
+                                   kiln::where(m, i, true), kiln::where(true, x, 0.5), kiln::equal(m, false));
+        }, {.name = "bool_numbers"});
+        write<2>(dir, "bool_numbers", bools, {kiln::spec(kiln::float32, {kiln::dyn, 3}), kiln::spec(kiln::int32, {kiln::dyn, 3})},
+                 {{kiln::randn({4, 3}, kiln::float32, g), kiln::uniform({4, 3}, -9, 9, kiln::float32, g).to(kiln::int32)}});
         // The reference model in graph mode, trained two steps by a session and traced with its parameters.
         {
             using namespace mlp::graph_model;
