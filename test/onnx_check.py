@@ -214,20 +214,28 @@ save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
 with open(os.path.join(work, "helper_mlp.outputs"), "w") as f:
     f.write("{(batch, 4) float32, (batch,) int32, (2, 2) float32, () int64, (batch,) float32}\n")
 
-# Declared outputs that the model's own run contradicts (a wrong extent, a name of no input, a name the run does not
-# bear out, another rank) are dynamic and unnamed in kiln's output signature; ONNX Runtime is not asked.
+# Declared outputs that the model's own runs contradict (a wrong extent, a name of no input, a name the run does not
+# bear out, another rank) are dynamic and unnamed in kiln's output signature; ONNX Runtime is not asked. The last
+# two agree with the first check run by coincidence (its batch is 2), and the second run, at batch 3, tells.
 graph = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
-                           helper.make_node("Transpose", ["x"], ["c"], perm=[1, 0]), helper.make_node("Abs", ["x"], ["d"])],
+                           helper.make_node("Transpose", ["x"], ["c"], perm=[1, 0]), helper.make_node("Abs", ["x"], ["d"]),
+                           helper.make_node("Sigmoid", ["x"], ["e"]),
+                           helper.make_node("Slice", ["x", "zero", "two", "one"], ["g"])],
                           "declared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
                           [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 4]),
                            helper.make_tensor_value_info("b", TensorProto.FLOAT, ["rows", 3]),
                            helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", "batch"]),
-                           helper.make_tensor_value_info("d", TensorProto.FLOAT, ["batch"])])
+                           helper.make_tensor_value_info("d", TensorProto.FLOAT, ["batch"]),
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("g", TensorProto.FLOAT, ["batch", "batch"])],
+                          [numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+                           numpy_helper.from_array(np.array([2], dtype=np.int64), "two"),
+                           numpy_helper.from_array(np.array([1], dtype=np.int64), "one")])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
 onnx.save(model, os.path.join(work, "declared_wrong.onnx"))
 with open(os.path.join(work, "declared_wrong.outputs"), "w") as f:
-    f.write("{(batch, ?) float32, (?, 3) float32, (?, batch) float32, (?, ?) float32}\n")
+    f.write("{(batch, ?) float32, (?, 3) float32, (?, batch) float32, (?, ?) float32, (?, 3) float32, (batch, ?) float32}\n")
 
 
 # Models of the newer opsets, as the onnx package writes them by default and as newer exporters do: opset 18 made the

@@ -84,7 +84,8 @@ public:
     // ops, products, reductions, casts, axis moves, slices, concats, gathers, windows, reshapes that keep an
     // extent); an extent it cannot follow is dynamic and unnamed.
     // An ONNX model's: its outputs' declared element types and dimensions (dim_params that name an input's
-    // dimension are that name), where the model's check run at load agreed with them, and kiln::dyn elsewhere.
+    // dimension are that name), where the model's two check runs at load (at two sets of extents for its dynamic
+    // dimensions) agreed with them, and kiln::dyn elsewhere.
     template <int N = 0>
     std::vector<spec> output_signature() const {
         check();

@@ -171,7 +171,7 @@ struct onnx_importer {
         }
         // Arguments: the graph inputs that are not initializers; each dynamic dimension named by its dim_param.
         std::map<std::string, int> dim_names;
-        std::vector<tensor> examples;
+        std::vector<tensor> examples, other_examples;  // (the check runs' inputs: below)
         int argc = 0;
         for (pb_reader& in : inputs) {
             const onnx_declared_value info = read_onnx_declared_value(in, "input");
@@ -188,18 +188,20 @@ struct onnx_importer {
             n.kind = node_kind::argument;
             n.argument = argc++;
             n.dtype = *d;
-            dims ex;
-            ex.rank = static_cast<int>(shape.size());
+            dims ex, other;
+            ex.rank = other.rank = static_cast<int>(shape.size());
             for (std::size_t i = 0; i < shape.size(); ++i) {
-                std::ptrdiff_t e = shape[i];
+                std::ptrdiff_t e = shape[i], o = shape[i];
                 if (e == dyn) {
                     auto it = dim_names.find(params[i]);
                     if (it == dim_names.end()) it = dim_names.emplace(params[i], static_cast<int>(dim_names.size())).first;
                     f.group_.push_back(it->second);
                     e = 2 + it->second;  // (distinct extents for distinct names while checking)
+                    o = 3 + 2 * it->second;  // (and other ones, each unlike the first run's: 3, 5, 7, ...)
                     f.traced_.push_back(e);
                 }
                 ex[static_cast<int>(i)] = e;
+                other[static_cast<int>(i)] = o;
             }
             n.shape = ex;
             // The dim_params that are names kiln takes (letters, digits, underscores) name the signature's extents.
@@ -207,6 +209,8 @@ struct onnx_importer {
             for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(shape[i] == dyn && valid_dim_name(params[i]) ? params[i] : "");
             f.specs_.emplace_back(*d, shape, std::move(names));
             examples.push_back(zeros(ex, *d));
+            if (ex != other) other_examples.push_back(zeros(other, *d));
+            else other_examples.push_back(examples.back());
             define(nm, std::move(n), in);
         }
 
@@ -386,22 +390,47 @@ struct onnx_importer {
                                  "' is declared " + onnx_dtype_name(elem) + ", but the model computes " + onnx_dtype_name(onnx_dtype(got)) +
                                  " (" + std::string(kiln::name(got)) + ") for it");
         }
-        // The outputs as declared, where the check run agrees: a declared extent it computed, and a dim_param that
-        // names an input's dynamic dimension where the output's extent was that dimension's in the run.
+        // With dynamic dimensions, a second run at other extents (3, 5, 7, ... where the first had 2, 3, 4, ...): an
+        // output extent that both runs computed, or that followed a dimension in both, is a fact of the model, not a
+        // coincidence of one run's extents. Where the model fails at the second extents, its outputs' extents are
+        // left unknown.
         const bool any_dynamic = !f.traced_.empty();
+        std::vector<dims> other_shapes;  // (each output's, in the second run; empty where it did not run)
+        if (any_dynamic) {
+            std::vector<tensor> v2(g.nodes.size());
+            try {
+                for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+                    const graph_node& n = g.nodes[i];
+                    if (n.kind == node_kind::argument) v2[i] = other_examples[static_cast<std::size_t>(n.argument)];
+                    else if (n.kind == node_kind::constant) v2[i] = n.value;
+                    else {
+                        std::vector<tensor> in;
+                        for (std::int32_t v : n.inputs) in.push_back(v2[static_cast<std::size_t>(v)]);
+                        v2[i] = n.fn(in, {});
+                    }
+                }
+                for (std::int32_t v : g.outputs) other_shapes.push_back(v2[static_cast<std::size_t>(v)].shape());
+            } catch (const error&) {
+                other_shapes.clear();
+            }
+        }
+        // The outputs as declared, where the check runs agree: a declared extent they computed, and a dim_param that
+        // names an input's dynamic dimension where the output's extent was that dimension's in both runs.
         for (std::size_t k = 0; k < g.outputs.size(); ++k) {
             const graph_node& o = g.nodes[static_cast<std::size_t>(g.outputs[k])];
             const onnx_declared_value& d = declared[k];
             const bool same_rank = d.has_shape && d.shape.size() == static_cast<std::size_t>(o.shape.rank);
+            const bool second = !other_shapes.empty() && other_shapes[k].rank == o.shape.rank;
             std::vector<std::ptrdiff_t> shape(static_cast<std::size_t>(o.shape.rank), dyn);
             std::vector<std::string> names(shape.size());
             for (std::size_t i = 0; i < shape.size(); ++i) {
                 const std::ptrdiff_t ran = o.shape[static_cast<int>(i)];
-                if (!any_dynamic || (same_rank && d.shape[i] == ran)) {
+                const std::ptrdiff_t ran2 = second ? other_shapes[k][static_cast<int>(i)] : -1;
+                if (!any_dynamic || (same_rank && d.shape[i] == ran && ran2 == ran)) {
                     shape[i] = ran;
                 } else if (same_rank && d.shape[i] == dyn && valid_dim_name(d.params[i])) {
                     const auto it = dim_names.find(d.params[i]);
-                    if (it != dim_names.end() && 2 + it->second == ran) names[i] = d.params[i];
+                    if (it != dim_names.end() && 2 + it->second == ran && 3 + 2 * it->second == ran2) names[i] = d.params[i];
                 }
             }
             f.declared_outputs_.emplace_back(o.dtype, std::move(shape), std::move(names));
