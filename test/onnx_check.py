@@ -214,6 +214,16 @@ save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
 with open(os.path.join(work, "helper_mlp.outputs"), "w") as f:
     f.write("{(batch, 4) float32, (batch,) int32, (2, 2) float32, () int64, (batch,) float32}\n")
 
+def save_signature_model(graph, name, first_line, suffix):
+    """Saves `graph` (opset 17, IR 8) as <name>.onnx with <name><suffix> holding first_line: the output signature
+    kiln must read (".outputs"), or the refusal it must give (".refusal")."""
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(work, name + ".onnx"))
+    with open(os.path.join(work, name + suffix), "w") as f:
+        f.write(first_line + "\n")
+
+
 # Declared outputs that the model's own runs contradict (a wrong extent, a name of no input, a name the run does not
 # bear out, another rank) are dynamic and unnamed in kiln's output signature; ONNX Runtime is not asked. The last
 # two agree with the first check run by coincidence (its batch is 2), and the second run, at batch 3, tells.
@@ -231,11 +241,8 @@ graph = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_n
                           [numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
                            numpy_helper.from_array(np.array([2], dtype=np.int64), "two"),
                            numpy_helper.from_array(np.array([1], dtype=np.int64), "one")])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-model.ir_version = 8
-onnx.save(model, os.path.join(work, "declared_wrong.onnx"))
-with open(os.path.join(work, "declared_wrong.outputs"), "w") as f:
-    f.write("{(batch, ?) float32, (?, 3) float32, (?, batch) float32, (?, ?) float32, (?, 3) float32, (batch, ?) float32}\n")
+save_signature_model(graph, "declared_wrong", "{(batch, ?) float32, (?, 3) float32, (?, batch) float32, (?, ?) float32, "
+                     "(?, 3) float32, (batch, ?) float32}", ".outputs")
 
 
 # Models of the newer opsets, as the onnx package writes them by default and as newer exporters do: opset 18 made the
@@ -551,6 +558,22 @@ refused_window("conv_transpose_output_shape", "ConvTranspose", dict(output_shape
                "value_error in 'ConvTranspose': output_shape 12 is larger than the full result's 10 (kiln does not pad it)")
 refused_window("conv_transpose_kernel_shape", "ConvTranspose", dict(kernel_shape=[2, 2]), [2, 3, 8], [3, 4, 3],
                "shape_error in 'ConvTranspose': kernel_shape disagrees with the weight")
+
+# An input whose declared extents multiply past what kiln indexes (2^40 x 2^40 elements): refused before anything
+# is allocated (the check runs' inputs take no memory, and their element counts must fit).
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "huge_input",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 40, 1 << 40])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1 << 40, 1 << 40])])
+save_signature_model(graph, "refused_huge_input", "input 'x' declares more than 2^56 elements", ".refusal")
+# A model whose input is declared huge (2^20 x 2^20 float32, 4 TiB) but only a slice of it is computed: it loads in a
+# few megabytes (the check runs' inputs are placeholders of stride 0; they were allocated whole before).
+graph = helper.make_graph([helper.make_node("Slice", ["x", "zero", "three", "zero"], ["s"]),
+                           helper.make_node("Relu", ["s"], ["y"])], "huge_slice",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 20, 1 << 20])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1 << 20])],
+                          [numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+                           numpy_helper.from_array(np.array([3], dtype=np.int64), "three")])
+save_signature_model(graph, "huge_slice", "{(3, 1048576) float32}", ".outputs")
 
 run = subprocess.run([tool, "onnx", "import", work], capture_output=True, text=True)
 print(run.stdout.strip())

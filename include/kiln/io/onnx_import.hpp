@@ -208,9 +208,16 @@ struct onnx_importer {
             std::vector<std::string> names;
             for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(shape[i] == dyn && valid_dim_name(params[i]) ? params[i] : "");
             f.specs_.emplace_back(*d, shape, std::move(names));
-            examples.push_back(zeros(ex, *d));
-            if (ex != other) other_examples.push_back(zeros(other, *d));
-            else other_examples.push_back(examples.back());
+            // The check runs' inputs take no memory (stride 0: a declared extent is untrusted), and their element
+            // counts must fit the index type.
+            for (const dims& e : {ex, other}) {
+                std::int64_t count = 1;
+                for (int i = 0; i < e.rank; ++i)
+                    if (__builtin_mul_overflow(count, static_cast<std::int64_t>(e[i]), &count) || count > (std::int64_t{1} << 56))
+                        in.fail("input '" + json::reader::printable(nm) + "' declares more than 2^56 elements");
+            }
+            examples.push_back(zeros(dims{}, *d).broadcast_to(ex));
+            other_examples.push_back(zeros(dims{}, *d).broadcast_to(other));
             define(nm, std::move(n), in);
         }
 
