@@ -494,6 +494,25 @@ TEST_CASE("save: what cannot be saved is refused with the reason") {
     std::remove(path.c_str());
 }
 
+TEST_CASE("save and export_onnx trace on inputs that take no memory: a (2^20, 2^20) signature saves in bytes") {
+    // The traced function reads a corner of its input: the trace needs the input's dtype and shape only, so save and
+    // export_onnx must not allocate it (4 TiB here; a device_error before).
+    auto corner = kiln::function([](const kiln::tensor& x) { return x.slice(0, 0, 2).slice(1, 1, 4) * 2.0f; });
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {1 << 20, 1 << 20})};
+    const std::string path = temp_path("corner.kfn");
+    kiln::save(corner, sig, path);
+    CHECK_NOTHROW(kiln::export_onnx(corner, sig, temp_path("corner.onnx")));
+    kiln::tensor x = kiln::full({}, 1.5, kiln::float32).broadcast_to({1 << 20, 1 << 20});
+    // (kiln::load refuses a node declared over load_options::max_node_bytes, 2 GiB by default, the input's included.)
+    CHECK_THROWS_WITH_AS(kiln::load(path), doctest::Contains("max_node_bytes"), kiln::file_error);
+    kiln::load_options big;
+    big.max_node_bytes = std::uint64_t{1} << 43;
+    const kiln::tensor y = kiln::load(path, big)(x)[0];
+    CHECK(y.shape() == kiln::dims{2, 3});
+    CHECK(values(y.to(kiln::float64)) == std::vector<double>(6, 3.0));
+    std::remove(path.c_str());
+}
+
 TEST_CASE("save, load and export_onnx: C++ bool numbers as operands, with eager mode's promotion") {
     // A bool number takes its tensors' dtype (x * true is x's float32; i + true adds 1 to int32), and where's
     // condition may be one.

@@ -363,30 +363,49 @@ struct onnx_importer {
         }
         if (f.specs_.size() > 1024) graph.fail("more than 1024 inputs");
 
-        // Run once on zeros at example extents: each op's dtype and shape, and every failure named by its node. No
-        // result may take more than max_node_bytes: an op is refused before it allocates a larger one.
-        std::vector<tensor> vals(g.nodes.size());
-        const allocation_cap_scope cap(opt.max_node_bytes);
+        // A check run on zeros of `inputs`' shapes: each op's value from its inputs', every failure named by its
+        // node, each value freed after its last use (a run holds only its live values). No result may take more
+        // than max_node_bytes: an op is refused before it allocates a larger one. Gives each output's shape; the
+        // first run also writes each node's dtype and shape into the graph.
+        std::vector<std::size_t> last_use(g.nodes.size());
         for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-            graph_node& n = g.nodes[i];
-            if (n.kind == node_kind::argument) vals[i] = examples[static_cast<std::size_t>(n.argument)];
-            else if (n.kind == node_kind::constant) vals[i] = n.value;
-            else {
-                std::vector<tensor> in;
-                for (std::int32_t v : n.inputs) in.push_back(vals[static_cast<std::size_t>(v)]);
-                try {
-                    vals[i] = n.fn(in, {});
-                } catch (const error& e) {
-                    throw file_error("kiln: file_error in 'load_onnx': '" + file + "': the op of value %" + std::to_string(i) +
-                                     " ('" + n.op + "') fails on inputs of the declared shapes: " + e.what());
-                }
-                if (static_cast<std::uint64_t>(vals[i].numel()) * vals[i].itemsize() > opt.max_node_bytes)
-                    throw file_error("kiln: file_error in 'load_onnx': '" + file + "': value %" + std::to_string(i) + " ('" + n.op +
-                                     "') is larger than load_options::max_node_bytes");
-            }
-            n.dtype = vals[i].dtype();
-            n.shape = vals[i].shape();
+            last_use[i] = i;  // (a value nobody reads: freed once its dtype and shape are known)
+            for (std::int32_t v : g.nodes[i].inputs) last_use[static_cast<std::size_t>(v)] = i;
         }
+        for (std::int32_t v : g.outputs) last_use[static_cast<std::size_t>(v)] = g.nodes.size();
+        const allocation_cap_scope cap(opt.max_node_bytes);
+        auto check_run = [&](const std::vector<tensor>& inputs, bool first) {
+            std::vector<tensor> vals(g.nodes.size());
+            for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+                graph_node& n = g.nodes[i];
+                if (n.kind == node_kind::argument) vals[i] = inputs[static_cast<std::size_t>(n.argument)];
+                else if (n.kind == node_kind::constant) vals[i] = n.value;
+                else {
+                    std::vector<tensor> in;
+                    for (std::int32_t v : n.inputs) in.push_back(vals[static_cast<std::size_t>(v)]);
+                    try {
+                        vals[i] = n.fn(in, {});
+                    } catch (const error& e) {
+                        throw file_error("kiln: file_error in 'load_onnx': '" + file + "': the op of value %" + std::to_string(i) +
+                                         " ('" + n.op + "') fails on inputs of the declared shapes: " + e.what());
+                    }
+                    if (static_cast<std::uint64_t>(vals[i].numel()) * vals[i].itemsize() > opt.max_node_bytes)
+                        throw file_error("kiln: file_error in 'load_onnx': '" + file + "': value %" + std::to_string(i) + " ('" +
+                                         n.op + "') is larger than load_options::max_node_bytes");
+                    for (std::int32_t v : n.inputs)
+                        if (last_use[static_cast<std::size_t>(v)] == i) vals[static_cast<std::size_t>(v)] = tensor();
+                }
+                if (first) {
+                    n.dtype = vals[i].dtype();
+                    n.shape = vals[i].shape();
+                }
+                if (last_use[i] == i) vals[i] = tensor();
+            }
+            std::vector<dims> shapes;
+            for (std::int32_t v : g.outputs) shapes.push_back(vals[static_cast<std::size_t>(v)].shape());
+            return shapes;
+        };
+        check_run(examples, true);
         // An output computes the element type the model declares (ONNX Runtime refuses a model where they differ).
         for (std::size_t k = 0; k < g.outputs.size(); ++k) {
             const std::int64_t elem = declared[k].elem;
@@ -404,19 +423,8 @@ struct onnx_importer {
         const bool any_dynamic = !f.traced_.empty();
         std::vector<dims> other_shapes;  // (each output's, in the second run; empty where it did not run)
         if (any_dynamic) {
-            std::vector<tensor> v2(g.nodes.size());
             try {
-                for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-                    const graph_node& n = g.nodes[i];
-                    if (n.kind == node_kind::argument) v2[i] = other_examples[static_cast<std::size_t>(n.argument)];
-                    else if (n.kind == node_kind::constant) v2[i] = n.value;
-                    else {
-                        std::vector<tensor> in;
-                        for (std::int32_t v : n.inputs) in.push_back(v2[static_cast<std::size_t>(v)]);
-                        v2[i] = n.fn(in, {});
-                    }
-                }
-                for (std::int32_t v : g.outputs) other_shapes.push_back(v2[static_cast<std::size_t>(v)].shape());
+                other_shapes = check_run(other_examples, false);
             } catch (const error&) {
                 other_shapes.clear();
             }
