@@ -1,7 +1,7 @@
 #pragma once
 // Function mode's executor: a function_graph prepared once per signature (liveness, fused elementwise groups,
 // dynamic extents) and run for each call.
-#include "buffer_plan.hpp"
+#include "plan_build.hpp"
 #include "captured_call.hpp"
 #include "fused_group.hpp"
 #include "jit.hpp"
