@@ -91,10 +91,11 @@ public:
         check();
         if (!declared_outputs_.empty()) return declared_outputs_;
         const function_graph& g = exe_->graph;
-        const std::vector<std::uint32_t> dynamic = detail::dynamic_axes_of<N>(g, specs_);
         const detail::dim_names by_name = detail::dynamic_dim_names(specs_);
         const std::vector<int> first(by_name.first.begin(), by_name.first.end());
-        const std::vector<std::vector<int>> equal_to = detail::axis_dims_of<N>(g, specs_, dynamic, first);
+        const detail::value_axes axes = detail::value_axes_of<N>(g, specs_, first);
+        const std::vector<std::uint32_t>& dynamic = axes.dynamic;
+        const std::vector<std::vector<int>>& equal_to = axes.dims;
         std::vector<spec> out;
         for (const std::int32_t v : g.outputs) {
             const std::size_t at = static_cast<std::size_t>(v);

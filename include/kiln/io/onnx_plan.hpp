@@ -50,13 +50,14 @@ struct onnx_plan {
     std::vector<bool> live;                   // per value: the outputs need it
 };
 
-// `same_dim`: as axis_dims_of takes it.
+// `same_dim`: as value_axes_of takes it.
 template <int N = 0>
 onnx_plan make_onnx_plan(const function_graph& g, const std::vector<spec>& specs, const std::vector<int>& same_dim = {}) {
     onnx_plan p;
     const std::size_t size = g.nodes.size();
-    p.dynamic_axes = dynamic_axes_of<N>(g, specs);
-    p.axis_dims = axis_dims_of<N>(g, specs, p.dynamic_axes, same_dim);
+    value_axes axes = value_axes_of<N>(g, specs, same_dim);
+    p.dynamic_axes = std::move(axes.dynamic);
+    p.axis_dims = std::move(axes.dims);
     p.fused.resize(size);
     std::vector<int> uses(size, 0);
     for (const graph_node& n : g.nodes)
