@@ -564,6 +564,57 @@ TEST_CASE("values read while tracing are a trace_error that names the function, 
     CHECK(values(h(kiln::ones({4}))) == std::vector<double>{2, 2, 2, 2});
 }
 
+TEST_CASE("tracing computes no elementwise op and no matrix product: a (2^20, 2^20) argument traces in microseconds") {
+    // The trace needs each op's dtype and shape only: elementwise ops give theirs by their rule (broadcast, and the
+    // op on one element of each operand), a product runs its checks and gives zeros of stride 0. Computing either on
+    // the placeholders would allocate 4 TiB here, and the product would take hours.
+    auto f = kiln::function([](const kiln::tensor& x, const kiln::tensor& w) { return kiln::relu(kiln::matmul(x, w) + 1.0f) * 2.0f; });
+    const kiln::tensor x = kiln::full({}, 1.0, kiln::float32).broadcast_to({1 << 20, 1 << 20});
+    const kiln::tensor w = kiln::full({}, 1.0, kiln::float32).broadcast_to({1 << 20, 8});
+    const kiln::function_graph& g = f.graph(x, w);
+    REQUIRE(g.outputs.size() == 1);
+    const auto& out = g.nodes[static_cast<std::size_t>(g.outputs[0])];
+    CHECK(out.shape == kiln::dims{1 << 20, 8});
+    CHECK(out.dtype == kiln::float32);
+    // The errors stay eager mode's own, word for word.
+    auto errors = [](auto&& fn, const kiln::tensor& a) {
+        std::string traced, eager;
+        try {
+            kiln::function(fn).graph(a);
+        } catch (const kiln::error& e) {
+            traced = e.what();
+        }
+        try {
+            fn(a);
+        } catch (const kiln::error& e) {
+            eager = e.what();
+        }
+        CHECK(!traced.empty());
+        CHECK(traced == eager);
+    };
+    errors([](const kiln::tensor& a) { return kiln::matmul(a, a); }, kiln::zeros({3, 4}));
+    errors([](const kiln::tensor& a) { return a + kiln::zeros({5}); }, kiln::zeros({3, 4}));
+    errors([](const kiln::tensor& a) { return kiln::where(a > 0.0, a, kiln::zeros({2, 1, 5})); }, kiln::zeros({3, 4}));
+    errors([](const kiln::tensor& a) { return kiln::bitwise_and(a, 1.5); }, kiln::zeros({3, 4}));
+    // Dtypes by eager mode's promotion, numbers included (an int32 product with an int64 one is int64; int32 / 2
+    // is float32; a bool mask times 2.5 is float32).
+    auto h = kiln::function([](const kiln::tensor& a, const kiln::tensor& m) {
+        return std::make_tuple(kiln::matmul(a, a.to(kiln::int64)), a / 2, m * 2.5, kiln::clamp(a, 0.5, 2));
+    });
+    const kiln::tensor a = kiln::full({}, 3, kiln::int32).broadcast_to({4, 4}), m = kiln::ones({4}, kiln::bool_);
+    const kiln::function_graph& hg = h.graph(a, m);
+    const auto dtype_of = [&](std::size_t k) { return hg.nodes[static_cast<std::size_t>(hg.outputs[k])].dtype; };
+    const auto [p0, p1, p2, p3] = h(a, m);
+    CHECK(dtype_of(0) == kiln::int64);
+    CHECK(dtype_of(1) == kiln::float32);
+    CHECK(dtype_of(2) == kiln::float32);
+    CHECK(dtype_of(3) == p3.dtype());
+    CHECK(p0.dtype() == kiln::int64);
+    CHECK(values(p0) == std::vector<double>(16, 36.0));
+    CHECK(values(p1) == std::vector<double>(16, 1.5));
+    CHECK(values(p2) == std::vector<double>(4, 2.5));
+}
+
 TEST_CASE("running functions eagerly, globally or one at a time, and nesting") {
     int calls = 0;
     auto f = kiln::function([&](const kiln::tensor& x) {

@@ -271,21 +271,6 @@ struct op_builder<operand_mode::eager> {
     // C++ kind: `x * 2` and `x * 2.0` promote differently).
     template <class Op, class... Args>
     static tensor traced(const Args&... args) {
-        static constexpr std::size_t n = sizeof...(Args);
-        static constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
-        static constexpr std::array<std::size_t, n> where = [] {
-            std::array<std::size_t, n> at{};
-            std::size_t t = 0;
-            for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? t++ : 0;
-            return at;
-        }();
-        // Where each number lives among the parameters.
-        static constexpr std::array<std::size_t, n> param_at = [] {
-            std::array<std::size_t, n> at{};
-            std::size_t v = 0;
-            for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? 0 : v++;
-            return at;
-        }();
         std::vector<tensor> ins;
         std::string attrs;
         op_params params;
@@ -306,18 +291,60 @@ struct op_builder<operand_mode::eager> {
         }(), ...);
         params.tile = tile_for<Op, Args...>(args...);
         if (params.tile) params.recipe = recipe_for<Op, Args...>(args...);
-        return active_tracer->record(Op::name, std::move(attrs), ins,
-                                     [](std::span<const tensor> in, std::span<const std::int64_t> p) {
-            return [&]<std::size_t... I>(std::index_sequence<I...>) {
-                auto pick = [&]<std::size_t K>() -> decltype(auto) {
-                    using A = std::tuple_element_t<K, std::tuple<Args...>>;
-                    if constexpr (is_tensor[K]) return (in[where[K]]);
-                    else if constexpr (std::is_floating_point_v<A>) return static_cast<A>(param_number(p[param_at[K]]));
-                    else return static_cast<A>(p[param_at[K]]);
-                };
-                return compute_now<Op>(pick.template operator()<I>()...);
-            }(std::index_sequence_for<Args...>{});
-        }, std::move(params));
+        params.spec = &result_spec<Op, Args...>;
+        return active_tracer->record(Op::name, std::move(attrs), ins, &replay<Op, Args...>, std::move(params));
+    }
+
+    // The recorded op: Op(args...) with the tensors from `in` and the numbers from the node's parameters, in the
+    // order of Args.
+    template <class Op, class... Args>
+    static tensor replay(std::span<const tensor> in, std::span<const std::int64_t> p) {
+        static constexpr std::size_t n = sizeof...(Args);
+        static constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
+        // Where each operand lives: among the tensors, or among the parameters.
+        static constexpr std::array<std::size_t, n> at = [] {
+            std::array<std::size_t, n> a{};
+            std::size_t t = 0, v = 0;
+            for (std::size_t i = 0; i < n; ++i) a[i] = is_tensor[i] ? t++ : v++;
+            return a;
+        }();
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            auto pick = [&]<std::size_t K>() -> decltype(auto) {
+                using A = std::tuple_element_t<K, std::tuple<Args...>>;
+                if constexpr (is_tensor[K]) return (in[at[K]]);
+                else if constexpr (std::is_floating_point_v<A>) return static_cast<A>(param_number(p[at[K]]));
+                else return static_cast<A>(p[at[K]]);
+            };
+            return compute_now<Op>(pick.template operator()<I>()...);
+        }(std::index_sequence_for<Args...>{});
+    }
+
+    // The recorded op's result spec without computing it (op_params::spec): the tensor operands' broadcast shape,
+    // and the dtype and device of the op run on one element of each. False (run the op) where the devices differ,
+    // the shapes do not broadcast, an operand is empty or the op refuses its operands, so that every error is eager
+    // mode's own.
+    template <class Op, class... Args>
+    static bool result_spec(std::span<const tensor> in, std::span<const std::int64_t> p, tensor& out) {
+        if (in.empty()) return false;
+        dims shape = in[0].shape();
+        std::array<tensor, 3> one;
+        for (std::size_t k = 0; k < in.size(); ++k) {
+            const tensor& t = in[k];
+            if (k >= one.size() || t.device() != in[0].device() || t.numel() == 0 || !broadcast_into(shape, t.shape(), shape))
+                return false;
+            one[k] = tensor(t.storage_handle(), t.dtype(), dims{}, dims{}, t.offset());  // (its first element)
+        }
+        tensor y;
+        try {
+            y = replay<Op, Args...>(std::span<const tensor>(one.data(), in.size()), p);
+        } catch (const error&) {
+            return false;
+        }
+        if (y.dim() != 0) return false;
+        dims stride0 = shape;
+        for (int d = 0; d < stride0.rank; ++d) stride0[d] = 0;
+        out = tensor(y.storage_handle(), y.dtype(), shape, stride0, y.offset());
+        return true;
     }
 
     // The op's tile kernel when every tensor operand, every number's promotion and the result keep one floating

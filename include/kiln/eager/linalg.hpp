@@ -3,6 +3,7 @@
 // backend/cpu/matmul.hpp, a register-blocked kernel for small products, CBLAS when found, a portable kernel
 // otherwise and for integers); concat and stack.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "../backend/cpu/device.hpp"
@@ -18,6 +19,19 @@ template <int N>
 void record_matmul(const dependent_tensor<N>& a, const dependent_tensor<N>& b, const dependent_tensor<N>& y);
 // Records a concatenation on the active tapes (defined with the tape).
 void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis);
+
+// While the tracer or a loader works out results' dtypes and shapes by running ops on placeholders (function/
+// tracer.hpp, io/function_file.hpp, io/onnx_import.hpp), a matrix product's result is a placeholder too: zeros read
+// with stride 0, after every check the product makes (operands, devices, shapes, dtypes). A product of declared
+// shapes then costs nothing however large (a 2048 x 2048 product took 5.6 s to trace, on stride-0 operands that
+// the BLAS path does not take, and a file declaring one of two 16384 x 16384 inputs would take an hour to check).
+inline thread_local int placeholder_products = 0;
+struct placeholder_products_scope {
+    placeholder_products_scope() noexcept { ++placeholder_products; }
+    ~placeholder_products_scope() { --placeholder_products; }
+    placeholder_products_scope(const placeholder_products_scope&) = delete;
+    placeholder_products_scope& operator=(const placeholder_products_scope&) = delete;
+};
 
 }  // namespace detail
 
@@ -50,6 +64,13 @@ tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     detail::check_same_device("matmul", {&a_in, &b_in});
     const detail::matmul_shape s = ops::matmul::shape(a_in.shape(), b_in.shape());
     const dtype d = detail::promote(a_in.dtype(), b_in.dtype());
+    if (detail::placeholder_products > 0 && a_in.device() == kiln::cpu) [[unlikely]] {
+        tensor z = detail::new_tensor(d, dims{}, kiln::cpu);
+        std::memset(z.raw_data(), 0, size_of(d));
+        dims stride0 = s.result;
+        for (int k = 0; k < stride0.rank; ++k) stride0[k] = 0;
+        return tensor(z.storage_handle(), d, s.result, stride0, 0);
+    }
     const tensor a = a_in.to(d), b = b_in.to(d);
     const device dev = a.device();
     tensor out = detail::new_tensor(d, s.result, dev);

@@ -52,8 +52,14 @@ struct tile_recipe {
     std::uint64_t (*number)(const std::int64_t* params, std::size_t i) = nullptr;
 };
 
+// An op's result spec without computing it: `out` set to a placeholder (one element broadcast by stride 0) of the
+// result's dtype, shape and device, and true; false where the op must run to tell (the tracer then runs it on
+// placeholders, which also gives eager mode's exact errors). See tracer::record (function/tracer.hpp).
+using spec_fn = bool (*)(std::span<const tensor> in, std::span<const std::int64_t> params, tensor& out);
+
 struct op_params {
     tile_kernel tile = nullptr;
+    spec_fn spec = nullptr;  // (or null: the op runs on placeholders)
     const tile_recipe* recipe = nullptr;  // with `tile`: how to write the op into a compiled group (or null)
     std::vector<std::int64_t> values;
     std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits

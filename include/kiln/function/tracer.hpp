@@ -127,11 +127,16 @@ public:
         n.attrs = std::move(attrs);
         n.params = std::move(params);
         for (const tensor& t : inputs) n.inputs.push_back(value_of(t, op));
-        // The result's dtype and shape, with the errors eager mode gives: the op itself on placeholders (one
-        // element broadcast by stride 0, so inputs take no memory) with nothing recording.
+        // The result's dtype and shape, with the errors eager mode gives: the op's spec where it has one and can
+        // tell (elementwise ops: nothing computed, nothing allocated but one element), else the op itself on
+        // placeholders (one element broadcast by stride 0, so inputs take no memory) with nothing recording; a
+        // matrix product there gives a placeholder too, after its checks (placeholder_products, eager/linalg.hpp).
         const tensor y = passes::detail::untraced([&] {
+            const placeholder_products_scope products;
             std::vector<tensor> ph;
             for (std::int32_t v : n.inputs) ph.push_back(placeholder(v));
+            tensor spec;
+            if (n.params.spec && n.params.spec(ph, n.params.values, spec)) return spec;
             return fn(ph, n.params.values);
         });
         n.dtype = y.dtype();

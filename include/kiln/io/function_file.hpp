@@ -464,7 +464,9 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
     }
 
     // Each op's dtype and shape by its own rule, on placeholders of its inputs' declared shapes (stride 0: they
-    // take no memory), against the file's.
+    // take no memory; a matrix product's result is one too, placeholder_products in eager/linalg.hpp), against the
+    // file's.
+    const detail::placeholder_products_scope products;
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         graph_node& n = g.nodes[i];
         if (n.kind != node_kind::op) continue;

@@ -374,6 +374,9 @@ struct onnx_importer {
         }
         for (std::int32_t v : g.outputs) last_use[static_cast<std::size_t>(v)] = g.nodes.size();
         const allocation_cap_scope cap(opt.max_node_bytes);
+        // (A matrix product's result is a placeholder, zeros of stride 0: a product of declared shapes costs
+        // nothing, however large; placeholder_products in eager/linalg.hpp.)
+        const placeholder_products_scope products;
         auto check_run = [&](const std::vector<tensor>& inputs, bool first) {
             std::vector<tensor> vals(g.nodes.size());
             for (std::size_t i = 0; i < g.nodes.size(); ++i) {
