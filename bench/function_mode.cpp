@@ -2,8 +2,9 @@
 // drifts, so read the ratios): the chain relu(x*y + 0.5*x - y)*2 + y at 2^16, 2^20 and 2^25 elements (graph mode's
 // run_into, a traced function, eager ops), the per-call cost of a traced a + b on 4 elements against eager a + b,
 // and the first call of the reference training step (tracing three times for its dynamic batch, the passes, one run)
-// against a replayed call. The chain also runs as the traced function with its fused group compiled
-// (kiln::jit_mode: kiln/function/jit.hpp); its kernels are cached under $KILN_JIT_CACHE or ~/.cache/kiln/jit.
+// against a replayed call; a trace alone against a replayed call, first. The chain also runs as the traced function
+// with its fused group compiled (kiln::jit_mode: kiln/function/jit.hpp); its kernels are cached under
+// $KILN_JIT_CACHE or ~/.cache/kiln/jit.
 //   cmake --build build-bench --target bench_function_mode && build-bench/bench/bench_function_mode
 #include <chrono>
 #include <cstdio>
@@ -88,9 +89,32 @@ void first_call() {
                 replay * 1e6);
 }
 
+// What a trace costs against a replayed call of the same function (best of `rounds`, each a fresh function): the
+// tracer needs each result's dtype and shape, not its values. The chain at 2^24 elements, and tanh of two products
+// of 2048 x 2048 matrices.
+template <class F>
+void trace_cost(const char* what, F fn, const kiln::tensor& p, const kiln::tensor& q, int rounds) {
+    double trace = 1e30, call = 1e30;
+    for (int round = 0; round < rounds; ++round) {
+        auto f = kiln::function(fn);
+        trace = std::min(trace, seconds_per_call([&] { (void)f.graph(p, q); }, 1));
+        (void)f(p, q);
+        call = std::min(call, seconds_per_call([&] { volatile float s = *f(p, q).template data<float>(); (void)s; }, 3));
+    }
+    std::printf("trace of %s: %.3f ms, a replayed call %.3f ms (trace/call %.4f)\n", what, trace * 1e3, call * 1e3, trace / call);
+}
+
 }  // namespace
 
 int main() {
+    {
+        const kiln::tensor x = kiln::randn({1 << 24}), y = kiln::randn({1 << 24});
+        const kiln::tensor a = kiln::randn({2048, 2048}), w = kiln::randn({2048, 2048});
+        trace_cost("the chain at 2^24", [](const kiln::tensor& p, const kiln::tensor& q) { return kiln::relu(p * q + 0.5 * p - q) * 2 + q; }, x, y, 5);
+        trace_cost("tanh(matmul(matmul(a, w), w)) at 2048", [](const kiln::tensor& p, const kiln::tensor& q) {
+            return kiln::tanh(kiln::matmul(kiln::matmul(p, q), q));
+        }, a, w, 3);
+    }
     chain(1 << 16);
     chain(1 << 20);
     chain(1 << 25);

@@ -53,9 +53,20 @@ template <class U>
 tensor convert(const tensor& t) {
     if (active_tracer) [[unlikely]] {
         const bool same = t.dtype() == dtype_of<U>();
+        op_params params;
+        // (The result spec: t's shape and device in dtype U, nothing copied; op_params::spec.)
+        params.spec = [](std::span<const tensor> in, std::span<const std::int64_t>, tensor& out) {
+            if (in.size() != 1 || !in[0].is_cpu()) return false;
+            tensor one(dtype_of<U>(), dims{});
+            *one.data<U>() = U{};
+            dims stride0 = in[0].shape();
+            for (int d = 0; d < stride0.rank; ++d) stride0[d] = 0;
+            out = tensor(one.storage_handle(), dtype_of<U>(), in[0].shape(), stride0, 0);
+            return true;
+        };
         return active_tracer->record(same ? "copy" : "cast", same ? "" : "dtype=" + std::string(dtype_name<U>()),
                                      std::span<const tensor>(&t, 1),
-                                     [](std::span<const tensor> in, auto) { return convert<U>(in[0]); });
+                                     [](std::span<const tensor> in, auto) { return convert<U>(in[0]); }, std::move(params));
     }
 #if KILN_HAS_GPU
     if (!t.is_cpu()) {
