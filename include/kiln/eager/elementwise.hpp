@@ -249,6 +249,18 @@ tensor scalar_tensor(T v) {
     return t;
 }
 
+// Where each operand of an op recorded with `Args` lives: its index among the tensors (the Args that are
+// kiln::tensor), or among the numbers (the others), in the order of Args. (A trace's node keeps the tensors as inputs
+// and the numbers as parameters; a tape's entry keeps them apart too.)
+template <class... Args>
+inline constexpr std::array<std::size_t, sizeof...(Args)> operand_slots = [] {
+    constexpr std::array<bool, sizeof...(Args)> is_tensor{std::is_same_v<Args, tensor>...};
+    std::array<std::size_t, sizeof...(Args)> at{};
+    std::size_t t = 0, v = 0;
+    for (std::size_t i = 0; i < at.size(); ++i) at[i] = is_tensor[i] ? t++ : v++;
+    return at;
+}();
+
 template <>
 struct op_builder<operand_mode::eager> {
     template <class Op, class... Args>
@@ -299,19 +311,11 @@ struct op_builder<operand_mode::eager> {
     // order of Args.
     template <class Op, class... Args>
     static tensor replay(std::span<const tensor> in, std::span<const std::int64_t> p) {
-        static constexpr std::size_t n = sizeof...(Args);
-        static constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
-        // Where each operand lives: among the tensors, or among the parameters.
-        static constexpr std::array<std::size_t, n> at = [] {
-            std::array<std::size_t, n> a{};
-            std::size_t t = 0, v = 0;
-            for (std::size_t i = 0; i < n; ++i) a[i] = is_tensor[i] ? t++ : v++;
-            return a;
-        }();
+        static constexpr auto at = operand_slots<Args...>;
         return [&]<std::size_t... I>(std::index_sequence<I...>) {
             auto pick = [&]<std::size_t K>() -> decltype(auto) {
                 using A = std::tuple_element_t<K, std::tuple<Args...>>;
-                if constexpr (is_tensor[K]) return (in[at[K]]);
+                if constexpr (std::is_same_v<A, tensor>) return (in[at[K]]);
                 else if constexpr (std::is_floating_point_v<A>) return static_cast<A>(param_number(p[at[K]]));
                 else return static_cast<A>(p[at[K]]);
             };
@@ -423,17 +427,10 @@ struct op_builder<operand_mode::eager> {
     // The op on indexed leaves (its tensors) and scalars (its numbers, from the parameters), as eager mode builds it.
     template <class Op, class T, class... Args>
     static auto tile_expr(const std::int64_t* p) {
-        static constexpr std::size_t n = sizeof...(Args);
-        static constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
-        static constexpr std::array<std::size_t, n> at = [] {
-            std::array<std::size_t, n> a{};
-            std::size_t t = 0, v = 0;
-            for (std::size_t i = 0; i < n; ++i) a[i] = is_tensor[i] ? t++ : v++;
-            return a;
-        }();
+        static constexpr auto at = operand_slots<Args...>;
         auto operand = [&]<std::size_t K>() {
             using A = std::tuple_element_t<K, std::tuple<Args...>>;
-            if constexpr (is_tensor[K]) return indexed_leaf<at[K], T>{};
+            if constexpr (std::is_same_v<A, tensor>) return indexed_leaf<at[K], T>{};
             else if constexpr (std::is_floating_point_v<A>)
                 return scalar<T>{value_cast<T>(p ? static_cast<A>(param_number(p[at[K]])) : A{})};
             else return scalar<T>{value_cast<T>(p ? static_cast<A>(p[at[K]]) : A{})};

@@ -434,15 +434,7 @@ S number_from_bits(std::uint64_t b) {
 // taken from the entry's inputs and the numbers from its number slots, in the order of Args.
 template <class Op, class... Args>
 gradient_list op_rule(const tape_entry& e, const tensor& g) {
-    constexpr std::size_t n = sizeof...(Args);
-    constexpr std::array<bool, n> is_tensor{std::is_same_v<Args, tensor>...};
-    // Where operand I lives: its index among the tensors, or among the numbers.
-    constexpr auto where = [is_tensor] {
-        std::array<std::size_t, n> at{};
-        std::size_t t = 0, v = 0;
-        for (std::size_t i = 0; i < n; ++i) at[i] = is_tensor[i] ? t++ : v++;
-        return at;
-    }();
+    static constexpr auto where = operand_slots<Args...>;  // (operand I: its index among the tensors or the numbers)
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
         auto arg = [&]<std::size_t K>() -> decltype(auto) {
             using A = std::tuple_element_t<K, std::tuple<Args...>>;
