@@ -535,6 +535,51 @@ TEST_CASE("load and load_onnx check a product of two (16384, 16384) inputs witho
     std::remove(onnx.c_str());
 }
 
+TEST_CASE("load and load_onnx check elementwise ops, casts and fills of a (2^20, 2^20) input without computing them; tracing and load reductions too") {
+    // 4 TiB of float32, within a max_node_bytes of 2^50: in both loaders' check runs an elementwise op, a cast or a
+    // fill of placeholders gives a placeholder (kiln::detail::shape_run); computed, the first op would ask for 4 TiB.
+    auto f = kiln::function([](const kiln::tensor& x) {
+        const kiln::tensor y = kiln::relu(x * 2.0 + 1.0) - kiln::ones(x.shape());
+        return kiln::exp(y.to(kiln::float64));
+    });
+    const std::ptrdiff_t n = std::ptrdiff_t{1} << 20;
+    const std::vector<kiln::spec> sig{kiln::spec(kiln::float32, {n, n})};
+    const std::string path = temp_path("huge_chain.kfn"), onnx = temp_path("huge_chain.onnx");
+    kiln::save(f, sig, path);
+    kiln::export_onnx(f, sig, onnx);
+    CHECK(bytes_of_file(path).size() < 100000);
+    kiln::load_options opt;
+    opt.max_node_bytes = std::uint64_t{1} << 50;
+    const kiln::loaded_function a = kiln::load(path, opt), b = kiln::load_onnx(onnx, opt);
+    for (const kiln::loaded_function* l : {&a, &b}) {
+        const std::vector<kiln::spec> out = l->output_signature();
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].dtype == kiln::float64);
+        CHECK(out[0].shape == std::vector<std::ptrdiff_t>{n, n});
+    }
+    // Under the default limit (2 GiB) both refuse the input by its size.
+    CHECK_THROWS_WITH_AS(kiln::load(path), doctest::Contains("max_node_bytes"), kiln::file_error);
+    CHECK_THROWS_WITH_AS(kiln::load_onnx(onnx), doctest::Contains("max_node_bytes"), kiln::file_error);
+    // Tracing and kiln::load's check take a reduction's and a flip's results from their shape rules (computed on
+    // the placeholder, the sum alone would add 2^40 elements); load_onnx's check runs them, since its values may
+    // become a later op's shape.
+    auto reduced = kiln::function([](const kiln::tensor& x) {
+        return std::make_tuple(kiln::sum(kiln::flip(x, {0}), {1}), kiln::max(x) * 2.0);
+    });
+    kiln::save(reduced, sig, path);
+    const kiln::loaded_function r = kiln::load(path, opt);
+    const std::vector<kiln::spec> rout = r.output_signature();
+    REQUIRE(rout.size() == 2);
+    CHECK(rout[0].shape == std::vector<std::ptrdiff_t>{n});
+    CHECK(rout[1].shape == std::vector<std::ptrdiff_t>{});
+    CHECK(rout[1].dtype == kiln::float32);
+    // A reduction that eager mode refuses is still refused while tracing, with eager mode's message.
+    CHECK_THROWS_WITH_AS(kiln::save(reduced, {kiln::spec(kiln::float32, {0, 4})}, path),
+                         doctest::Contains("cannot reduce over an empty dimension"), kiln::value_error);
+    std::remove(path.c_str());
+    std::remove(onnx.c_str());
+}
+
 TEST_CASE("save, load and export_onnx: C++ bool numbers as operands, with eager mode's promotion") {
     // A bool number takes its tensors' dtype (x * true is x's float32; i + true adds 1 to int32), and where's
     // condition may be one.

@@ -54,16 +54,17 @@ tensor convert(const tensor& t) {
     if (active_tracer) [[unlikely]] {
         const bool same = t.dtype() == dtype_of<U>();
         op_params params;
-        // (The result spec: t's shape and device in dtype U, nothing copied; op_params::spec.)
+        // (The result spec: t's first element converted, read at every index of t's shape; op_params::spec.)
         params.spec = [](std::span<const tensor> in, std::span<const std::int64_t>, tensor& out) {
             if (in.size() != 1 || !in[0].is_cpu()) return false;
+            const tensor& x = in[0];
             tensor one(dtype_of<U>(), dims{});
-            *one.data<U>() = U{};
-            dims stride0 = in[0].shape();
-            for (int d = 0; d < stride0.rank; ++d) stride0[d] = 0;
-            out = tensor(one.storage_handle(), dtype_of<U>(), in[0].shape(), stride0, 0);
+            if (x.numel() == 0) *one.data<U>() = U{};
+            else one = convert<U>(tensor(x.storage_handle(), x.dtype(), dims{}, dims{}, x.offset()));
+            out = one.broadcast_to(x.shape());  // (untraced: see result_of_op, eager/shape_run.hpp)
             return true;
         };
+        params.spec_is_value = true;
         return active_tracer->record(same ? "copy" : "cast", same ? "" : "dtype=" + std::string(dtype_name<U>()),
                                      std::span<const tensor>(&t, 1),
                                      [](std::span<const tensor> in, auto) { return convert<U>(in[0]); }, std::move(params));

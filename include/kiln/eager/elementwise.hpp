@@ -304,6 +304,7 @@ struct op_builder<operand_mode::eager> {
         params.tile = tile_for<Op, Args...>(args...);
         if (params.tile) params.recipe = recipe_for<Op, Args...>(args...);
         params.spec = &result_spec<Op, Args...>;
+        params.spec_is_value = true;
         return active_tracer->record(Op::name, std::move(attrs), ins, &replay<Op, Args...>, std::move(params));
     }
 
@@ -345,9 +346,7 @@ struct op_builder<operand_mode::eager> {
             return false;
         }
         if (y.dim() != 0) return false;
-        dims stride0 = shape;
-        for (int d = 0; d < stride0.rank; ++d) stride0[d] = 0;
-        out = tensor(y.storage_handle(), y.dtype(), shape, stride0, y.offset());
+        out = y.broadcast_to(shape);  // (untraced: see result_of_op, eager/shape_run.hpp)
         return true;
     }
 

@@ -12,12 +12,33 @@
 
 namespace kiln {
 
+namespace detail {
+// full's result spec (op_params::spec): its value, read at every index of its shape; nothing of the shape's size is
+// allocated. False where the shape is refused, so that the op runs and gives its own error.
+template <class T>
+bool full_spec(std::span<const tensor>, std::span<const std::int64_t> p, tensor& out) {
+    if (p.empty() || p.size() - 1 > static_cast<std::size_t>(max_rank)) return false;
+    const dims shape = param_dims(p, 0, static_cast<int>(p.size() - 1));
+    try {
+        (void)checked_bytes(checked_numel(shape, "full"), sizeof(T), shape, "full");
+    } catch (const error&) {
+        return false;
+    }
+    tensor one(dtype_of<T>(), dims{});
+    *one.data<T>() = value_cast<T>(param_number(p.back()));
+    out = one.broadcast_to(shape);  // (untraced: see result_of_op, eager/shape_run.hpp)
+    return true;
+}
+}  // namespace detail
+
 // A tensor of `shape` filled with `value`.
 inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
     if (detail::active_tracer) [[unlikely]] {
         detail::op_params p;
         p.add_dims(shape);
         p.add_number(value);
+        p.spec = detail::dispatch(d, [&]<class T>() -> detail::spec_fn { return &detail::full_spec<T>; });
+        p.spec_is_value = true;
         return detail::active_tracer->record(
             "full", "shape=" + detail::dims_text(shape) + " value=" + detail::number_text(value) + " dtype=" + std::string(name(d)), {},
             [r = shape.rank, d](std::span<const tensor>, std::span<const std::int64_t> q) {

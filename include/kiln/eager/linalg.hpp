@@ -67,9 +67,7 @@ tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     if (detail::placeholder_products > 0 && a_in.device() == kiln::cpu) [[unlikely]] {
         tensor z = detail::new_tensor(d, dims{}, kiln::cpu);
         std::memset(z.raw_data(), 0, size_of(d));
-        dims stride0 = s.result;
-        for (int k = 0; k < stride0.rank; ++k) stride0[k] = 0;
-        return tensor(z.storage_handle(), d, s.result, stride0, 0);
+        return z.broadcast_to(s.result);  // (untraced: see result_of_op, eager/shape_run.hpp)
     }
     const tensor a = a_in.to(d), b = b_in.to(d);
     const device dev = a.device();

@@ -43,6 +43,28 @@ strided<const typename structural_operand_type<Op, I, T>::type> structural_opera
     return strided<const U>(static_cast<const U*>(x.raw_data()), x.shape(), x.strides());
 }
 
+// Op's result spec (op_params::spec) for operands of these shapes, whose result has `shape`: zeros of its result
+// type read with stride 0, on the CPU. It gives the dtype and shape only (not spec_is_value). False, so that the op
+// runs and gives its own error or value, where an operand is not uniform (a captured tensor's values may break a
+// gather's bounds), is empty, lives elsewhere or has a dtype the kernel would refuse.
+template <class Op, std::size_t K>
+bool structural_spec(const dims& shape, std::span<const tensor> in, tensor& out) {
+    if (in.size() != K) return false;
+    for (const tensor& t : in)
+        if (!t.is_cpu() || t.numel() == 0 || !is_uniform(t)) return false;
+    return dispatch(in[0].dtype(), [&]<class T>() {
+        const bool operands_ok = [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return ((in[I].dtype() == dtype_of<typename structural_operand_type<Op, I, T>::type>()) && ...);
+        }(std::make_index_sequence<K>{});
+        if (!operands_ok) return false;
+        using U = typename Op::template result_type<T>;
+        tensor one(dtype_of<U>(), dims{});
+        *one.data<U>() = U{};
+        out = one.broadcast_to(shape);  // (untraced: see result_of_op, eager/shape_run.hpp)
+        return true;
+    });
+}
+
 // Op's values on its operands, not recorded on tapes (recorded in a trace while one is being made).
 template <class Op, class... More>
 tensor structural_values(const typename Op::attributes& a, const tensor& x, const More&... more) {
@@ -57,12 +79,17 @@ tensor structural_values(const typename Op::attributes& a, const tensor& x, cons
     }();
     if (active_tracer) [[unlikely]] {
         const std::array<tensor, 1 + sizeof...(More)> in{x, more...};
+        op_params params;
+        params.spec = [shape](std::span<const tensor> v, std::span<const std::int64_t>, tensor& out) {
+            return structural_spec<Op, 1 + sizeof...(More)>(shape, v, out);
+        };
         return active_tracer->record(Op::name, Op::attrs_text(a), std::span<const tensor>(in),
                                      [a](std::span<const tensor> v, auto) {
                                          return [&]<std::size_t... I>(std::index_sequence<I...>) {
                                              return structural_values<Op>(a, v[I]...);
                                          }(std::make_index_sequence<1 + sizeof...(More)>{});
-                                     });
+                                     },
+                                     std::move(params));
     }
     const device dev = x.device();
     if constexpr (sizeof...(More) > 0) {

@@ -588,6 +588,15 @@ struct dependent {
 template <int N>
 using dependent_tensor = typename dependent<N>::type;
 
+// Whether every element of `t` is one value in memory: a placeholder (one element read with stride 0 everywhere),
+// a rank-0 tensor, or one of at most one element (eager/shape_run.hpp).
+inline bool is_uniform(const tensor& t) noexcept {
+    if (t.numel() <= 1) return true;
+    for (int d = 0; d < t.dim(); ++d)
+        if (t.shape()[d] > 1 && t.strides()[d] != 0) return false;
+    return true;
+}
+
 }  // namespace detail
 
 }  // namespace kiln

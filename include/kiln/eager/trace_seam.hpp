@@ -53,13 +53,16 @@ struct tile_recipe {
 };
 
 // An op's result spec without computing it: `out` set to a placeholder (one element broadcast by stride 0) of the
-// result's dtype, shape and device, and true; false where the op must run to tell (the tracer then runs it on
-// placeholders, which also gives eager mode's exact errors). See tracer::record (function/tracer.hpp).
-using spec_fn = bool (*)(std::span<const tensor> in, std::span<const std::int64_t> params, tensor& out);
+// result's dtype, shape and device, and true; false where the op must run to tell (the op then runs on
+// placeholders, which also gives eager mode's exact errors). See result_of_op (eager/shape_run.hpp).
+using spec_fn = std::function<bool(std::span<const tensor> in, std::span<const std::int64_t> params, tensor& out)>;
 
 struct op_params {
     tile_kernel tile = nullptr;
     spec_fn spec = nullptr;  // (or null: the op runs on placeholders)
+    // With `spec`: where every input is uniform (one value read everywhere), the spec's placeholder holds the op's
+    // very value (elementwise ops, casts, fills), not only its dtype and shape (the structural ops' zeros).
+    bool spec_is_value = false;
     const tile_recipe* recipe = nullptr;  // with `tile`: how to write the op into a compiled group (or null)
     std::vector<std::int64_t> values;
     std::uint64_t float_params = 0;  // bit k: values[k] holds a double's bits

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "../eager/shape_run.hpp"
 #include "graph.hpp"
 #include "passes.hpp"
 
@@ -131,14 +132,9 @@ public:
         // tell (elementwise ops: nothing computed, nothing allocated but one element), else the op itself on
         // placeholders (one element broadcast by stride 0, so inputs take no memory) with nothing recording; a
         // matrix product there gives a placeholder too, after its checks (placeholder_products, eager/linalg.hpp).
-        const tensor y = passes::detail::untraced([&] {
-            const placeholder_products_scope products;
-            std::vector<tensor> ph;
-            for (std::int32_t v : n.inputs) ph.push_back(placeholder(v));
-            tensor spec;
-            if (n.params.spec && n.params.spec(ph, n.params.values, spec)) return spec;
-            return fn(ph, n.params.values);
-        });
+        std::vector<tensor> ph;
+        for (std::int32_t v : n.inputs) ph.push_back(passes::detail::untraced([&] { return placeholder(v); }));
+        const tensor y = result_of_op(ph, fn, n.params, false);
         n.dtype = y.dtype();
         n.shape = y.shape();
         n.device = y.device();

@@ -41,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../eager/shape_run.hpp"
 #include "../function/function.hpp"
 #include "../registry.hpp"
 #include "function_write.hpp"
@@ -464,9 +465,10 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
     }
 
     // Each op's dtype and shape by its own rule, on placeholders of its inputs' declared shapes (stride 0: they
-    // take no memory; a matrix product's result is one too, placeholder_products in eager/linalg.hpp), against the
-    // file's.
-    const detail::placeholder_products_scope products;
+    // take no memory), against the file's. Under shape_run (eager/shape_run.hpp) an op with a result spec (an
+    // elementwise op, a cast, a fill, a structural op) gives a placeholder and a matrix product one of zeros: none of
+    // them computes or allocates what the declared shapes would cost.
+    const detail::shape_run checking(false);  // (each node on fresh placeholders: values never matter)
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         graph_node& n = g.nodes[i];
         if (n.kind != node_kind::op) continue;

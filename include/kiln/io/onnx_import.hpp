@@ -3,6 +3,7 @@
 // kiln::loaded_function that runs it with kiln's kernels (ONNX export is io/onnx_export.hpp). A strict reader of
 // protobuf's wire format checks every length against what is left (io/onnx_read.hpp); each ONNX op is read as eager
 // mode's ops on its inputs (io/onnx_ops.hpp); docs/deployment.md lists the ops and what is refused.
+#include "../eager/shape_run.hpp"
 #include "onnx_ops.hpp"
 #include "onnx_read.hpp"
 
@@ -374,9 +375,10 @@ struct onnx_importer {
         }
         for (std::int32_t v : g.outputs) last_use[static_cast<std::size_t>(v)] = g.nodes.size();
         const allocation_cap_scope cap(opt.max_node_bytes);
-        // (A matrix product's result is a placeholder, zeros of stride 0: a product of declared shapes costs
-        // nothing, however large; placeholder_products in eager/linalg.hpp.)
-        const placeholder_products_scope products;
+        // (Under shape_run, eager/shape_run.hpp, an elementwise op, a cast or a fill of uniform values gives its
+        // exact value as a placeholder, one element read with stride 0, and a matrix product gives zeros so: ops of
+        // the declared shapes cost nothing, however large, and a value that becomes a shape is still exact.)
+        const shape_run checking(true);
         auto check_run = [&](const std::vector<tensor>& inputs, bool first) {
             std::vector<tensor> vals(g.nodes.size());
             for (std::size_t i = 0; i < g.nodes.size(); ++i) {
