@@ -114,6 +114,10 @@ int main() {
         trace_cost("tanh(matmul(matmul(a, w), w)) at 2048", [](const kiln::tensor& p, const kiln::tensor& q) {
             return kiln::tanh(kiln::matmul(kiln::matmul(p, q), q));
         }, a, w, 3);
+        const kiln::tensor s = kiln::randn({4096, 4096}), t = kiln::randn({4096, 4096});
+        trace_cost("softmax(a * b, 1) at 4096 x 4096", [](const kiln::tensor& p, const kiln::tensor& q) {
+            return kiln::nn::softmax(p * q, 1);
+        }, s, t, 5);
     }
     chain(1 << 16);
     chain(1 << 20);

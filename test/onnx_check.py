@@ -189,13 +189,19 @@ nodes = [
     helper.make_node("Gather", ["xs", "zero"], ["batch"], axis=0),
     helper.make_node("Concat", ["probs", "logits"], ["both"], axis=1),
     helper.make_node("ReduceSum", ["both", "axis1"], ["rs"], keepdims=0),
+    # A shape computed from constants (kiln's check run must keep its values exact and readable).
+    helper.make_node("ConstantOfShape", ["two_dims"], ["cs"], value=numpy_helper.from_array(np.array([3], dtype=np.int64))),
+    helper.make_node("Mul", ["cs", "one64"], ["cs1"]),
+    helper.make_node("Expand", ["half", "cs1"], ["ex"]),
 ]
 init.append(numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"))
+init.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "two_dims"))
+init.append(numpy_helper.from_array(np.array(1, dtype=np.int64), "one64"))
 graph = helper.make_graph(nodes, "helper_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 10])],
                           [helper.make_tensor_value_info(n, t, sh) for n, t, sh in
                            [("probs", TensorProto.FLOAT, ["batch", 4]), ("cls32", TensorProto.INT32, ["batch"]),
                             ("clipped", TensorProto.FLOAT, [2, 2]), ("batch", TensorProto.INT64, []),
-                            ("rs", TensorProto.FLOAT, ["batch"])]], init)
+                            ("rs", TensorProto.FLOAT, ["batch"]), ("ex", TensorProto.FLOAT, [3, 3])]], init)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
 onnx.checker.check_model(model, full_check=True)
@@ -212,7 +218,7 @@ from safetensors.numpy import save_file  # noqa: E402
 save_file(cases, os.path.join(work, "helper_mlp.safetensors"))
 # The output signature kiln reads from the declared outputs (names of the input's dimensions kept).
 with open(os.path.join(work, "helper_mlp.outputs"), "w") as f:
-    f.write("{(batch, 4) float32, (batch,) int32, (2, 2) float32, () int64, (batch,) float32}\n")
+    f.write("{(batch, 4) float32, (batch,) int32, (2, 2) float32, () int64, (batch,) float32, (3, 3) float32}\n")
 
 def save_signature_model(graph, name, first_line, suffix):
     """Saves `graph` (opset 17, IR 8) as <name>.onnx with <name><suffix> holding first_line: the output signature
