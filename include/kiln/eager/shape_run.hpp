@@ -17,25 +17,28 @@ namespace kiln::detail {
 // op run with nothing recording and matrix products as placeholders (placeholder_products). With `exact` (a check
 // run whose values may feed a later op's shape: load_onnx's), a spec is used only where it is the op's very value:
 // a spec_is_value op of uniform inputs; without it (the tracer, kiln::load's check, where only dtypes and shapes
-// matter) any spec is used. A spec's result of fewer than `at_least` elements is dropped and the op runs: code that
-// reads a small result's values (a shape that a loader reads, after contiguous(), as int64s) gets a tensor laid out
-// as the op promises, not a placeholder of stride 0.
+// matter) any spec is used. Where the result and every input have fewer than `at_least` elements, the spec is
+// dropped and the op runs (it costs microseconds then): code that reads a small result's values (a shape that a
+// loader reads, after contiguous(), as int64s) gets a tensor laid out as the op promises, not a placeholder of
+// stride 0. (A small result of a large input, a reduction's, keeps its spec: running the op would cost the input.)
 inline tensor result_of_op(std::span<const tensor> inputs, const replay_fn& fn, const op_params& params, bool exact,
                            std::ptrdiff_t at_least = 0) {
     const untraced_scope plain;
     const placeholder_products_scope products;
     if (params.spec && (!exact || (params.spec_is_value && std::all_of(inputs.begin(), inputs.end(), is_uniform)))) {
         tensor out;
-        if (params.spec(inputs, params.values, out) && out.numel() >= at_least) return out;
+        const auto small = [&](const tensor& t) { return t.numel() < at_least; };
+        if (params.spec(inputs, params.values, out) && !(small(out) && std::all_of(inputs.begin(), inputs.end(), small)))
+            return out;
     }
     return fn(inputs, params.values);
 }
 
 // While it lives, eager ops on this thread make their results as result_of_op does: a matrix product gives a
 // placeholder of zeros after its checks, an op with a spec (elementwise ops, casts, fills; without `exact`, the
-// structural ops of eager/structural.hpp too) whose result has at least 2^16 elements gives its placeholder,
-// computing and allocating nothing of its shape's size; every other op runs, as do the small ones (microseconds;
-// their results keep the layout their ops promise, contiguous() a contiguous tensor). Effects (writes) run as
+// structural ops of eager/structural.hpp too) whose result or an input has at least 2^16 elements gives its
+// placeholder, computing and allocating nothing of its shape's size; every other op runs, as do the small ones
+// (microseconds; their results keep the layout their ops promise, contiguous() a contiguous tensor). Effects (writes) run as
 // they would. The loaders' check runs use it, so that a file declaring huge inputs is checked in time and memory
 // that do not grow with them (short of the ops that must run: joins, and with `exact` the structural ops).
 class shape_run final : public tracer_base {
