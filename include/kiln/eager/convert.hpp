@@ -8,6 +8,7 @@
 #include "../backend/cpu/copy.hpp"
 #include "../backend/cpu/device.hpp"
 #include "tensor.hpp"
+#include "uniform.hpp"
 #if KILN_HAS_GPU
 #include "../backend/thrust/device.hpp"
 #endif
@@ -58,10 +59,8 @@ tensor convert(const tensor& t) {
         params.spec = [](std::span<const tensor> in, std::span<const std::int64_t>, tensor& out) {
             if (in.size() != 1 || !in[0].is_cpu()) return false;
             const tensor& x = in[0];
-            tensor one(dtype_of<U>(), dims{});
-            if (x.numel() == 0) *one.data<U>() = U{};
-            else one = convert<U>(tensor(x.storage_handle(), x.dtype(), dims{}, dims{}, x.offset()));
-            out = one.broadcast_to(x.shape());  // (untraced: see result_of_op, eager/shape_run.hpp)
+            if (x.numel() == 0) out = uniform(U{}, x.shape());
+            else out = convert<U>(tensor(x.storage_handle(), x.dtype(), dims{}, dims{}, x.offset())).broadcast_to(x.shape());
             return true;
         };
         params.spec_is_value = true;

@@ -242,13 +242,6 @@ void record_op(const tensor& y, const Args&... args);
 template <class Op, class... Args>
 tensor eager_apply(const Args&... args);
 
-template <class T>
-tensor scalar_tensor(T v) {
-    tensor t(dtype_of<T>(), dims{});
-    *t.data<T>() = v;
-    return t;
-}
-
 // Where each operand of an op recorded with `Args` lives: its index among the tensors (the Args that are
 // kiln::tensor), or among the numbers (the others), in the order of Args. (A trace's node keeps the tensors as inputs
 // and the numbers as parameters; a tape's entry keeps them apart too.)

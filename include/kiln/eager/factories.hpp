@@ -13,22 +13,10 @@
 namespace kiln {
 
 namespace detail {
-// full's result spec (op_params::spec): its value, read at every index of its shape; nothing of the shape's size is
-// allocated. False where the shape is refused, so that the op runs and gives its own error.
-template <class T>
-bool full_spec(std::span<const tensor>, std::span<const std::int64_t> p, tensor& out) {
-    if (p.empty() || p.size() - 1 > static_cast<std::size_t>(max_rank)) return false;
-    const dims shape = param_dims(p, 0, static_cast<int>(p.size() - 1));
-    try {
-        (void)checked_bytes(checked_numel(shape, "full"), sizeof(T), shape, "full");
-    } catch (const error&) {
-        return false;
-    }
-    tensor one(dtype_of<T>(), dims{});
-    *one.data<T>() = value_cast<T>(param_number(p.back()));
-    out = one.broadcast_to(shape);  // (untraced: see result_of_op, eager/shape_run.hpp)
-    return true;
-}
+// full's result spec (op_params::spec) for dtype d: its value, read at every index of its shape; nothing of the
+// shape's size is allocated. False where the shape is refused, so that the op runs and gives its own error. (One
+// function for every dtype: full is inline, and a spec per dtype would be compiled in every translation unit.)
+inline bool full_spec(dtype d, std::span<const std::int64_t> p, tensor& out);
 }  // namespace detail
 
 // A tensor of `shape` filled with `value`.
@@ -37,7 +25,7 @@ inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
         detail::op_params p;
         p.add_dims(shape);
         p.add_number(value);
-        p.spec = detail::dispatch(d, [&]<class T>() -> detail::spec_fn { return &detail::full_spec<T>; });
+        p.spec = [d](std::span<const tensor>, std::span<const std::int64_t> q, tensor& out) { return detail::full_spec(d, q, out); };
         p.spec_is_value = true;
         return detail::active_tracer->record(
             "full", "shape=" + detail::dims_text(shape) + " value=" + detail::number_text(value) + " dtype=" + std::string(name(d)), {},
@@ -53,6 +41,17 @@ inline tensor full(const dims& shape, double value, dtype d = dtype::float32) {
         for (std::ptrdiff_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
     });
     return t;
+}
+inline bool detail::full_spec(dtype d, std::span<const std::int64_t> p, tensor& out) {
+    if (p.empty() || p.size() - 1 > static_cast<std::size_t>(max_rank)) return false;
+    const dims shape = param_dims(p, 0, static_cast<int>(p.size() - 1));
+    try {
+        (void)checked_bytes(checked_numel(shape, "full"), size_of(d), shape, "full");
+    } catch (const error&) {
+        return false;
+    }
+    out = full(dims{}, param_number(p.back()), d).broadcast_to(shape);  // (a spec runs untraced: result_of_op)
+    return true;
 }
 inline tensor zeros(const dims& shape, dtype d = dtype::float32) { return full(shape, 0.0, d); }
 inline tensor ones(const dims& shape, dtype d = dtype::float32) { return full(shape, 1.0, d); }

@@ -10,6 +10,7 @@
 #include "linalg.hpp"
 #include "tensor.hpp"
 #include "trace_seam.hpp"
+#include "uniform.hpp"
 
 namespace kiln::detail {
 

@@ -58,9 +58,7 @@ bool structural_spec(const dims& shape, std::span<const tensor> in, tensor& out)
         }(std::make_index_sequence<K>{});
         if (!operands_ok) return false;
         using U = typename Op::template result_type<T>;
-        tensor one(dtype_of<U>(), dims{});
-        *one.data<U>() = U{};
-        out = one.broadcast_to(shape);  // (untraced: see result_of_op, eager/shape_run.hpp)
+        out = uniform(U{}, shape);
         return true;
     });
 }

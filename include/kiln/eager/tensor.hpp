@@ -581,21 +581,13 @@ namespace detail {
 // for every dtype, the compiler would otherwise instantiate at the definition). Eager functions whose bodies run
 // elementwise ops are templates `template <int N = 0>` computing on dependent_tensor<N>, so that a translation unit
 // compiles their kernels only when it calls them (issue #13: compile time).
-template <int N>
+// (dependent<N, T>::type is T, a type that depends on N, for any T.)
+template <int N, class T = tensor>
 struct dependent {
-    using type = tensor;
+    using type = T;
 };
 template <int N>
 using dependent_tensor = typename dependent<N>::type;
-
-// Whether every element of `t` is one value in memory: a placeholder (one element read with stride 0 everywhere),
-// a rank-0 tensor, or one of at most one element (eager/shape_run.hpp).
-inline bool is_uniform(const tensor& t) noexcept {
-    if (t.numel() <= 1) return true;
-    for (int d = 0; d < t.dim(); ++d)
-        if (t.shape()[d] > 1 && t.strides()[d] != 0) return false;
-    return true;
-}
 
 }  // namespace detail
 

@@ -475,14 +475,17 @@ void adam::step_impl(const std::vector<tensor>& grads) {
     rule_.next_step(++t_);
     // The update's expression, built once per dtype for this step (not once per parameter: a tree of numbers
     // copied field by field).
-    std::optional<decltype(rule_.template roots<float>())> roots_f;
-    std::optional<decltype(rule_.template roots<double>())> roots_d;
+    // (The rule's type made dependent: a decltype of roots<float>() on rule_ itself would compile roots' bodies
+    // where this template is defined, in every translation unit.)
+    const typename kiln::detail::dependent<N, adam_rule>::type& rule = rule_;
+    std::optional<decltype(rule.template roots<float>())> roots_f;
+    std::optional<decltype(rule.template roots<double>())> roots_d;
     detail::for_each_parameter(params_, grads, "adam", [&]<class T>(std::size_t i, tensor& p, const tensor& g) {
         auto& roots = *[&] {
             if constexpr (std::is_same_v<T, float>) return &roots_f;
             else return &roots_d;
         }();
-        if (!roots) roots.emplace(rule_.template roots<T>());
+        if (!roots) roots.emplace(rule.template roots<T>());
         // The same update graph as graph mode's kiln::optim::minimize with adam_rule.
         std::apply([&](const auto&... rs) { detail::fused_update(std::array<const tensor*, 4>{&p, &g, &m_[i], &v_[i]},
                                                               std::array<tensor*, 3>{&p, &m_[i], &v_[i]}, rs...); },
