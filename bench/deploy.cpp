@@ -1,8 +1,8 @@
 // Deployment (issue #16): the reference model (Dense(64, relu), Dense(1)) at inference, one thread, batch 1 and 32,
 // as the traced function it was saved from, loaded from a kiln file (kiln::load), that loaded function wrapped in
 // kiln::function with its signature (function mode's passes: fused groups, the buffer plan) and loaded from ONNX
-// (kiln::load_onnx); the chain relu(x*y + 0.5*x - y)*2 + y at 2^20 elements the same ways; loading that chain declared
-// for (2^14, 2^14) inputs against (2, 2); and saving and loading the reference model and a 100 MB model against writing and reading the
+// (kiln::load_onnx); the chain relu(x*y + 0.5*x - y)*2 + y at 2^20 elements the same ways; loading that chain and a
+// softmax's reductions declared for (2^14, 2^14) inputs against (2, 2); and saving and loading the reference model and a 100 MB model against writing and reading the
 // same number of bytes with std::fwrite and std::fread. A plain program: contenders interleave by hand, five rounds,
 // the median per contender; bench/deploy_vs_onnxruntime.py runs it beside ONNX Runtime on the same ONNX file.
 //   bench_deploy DIR     (writes DIR/reference.kfn, DIR/reference.onnx, DIR/big.kfn and DIR/bytes.bin)
@@ -90,26 +90,34 @@ int main(int argc, char** argv) {
     }
 
     {
-        // What a loader's check costs against the shapes a file declares: the chain saved for two (2^14, 2^14)
-        // float32 inputs (1 GiB each) against the same chain saved for (2, 2) inputs, both loaders. (The check runs
-        // each op on placeholders of the declared shapes; an op that computed there would cost what the shapes say.)
+        // What a loader's check costs against the shapes a file declares: a function saved for two (2^14, 2^14)
+        // float32 inputs (1 GiB each) against the same saved for (2, 2) inputs, both loaders: the chain, and a
+        // softmax's reductions (a max and a sum over rows). (The check runs each op on placeholders of the declared
+        // shapes; an op that computed there would cost what the shapes say.)
         auto chain = kiln::function([](const kiln::tensor& x, const kiln::tensor& y) { return kiln::relu(x * y + 0.5f * x - y) * 2.0f + y; },
                                     {.name = "chain"});
-        std::vector<double> t[2][2];
-        for (int r = 0; r < 5; ++r)
-            for (int large = 0; large < 2; ++large) {
-                const std::ptrdiff_t n = large ? std::ptrdiff_t{1} << 14 : 2;
-                const std::vector<kiln::spec> s{kiln::spec(kiln::float32, {n, n}), kiln::spec(kiln::float32, {n, n})};
-                const std::string kfn = dir + "/declared.kfn", onnx = dir + "/declared.onnx";
-                kiln::save(chain, s, kfn);
-                kiln::export_onnx(chain, s, onnx);
-                t[large][0].push_back(seconds_per_call([&] { (void)kiln::load(kfn); }, 0.05));
-                t[large][1].push_back(seconds_per_call([&] { (void)kiln::load_onnx(onnx); }, 0.05));
-            }
-        std::printf("loading the chain declared for (2^14, 2^14) inputs against (2, 2): kiln::load %.3f ms against %.3f ms "
-                    "(%.2fx), kiln::load_onnx %.3f ms against %.3f ms (%.2fx)\n",
-                    median(t[1][0]) * 1e3, median(t[0][0]) * 1e3, median(t[1][0]) / median(t[0][0]), median(t[1][1]) * 1e3,
-                    median(t[0][1]) * 1e3, median(t[1][1]) / median(t[0][1]));
+        auto reductions = kiln::function([](const kiln::tensor& x, const kiln::tensor& y) {
+            return kiln::sum(kiln::exp(x - kiln::max(x, {1}, true)), {1}) + kiln::sum(y, {1});
+        }, {.name = "reductions"});
+        const auto loads = [&](auto& f, const char* what) {
+            std::vector<double> t[2][2];
+            for (int r = 0; r < 5; ++r)
+                for (int large = 0; large < 2; ++large) {
+                    const std::ptrdiff_t n = large ? std::ptrdiff_t{1} << 14 : 2;
+                    const std::vector<kiln::spec> s{kiln::spec(kiln::float32, {n, n}), kiln::spec(kiln::float32, {n, n})};
+                    const std::string kfn = dir + "/declared.kfn", onnx = dir + "/declared.onnx";
+                    kiln::save(f, s, kfn);
+                    kiln::export_onnx(f, s, onnx);
+                    t[large][0].push_back(seconds_per_call([&] { (void)kiln::load(kfn); }, 0.05));
+                    t[large][1].push_back(seconds_per_call([&] { (void)kiln::load_onnx(onnx); }, 0.05));
+                }
+            std::printf("loading %s declared for (2^14, 2^14) inputs against (2, 2): kiln::load %.3f ms against %.3f ms "
+                        "(%.2fx), kiln::load_onnx %.3f ms against %.3f ms (%.2fx)\n", what,
+                        median(t[1][0]) * 1e3, median(t[0][0]) * 1e3, median(t[1][0]) / median(t[0][0]), median(t[1][1]) * 1e3,
+                        median(t[0][1]) * 1e3, median(t[1][1]) / median(t[0][1]));
+        };
+        loads(chain, "the chain");
+        loads(reductions, "a softmax's reductions");
     }
 
     // Save and load against fwrite/fread of the same bytes.

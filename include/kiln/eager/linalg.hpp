@@ -26,6 +26,18 @@ void record_concat(const std::vector<tensor>& parts, const tensor& y, int axis);
 // shapes then costs nothing however large (a 2048 x 2048 product took 5.6 s to trace, on stride-0 operands that
 // the BLAS path does not take, and a file declaring one of two 16384 x 16384 inputs would take an hour to check).
 inline thread_local int placeholder_products = 0;
+inline thread_local std::uint64_t placeholder_products_made = 0;  // (counted, so that a check run knows its values)
+// While products are placeholders, one of at most this many multiply-adds is computed all the same, and spends them
+// (a check run that needs exact values: eager/shape_run.hpp).
+inline thread_local std::uint64_t computed_products_budget = 0;
+inline bool spend_product_budget(const matmul_shape& s) noexcept {
+    std::uint64_t work = static_cast<std::uint64_t>(s.k);
+    for (int d = 0; d < s.result.rank; ++d)
+        if (__builtin_mul_overflow(work, static_cast<std::uint64_t>(s.result[d]), &work)) return false;
+    if (work > computed_products_budget) return false;
+    computed_products_budget -= work;
+    return true;
+}
 struct placeholder_products_scope {
     placeholder_products_scope() noexcept { ++placeholder_products; }
     ~placeholder_products_scope() { --placeholder_products; }
@@ -64,9 +76,10 @@ tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     detail::check_same_device("matmul", {&a_in, &b_in});
     const detail::matmul_shape s = ops::matmul::shape(a_in.shape(), b_in.shape());
     const dtype d = detail::promote(a_in.dtype(), b_in.dtype());
-    if (detail::placeholder_products > 0 && a_in.device() == kiln::cpu) [[unlikely]] {
+    if (detail::placeholder_products > 0 && a_in.device() == kiln::cpu && !detail::spend_product_budget(s)) [[unlikely]] {
         tensor z = detail::new_tensor(d, dims{}, kiln::cpu);
         std::memset(z.raw_data(), 0, size_of(d));
+        ++detail::placeholder_products_made;
         return z.broadcast_to(s.result);  // (untraced: see result_of_op, eager/shape_run.hpp)
     }
     const tensor a = a_in.to(d), b = b_in.to(d);

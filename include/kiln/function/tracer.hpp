@@ -134,7 +134,7 @@ public:
         // matrix product there gives a placeholder too, after its checks (placeholder_products, eager/linalg.hpp).
         std::vector<tensor> ph;
         for (std::int32_t v : n.inputs) ph.push_back(passes::detail::untraced([&] { return placeholder(v); }));
-        const tensor y = result_of_op(ph, fn, n.params, false);
+        const tensor y = result_of_op(ph, fn, n.params);
         n.dtype = y.dtype();
         n.shape = y.shape();
         n.device = y.device();

@@ -468,7 +468,7 @@ loaded_function read_function(Source& src, const std::string& file, const load_o
     // take no memory), against the file's. Under shape_run (eager/shape_run.hpp) an op with a result spec (an
     // elementwise op, a cast, a fill, a structural op) gives a placeholder and a matrix product one of zeros: none of
     // them computes or allocates what the declared shapes would cost.
-    const detail::shape_run checking(false);  // (each node on fresh placeholders: values never matter)
+    const detail::shape_run checking(detail::check_values::none);  // (each node on fresh placeholders: values never matter)
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         graph_node& n = g.nodes[i];
         if (n.kind != node_kind::op) continue;

@@ -375,11 +375,12 @@ struct onnx_importer {
         }
         for (std::int32_t v : g.outputs) last_use[static_cast<std::size_t>(v)] = g.nodes.size();
         const allocation_cap_scope cap(opt.max_node_bytes);
-        // (Under shape_run, eager/shape_run.hpp, an elementwise op, a cast or a fill of uniform values gives its
-        // exact value as a placeholder, one element read with stride 0, and a matrix product gives zeros so: ops of
-        // the declared shapes cost nothing, however large, and a value that becomes a shape is still exact.)
-        const shape_run checking(true);
-        auto check_run = [&](const std::vector<tensor>& inputs, bool first) {
+        // (Under shape_run, eager/shape_run.hpp, an op of large values gives its result by its spec where it has
+        // one, a placeholder of one element read with stride 0, and a matrix product gives zeros so: ops of the
+        // declared shapes cost nothing, however large. Values that a later op reads as a shape, axes, a count or an
+        // index must be exact: the run keeps track of those that are not their ops' values, and where an op reads
+        // one, the check starts again with only exact specs, running the other ops, within a budget of elements.)
+        auto check_run = [&](const std::vector<tensor>& inputs, bool first, bool exact) {
             std::vector<tensor> vals(g.nodes.size());
             for (std::size_t i = 0; i < g.nodes.size(); ++i) {
                 graph_node& n = g.nodes[i];
@@ -390,6 +391,11 @@ struct onnx_importer {
                     for (std::int32_t v : n.inputs) in.push_back(vals[static_cast<std::size_t>(v)]);
                     try {
                         vals[i] = n.fn(in, {});
+                    } catch (const inexact_value& e) {
+                        if (!exact) throw;  // (checked again with exact values)
+                        throw file_error("kiln: file_error in 'load_onnx': '" + file + "': the op of value %" + std::to_string(i) +
+                                         " ('" + n.op + "') reads " + e.what + " from a matrix product's values, which checking "
+                                         "the model at its declared shapes does not compute (more than 2^32 multiply-adds)");
                     } catch (const error& e) {
                         throw file_error("kiln: file_error in 'load_onnx': '" + file + "': the op of value %" + std::to_string(i) +
                                          " ('" + n.op + "') fails on inputs of the declared shapes: " + e.what());
@@ -410,7 +416,16 @@ struct onnx_importer {
             for (std::int32_t v : g.outputs) shapes.push_back(vals[static_cast<std::size_t>(v)].shape());
             return shapes;
         };
-        check_run(examples, true);
+        const auto checked = [&](const std::vector<tensor>& inputs, bool first) {
+            try {
+                const shape_run checking(check_values::tracked);
+                return check_run(inputs, first, false);
+            } catch (const inexact_value&) {
+                const shape_run checking(check_values::exact);
+                return check_run(inputs, first, true);
+            }
+        };
+        checked(examples, true);
         // An output computes the element type the model declares (ONNX Runtime refuses a model where they differ).
         for (std::size_t k = 0; k < g.outputs.size(); ++k) {
             const std::int64_t elem = declared[k].elem;
@@ -429,7 +444,7 @@ struct onnx_importer {
         std::vector<dims> other_shapes;  // (each output's, in the second run; empty where it did not run)
         if (any_dynamic) {
             try {
-                other_shapes = check_run(other_examples, false);
+                other_shapes = checked(other_examples, false);
             } catch (const error&) {
                 other_shapes.clear();
             }

@@ -274,7 +274,10 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
                 throw dtype_error("kiln: dtype_error in 'Gather': indices must be int32 or int64");
             const int ax = axis < 0 ? axis + x.dim() : axis;
             if (ax < 0 || ax >= x.dim()) throw value_error("kiln: value_error in 'Gather': the axis is out of range");
-            if (in[1].dim() == 0) return x.select(ax, in[1].to(dtype::int64).contiguous().template data<std::int64_t>()[0]);
+            if (in[1].dim() == 0) {
+                read_exact(in[1], "Gather's index");  // (in the loader's check run: a value it computed)
+                return x.select(ax, in[1].to(dtype::int64).contiguous().template data<std::int64_t>()[0]);
+            }
             const auto flat = in[1].to(dtype::int64).reshape({-1});
             const auto picked = index_select(x, ax, flat);
             dims s;
@@ -341,6 +344,7 @@ replay_fn onnx_op_kernel(const std::string& op, std::int64_t opset, Attr&& A, At
             double value = 0;
             if (in.size() > 2 && in[2].valid()) {
                 if (in[2].numel() != 1) throw value_error("kiln: value_error in 'Pad': the constant value has more than one element");
+                read_exact(in[2], "Pad's constant value");
                 value = in[2].to(dtype::float64).reshape(dims{}).template item<double>();
             }
             return pad(in[0], w, value);  // (negative pads, which ONNX allows for cropping, are a value_error)

@@ -230,6 +230,7 @@ inline std::vector<std::int64_t> int_values(const tensor& t, const char* what) {
     if (t.dtype() != dtype::int64 && t.dtype() != dtype::int32)
         throw value_error(std::string("kiln: value_error in 'load_onnx': ") + what + " must be int64, not " + std::string(name(t.dtype())));
     if (t.numel() > 64) throw value_error(std::string("kiln: value_error in 'load_onnx': ") + what + " has more than 64 entries");
+    read_exact(t, what);  // (in the loader's check run: a value it computed)
     const tensor c = t.contiguous().to(dtype::int64);
     const std::int64_t* p = c.data<std::int64_t>();
     return std::vector<std::int64_t>(p, p + c.numel());
