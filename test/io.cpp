@@ -1143,16 +1143,22 @@ TEST_CASE("ONNX: an op whose result the file makes larger than max_node_bytes is
     // allocate as much as it needs).
     const kiln::loaded_function g = kiln::load_onnx_bytes(bytes.data(), bytes.size());
     CHECK(g(std::vector<kiln::tensor>{kiln::ones({4})})[0].numel() == 4 + (std::ptrdiff_t{1} << 22));
-    // A join runs in the check (its operands may hold values): two such pads concatenated, 32 MiB under a 24 MiB
-    // limit, are refused at the allocation.
+    // Two such pads joined: the join's result is a placeholder by its rule too (32 MiB under a 24 MiB limit).
     auto joined = kiln::function([](const kiln::tensor& x) {
         const kiln::tensor p = kiln::pad(x, {{0, std::ptrdiff_t{1} << 22}});
         return kiln::concat({p, p});
     }, {.name = "joined_pads"});
     const std::string joined_bytes = kiln::onnx_bytes(joined, {kiln::spec(kiln::float32, {4})});
     CHECK_THROWS_WITH_AS((void)kiln::load_onnx_bytes(joined_bytes.data(), joined_bytes.size(), "joined.onnx", {.max_node_bytes = 24 << 20}),
-                         doctest::Contains("('Concat') fails on inputs of the declared shapes: kiln: value_error in 'allocate': a result of "
-                                           "33554464 bytes is larger than the limit set while a file is checked (25165824 bytes"),
+                         doctest::Contains("('Concat') is larger than load_options::max_node_bytes"), kiln::file_error);
+    // An op that runs in the check (a tile of values: x times a constant) is refused at the allocation.
+    const kiln::tensor c = kiln::from_values({1.0f, 2.0f, 3.0f, 4.0f}, kiln::dims{4});
+    auto tiled = kiln::function([c](const kiln::tensor& x) { return kiln::tile(x * c, {std::ptrdiff_t{1} << 22}); },
+                                {.name = "tiled_values"});
+    const std::string tiled_bytes = kiln::onnx_bytes(tiled, {kiln::spec(kiln::float32, {4})});
+    CHECK_THROWS_WITH_AS((void)kiln::load_onnx_bytes(tiled_bytes.data(), tiled_bytes.size(), "tiled.onnx", {.max_node_bytes = 24 << 20}),
+                         doctest::Contains("kiln: value_error in 'allocate': a result of 67108864 bytes is larger than the limit set "
+                                           "while a file is checked (25165824 bytes"),
                          kiln::file_error);
 }
 

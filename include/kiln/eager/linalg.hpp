@@ -110,10 +110,31 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
         d = detail::promote(d, t.dtype());
     }
     if (detail::active_tracer) [[unlikely]] {
+        detail::op_params params;
+        // (The result spec, op_params::spec: zeros of the joined dtype and shape, where every operand is a uniform
+        // CPU tensor, a placeholder; a join of values runs. Not the op's value, unless every operand is zero.)
+        params.spec = [ax](std::span<const tensor> in, std::span<const std::int64_t>, tensor& out) {
+            if (in.empty()) return false;
+            dims joined = in[0].shape();
+            joined[ax] = 0;
+            dtype dt = in[0].dtype();
+            for (const tensor& t : in) {
+                if (!t.is_cpu() || !detail::is_uniform(t) || t.dim() != joined.rank) return false;
+                for (int i = 0; i < joined.rank; ++i)
+                    if (i != ax && t.shape()[i] != joined[i]) return false;
+                joined[ax] += t.shape()[ax];
+                dt = detail::promote(dt, t.dtype());
+            }
+            out = detail::new_tensor(dt, dims{}, kiln::cpu);
+            std::memset(out.raw_data(), 0, size_of(dt));
+            out = out.broadcast_to(joined);
+            return true;
+        };
         tensor y = detail::active_tracer->record("concat", "axis=" + std::to_string(ax), ts,
                                                  [ax](std::span<const tensor> in, auto) {
                                                      return concat(std::vector<tensor>(in.begin(), in.end()), ax);
-                                                 });
+                                                 },
+                                                 std::move(params));
         if (detail::recording_tapes > 0) detail::record_concat(ts, y, ax);
         return y;
     }

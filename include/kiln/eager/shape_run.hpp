@@ -37,7 +37,7 @@ enum class check_values {
     none,
     // Every value that an op reads as a shape, an axis, a count or an index (load_onnx's check, where a computed value
     // may become a later op's shape): ops give their specs as with `none`, and the run tracks the values that are
-    // not their op's very value (a structural op's zeros, a product's, and anything computed from them); reading
+    // not their op's very value (a structural op's or a join's zeros, a product's, and anything computed from them); reading
     // such a value through read_exact throws inexact_value, and the loader checks again with `exact`.
     tracked,
     // The same, with a spec used only where it is the op's very value (an elementwise op, a cast or a fill of
@@ -61,14 +61,14 @@ class shape_run;
 inline thread_local shape_run* active_shape_run = nullptr;
 
 // While it lives, eager ops on this thread make their results as result_of_op does: a matrix product gives a
-// placeholder of zeros after its checks, an op with a spec (elementwise ops, casts, fills, the structural ops of
-// eager/structural.hpp; with check_values::exact only the spec that is its op's value) whose result or an input has
+// placeholder of zeros after its checks, an op with a spec (elementwise ops, casts, fills, joins, the structural ops
+// of eager/structural.hpp; with check_values::exact only the spec that is its op's value) whose result or an input has
 // at least 2^16 elements gives its placeholder, computing and allocating nothing of its shape's size; every other
 // op runs, as do the small ones (microseconds; their results keep the layout their ops promise, contiguous() a
 // contiguous tensor), and a product whose operands are all small. Effects (writes) run as they would. The loaders'
 // check runs use it, so that a file declaring huge inputs is checked in time and memory that do not grow with them
-// (short of the ops that must run: joins; and with check_values::exact, where a value read as a shape was not
-// computed the first time, every op without an exact spec, within check_budget_elements).
+// (short of the ops that must run: ops of values, not placeholders; and with check_values::exact, where a value read
+// as a shape was not computed the first time, every op without an exact spec, within check_budget_elements).
 class shape_run final : public tracer_base {
 public:
     explicit shape_run(check_values mode) noexcept
