@@ -77,10 +77,8 @@ tensor matmul_untracked(const tensor& a_in, const tensor& b_in) {
     const detail::matmul_shape s = ops::matmul::shape(a_in.shape(), b_in.shape());
     const dtype d = detail::promote(a_in.dtype(), b_in.dtype());
     if (detail::placeholder_products > 0 && a_in.device() == kiln::cpu && !detail::spend_product_budget(s)) [[unlikely]] {
-        tensor z = detail::new_tensor(d, dims{}, kiln::cpu);
-        std::memset(z.raw_data(), 0, size_of(d));
         ++detail::placeholder_products_made;
-        return z.broadcast_to(s.result);  // (untraced: see result_of_op, eager/shape_run.hpp)
+        return detail::zeros_placeholder(d, s.result);  // (untraced: see result_of_op, eager/shape_run.hpp)
     }
     const tensor a = a_in.to(d), b = b_in.to(d);
     const device dev = a.device();
@@ -113,21 +111,11 @@ inline tensor concat(const std::vector<tensor>& ts, int axis = 0) {
         detail::op_params params;
         // (The result spec, op_params::spec: zeros of the joined dtype and shape, where every operand is a uniform
         // CPU tensor, a placeholder; a join of values runs. Not the op's value, unless every operand is zero.)
-        params.spec = [ax](std::span<const tensor> in, std::span<const std::int64_t>, tensor& out) {
-            if (in.empty()) return false;
-            dims joined = in[0].shape();
-            joined[ax] = 0;
-            dtype dt = in[0].dtype();
-            for (const tensor& t : in) {
-                if (!t.is_cpu() || !detail::is_uniform(t) || t.dim() != joined.rank) return false;
-                for (int i = 0; i < joined.rank; ++i)
-                    if (i != ax && t.shape()[i] != joined[i]) return false;
-                joined[ax] += t.shape()[ax];
-                dt = detail::promote(dt, t.dtype());
-            }
-            out = detail::new_tensor(dt, dims{}, kiln::cpu);
-            std::memset(out.raw_data(), 0, size_of(dt));
-            out = out.broadcast_to(joined);
+        // (The joined shape and dtype are the ones checked above, as a structural op's spec takes its rule's shape.)
+        params.spec = [d, shape](std::span<const tensor> in, std::span<const std::int64_t>, tensor& out) {
+            for (const tensor& t : in)
+                if (!t.is_cpu() || !detail::is_uniform(t)) return false;
+            out = detail::zeros_placeholder(d, shape);
             return true;
         };
         tensor y = detail::active_tracer->record("concat", "axis=" + std::to_string(ax), ts,

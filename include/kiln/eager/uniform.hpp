@@ -1,6 +1,8 @@
 #pragma once
 // Uniform tensors: every element is one value in memory, read with stride 0 at every index. They are what result
 // specs give (op_params::spec; eager/shape_run.hpp): a placeholder of any shape that costs one element.
+#include <cstring>
+
 #include "tensor.hpp"
 
 namespace kiln::detail {
@@ -18,6 +20,14 @@ tensor scalar_tensor(T v) {
 template <class T>
 tensor uniform(T v, const dims& shape) {
     return scalar_tensor(v).broadcast_to(shape);
+}
+
+// Zeros of dtype d at every index of `shape`, one element in memory (for any dtype, without a kernel per dtype:
+// the placeholder of a structural spec, a join's spec and a matrix product's).
+inline tensor zeros_placeholder(dtype d, const dims& shape) {
+    tensor z(d, dims{});
+    std::memset(z.raw_data(), 0, size_of(d));
+    return z.broadcast_to(shape);
 }
 
 // Whether every element of `t` is one value in memory: a placeholder (one element read with stride 0 everywhere),

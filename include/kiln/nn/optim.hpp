@@ -475,8 +475,7 @@ void adam::step_impl(const std::vector<tensor>& grads) {
     rule_.next_step(++t_);
     // The update's expression, built once per dtype for this step (not once per parameter: a tree of numbers
     // copied field by field).
-    // (The rule's type made dependent: a decltype of roots<float>() on rule_ itself would compile roots' bodies
-    // where this template is defined, in every translation unit.)
+    // (rule_ as a dependent type: a decltype on rule_ itself compiles roots' bodies in every translation unit.)
     const typename kiln::detail::dependent<N, adam_rule>::type& rule = rule_;
     std::optional<decltype(rule.template roots<float>())> roots_f;
     std::optional<decltype(rule.template roots<double>())> roots_d;
