@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -135,15 +136,39 @@ void run_tiles(const function_graph& graph, const fused_group& g, const std::byt
     for (std::size_t j = 0, at = 0; j < m; at += g.inputs[j].size(), ++j) first_operand[j] = at;
     if (g.jit)
         if (const group_kernel fn = g.jit->fn.load(std::memory_order_acquire)) return run_compiled(g, fn, first_operand, base, outs, total);
+    // A member used only inside the group lives in a scratch tile, which is free again once its last reader in
+    // the group has run; that reader may write its own result there (tile by tile, an op reads each element of
+    // its operands before it writes that element of its result). So the tiles a group touches stay few (two for
+    // a chain), and with its operands they fit in L1.
+    std::uint8_t slot[64];
+    std::size_t slots = 0;
+    {
+        std::uint8_t last[64];
+        for (std::size_t j = 0; j < m; ++j) {
+            last[j] = static_cast<std::uint8_t>(j);
+            for (const auto& op : g.inputs[j])
+                if (op.kind == fused_group::operand::member) last[op.index] = static_cast<std::uint8_t>(j);
+        }
+        std::uint64_t free = 0;  // bit s: slot s holds no live value
+        for (std::size_t j = 0; j < m; ++j) {
+            for (const auto& op : g.inputs[j])
+                if (op.kind == fused_group::operand::member && last[op.index] == j && !g.exported[static_cast<std::size_t>(op.index)])
+                    free |= std::uint64_t{1} << slot[op.index];
+            if (g.exported[j]) continue;
+            if (free == 0) free = std::uint64_t{1} << slots++;
+            slot[j] = static_cast<std::uint8_t>(std::countr_zero(free));
+            free &= free - 1;
+        }
+    }
     auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
         thread_local std::vector<std::byte> scratch;  // (grown only: a resize down and up again zero-fills)
-        if (const std::size_t need = m * static_cast<std::size_t>(L) * item; scratch.size() < need) scratch.resize(need);
+        if (const std::size_t need = slots * static_cast<std::size_t>(L) * item; scratch.size() < need) scratch.resize(need);
         const void* ptrs[8];
         for (std::ptrdiff_t at = first; at < last; at += L) {
             const std::ptrdiff_t len = std::min(L, last - at);
             const std::size_t off = static_cast<std::size_t>(at) * item;
             auto value_ptr = [&](std::size_t j) -> std::byte* {
-                return g.exported[j] ? outs[j] + off : scratch.data() + j * static_cast<std::size_t>(L) * item;
+                return g.exported[j] ? outs[j] + off : scratch.data() + slot[j] * static_cast<std::size_t>(L) * item;
             };
             for (std::size_t j = 0; j < m; ++j) {
                 const std::size_t b0 = first_operand[j];
