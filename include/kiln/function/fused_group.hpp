@@ -121,6 +121,15 @@ void run_compiled(const fused_group& g, group_kernel fn, const std::size_t* firs
     split_tiles(total, L, tiles);
 }
 
+// The first `bytes` of `buffer` from a cache line's start, as the arena's buffers and tensors start (a kernel whose
+// output is not aligned to its vectors peels a head and pads a tail on every call, and unaligned loads split
+// lines). The buffer only grows: a resize down and up again would zero-fill it.
+inline std::byte* grown_aligned(std::vector<std::byte>& buffer, std::size_t bytes) {
+    if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+    const auto misalign = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(buffer.data()) % 64);
+    return buffer.data() + (misalign ? 64 - misalign : 0);
+}
+
 // Runs group g over `total` elements. `base` holds, for each operand of each member in order, where a full
 // operand starts or where one tile of a periodic operand (laid out over the whole tile) starts (member operands'
 // entries are unused); `outs[j]` is where exported member j goes; `params[j]` are member j's parameters.
@@ -161,14 +170,14 @@ void run_tiles(const function_graph& graph, const fused_group& g, const std::byt
         }
     }
     auto tiles = [&](std::ptrdiff_t first, std::ptrdiff_t last) {
-        thread_local std::vector<std::byte> scratch;  // (grown only: a resize down and up again zero-fills)
-        if (const std::size_t need = slots * static_cast<std::size_t>(L) * item; scratch.size() < need) scratch.resize(need);
+        thread_local std::vector<std::byte> scratch_bytes;
+        std::byte* const scratch = grown_aligned(scratch_bytes, slots * static_cast<std::size_t>(L) * item);
         const void* ptrs[8];
         for (std::ptrdiff_t at = first; at < last; at += L) {
             const std::ptrdiff_t len = std::min(L, last - at);
             const std::size_t off = static_cast<std::size_t>(at) * item;
             auto value_ptr = [&](std::size_t j) -> std::byte* {
-                return g.exported[j] ? outs[j] + off : scratch.data() + slot[j] * static_cast<std::size_t>(L) * item;
+                return g.exported[j] ? outs[j] + off : scratch + slot[j] * static_cast<std::size_t>(L) * item;
             };
             for (std::size_t j = 0; j < m; ++j) {
                 const std::size_t b0 = first_operand[j];
@@ -210,21 +219,22 @@ public:
         std::size_t periodic = 0;
         for (const auto& ins : g.inputs)
             for (const auto& op : ins) periodic += op.kind == fused_group::operand::periodic;
-        stride_ = static_cast<std::size_t>(tile) * item;
+        stride_ = (static_cast<std::size_t>(tile) * item + 63) / 64 * 64;
         tile_ = tile;
         item_ = item;
         next_ = 0;
-        if (bytes_.size() < periodic * stride_) bytes_.resize(periodic * stride_);
+        base_ = grown_aligned(bytes_, periodic * stride_);
     }
     // The next periodic operand (`period` elements at `from`) laid out over the tile of a group of `total` elements.
     std::byte* lay(const std::byte* from, std::ptrdiff_t period, std::ptrdiff_t total) {
-        std::byte* to = bytes_.data() + next_++ * stride_;
+        std::byte* to = base_ + next_++ * stride_;
         repeat_over_tile(to, from, period, tile_, total, item_);
         return to;
     }
 
 private:
     std::vector<std::byte> bytes_;
+    std::byte* base_ = nullptr;
     std::size_t stride_ = 0, next_ = 0, item_ = 0;
     std::ptrdiff_t tile_ = 0;
 };
