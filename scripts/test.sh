@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds every test (and the examples they run) and runs them all with CTest, twice:
-# - built by g++ (build-test/): the plain suite at the optimization each test asks for, the NumPy differential test
-#   and the safetensors and ONNX interoperability tests, which run in a virtual environment with NumPy 2,
-#   safetensors, onnx and onnxruntime (created under build-test/ when missing), and the nvcc builds of the GPU tests;
+# - built by g++ (build-test/): the optimized suites, function mode's suite, the examples, the compile-time checks
+#   and the nvcc build of the GPU tests;
 # - built by clang (build-test-clang/), where clang++ is installed (scripts/install-deps.sh test installs it): the
-#   same tests at -O0 under AddressSanitizer with UndefinedBehaviorSanitizer (KILN_SANITIZE_ALL; the examples and
-#   the few graph-mode suites that test/CMakeLists.txt names are left to the g++ build), and the concurrency test
-#   under ThreadSanitizer.
-# Without clang, the g++ build makes the sanitizer builds instead (ASan and UBSan for the eager, tape, function,
-# graph-run and reliability tests and the loaders' corpora, TSan for the concurrency test).
+#   tests at -O0 under AddressSanitizer with UndefinedBehaviorSanitizer (KILN_SANITIZE_ALL; the graph-mode suites
+#   that test/CMakeLists.txt names are left to the g++ build), among them the NumPy differential test and the
+#   safetensors and ONNX interoperability tests, which run in a virtual environment with NumPy 2, safetensors, onnx
+#   and onnxruntime (created under build-test/ when missing), and the concurrency test under ThreadSanitizer. The
+#   g++ build leaves out the programs built at -O0 that the clang build runs (KILN_TESTS_UNOPTIMIZED=OFF).
+# Without clang, the g++ build builds them all and makes the sanitizer builds instead (ASan and UBSan for the eager,
+# tape, function, graph-run and reliability tests and the loaders' corpora, TSan for the concurrency test).
 # KILN_TEST_CLANG=0 leaves the clang build out; KILN_TEST_CLANG=/path/to/clang++ picks the compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,13 +29,16 @@ fi
 clangxx="${KILN_TEST_CLANG:-clang++}"
 if [ "$clangxx" = 0 ] || ! command -v "$clangxx" > /dev/null; then clangxx=""; fi
 sanitize=ON
-[ -n "$clangxx" ] && sanitize=OFF  # (the clang build runs the tests under the sanitizers)
+unoptimized=ON
+# (The clang build runs the tests under the sanitizers; the g++ build then leaves out those built at -O0, which the
+# clang build runs the same way under them: KILN_TESTS_UNOPTIMIZED in test/CMakeLists.txt.)
+[ -n "$clangxx" ] && { sanitize=OFF; unoptimized=OFF; }
 # Programs are linked by lld where it is installed (install-deps.sh test installs it): the sanitizer builds' programs
 # are about 300 MB each, and GNU ld took 5x lld's CPU to link one.
 link=()
 command -v ld.lld > /dev/null && link=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_EXAMPLES=ON "${link[@]}" \
-      -DKILN_SANITIZE_TESTS=$sanitize -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 ||
+      -DKILN_SANITIZE_TESTS=$sanitize -DKILN_TESTS_UNOPTIMIZED=$unoptimized -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 ||
   { cat build-test-configure.log; exit 1; }
 cmake --build build-test -j"$(( $(nproc) + 1 ))"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"

@@ -337,7 +337,11 @@ int devices() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// (test/gpu_cuda.cpp builds this file into the nvcc build of the device's tests, with NCCL, under another name.)
+#ifndef KILN_DISTRIBUTED_TEST_MAIN
+#define KILN_DISTRIBUTED_TEST_MAIN main
+#endif
+int KILN_DISTRIBUTED_TEST_MAIN(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (argc > 2) {
         if (std::string(argv[2]) != "cuda" || !kiln::gpu_compiled_in) {

@@ -1,6 +1,6 @@
 // The Thrust lowering: one thrust::transform over a zip of the leaves with the fused expression as functor.
-// Built twice by the test command: with g++ on Thrust's OpenMP device system (runs everywhere), and with nvcc
-// -arch=sm_90 (runs where a GPU exists and exits with 77, "skipped", where none does).
+// Built by the test command on Thrust's OpenMP device system (runs everywhere), and by nvcc as part of
+// test/gpu_cuda.cpp (runs where a GPU exists; exit 77, "skipped", where none does).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -68,6 +68,7 @@ TEST_CASE("inputs of another size than the output are rejected") {
     CHECK_THROWS_AS(kiln::thrust_backend::run_into(out, x * 2_c, x = a), kiln::shape_error);
 }
 
+#ifndef KILN_GPU_TEST_NO_MAIN  // (test/gpu_cuda.cpp builds this file with the device's tests and its own main)
 int main(int argc, char** argv) {
 #if defined(__CUDACC__)
     int devices = 0;
@@ -79,3 +80,4 @@ int main(int argc, char** argv) {
     doctest::Context context(argc, argv);
     return context.run();
 }
+#endif
