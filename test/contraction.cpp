@@ -4,7 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <kiln/kiln.hpp>
+#include <kiln/graph.hpp>
 
 #include <cmath>
 #include <cstdio>
