@@ -8,7 +8,6 @@
 #   safetensors and ONNX interoperability tests, which run in a virtual environment with NumPy 2, safetensors, onnx
 #   and onnxruntime (created under build-test/ when missing), and the concurrency test under ThreadSanitizer. The
 #   g++ build leaves out the programs built at -O0 that the clang build runs (KILN_TESTS_UNOPTIMIZED=OFF).
-# The two builds and their CTest runs go on at the same time (the clang build's output is printed when it ends).
 # Without clang, the g++ build builds them all and makes the sanitizer builds instead (ASan and UBSan for the eager,
 # tape, function, graph-run and reliability tests and the loaders' corpora, TSan for the concurrency test).
 # KILN_TEST_CLANG=0 leaves the clang build out; KILN_TEST_CLANG=/path/to/clang++ picks the compiler.
@@ -41,27 +40,14 @@ command -v ld.lld > /dev/null && link=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_EXAMPLES=ON "${link[@]}" \
       -DKILN_SANITIZE_TESTS=$sanitize -DKILN_TESTS_UNOPTIMIZED=$unoptimized -DKILN_PYTHON3="$PWD/$venv/bin/python3" > build-test-configure.log 2>&1 ||
   { cat build-test-configure.log; exit 1; }
-clang_pid=""
+cmake --build build-test -j"$(( $(nproc) + 1 ))"
+ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 if [ -n "$clangxx" ]; then
+  echo "kiln: the same suite built by $clangxx, under AddressSanitizer and UBSan (build-test-clang/)"
   # (nvcc's builds are the g++ build's: KILN_USE_CUDA=OFF here.)
   cmake -S . -B build-test-clang -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON "${link[@]}" \
         -DKILN_BUILD_EXAMPLES=OFF -DKILN_SANITIZE_ALL=ON -DKILN_USE_CUDA=OFF -DKILN_PYTHON3="$PWD/$venv/bin/python3" \
         > build-test-clang-configure.log 2>&1 || { cat build-test-clang-configure.log; exit 1; }
-  # The clang build and its tests run beside the g++ build's, so that neither build's last long units leave a core
-  # idle; their output goes to build-test-clang.log and is printed when they end.
-  echo "kiln: the suite built by $clangxx under AddressSanitizer and UBSan runs beside the g++ build (build-test-clang.log)"
-  setsid bash -c 'cmake --build build-test-clang -j"$1" && ctest --test-dir build-test-clang --output-on-failure -j"$1"' \
-    bash "$(nproc)" > build-test-clang.log 2>&1 &
-  clang_pid=$!
-  trap '[ -n "$clang_pid" ] && kill -- -"$clang_pid" 2> /dev/null' EXIT
-fi
-cmake --build build-test -j"$(nproc)"
-ctest --test-dir build-test --output-on-failure -j"$(nproc)"
-if [ -n "$clang_pid" ]; then
-  clang_status=0
-  wait "$clang_pid" || clang_status=$?
-  clang_pid=""
-  echo "kiln: the suite built by $clangxx, under AddressSanitizer and UBSan (build-test-clang/):"
-  cat build-test-clang.log
-  exit "$clang_status"
+  cmake --build build-test-clang -j"$(( $(nproc) + 1 ))"
+  ctest --test-dir build-test-clang --output-on-failure -j"$(nproc)"
 fi
