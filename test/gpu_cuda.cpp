@@ -1,7 +1,7 @@
 // The nvcc build of the device tests: test/gpu.cpp (eager mode), test/gpu_modes.cpp (graph mode, sessions, traced
 // functions) and test/thrust_lowering.cpp (graph-mode expressions through thrust::transform) in one translation unit,
 // so that the kernels they share are compiled once (nvcc's front end and device pass, cudafe++ and cicc, cost most of
-// the build: separate units took 1.5x the CPU). Built by the test command as the target test_gpu_cuda and run where a
+// the build: three units took 1.66x its CPU). Built by the test command as the target test_gpu_cuda and run where a
 // GPU exists (exit 77, "skipped", elsewhere). The emulated device's build of the same unit by the host compiler is
 // the target test_gpu_emulated, run everywhere.
 //
