@@ -4,8 +4,20 @@ file(STRINGS "${SOURCE}" head LIMIT_COUNT 2)
 list(GET head 0 first)
 string(REGEX REPLACE "^// expect: " "" expected "${first}")
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
-execute_process(COMMAND "${COMPILER}" ${flags} -fsyntax-only "${SOURCE}"
+# PCH: a clang precompiled header of the source's first include, read with -include-pch. clang 14 crashes reading
+# some of graph mode's lambda types from one (a segmentation fault in LambdaExpr::children): the case then runs again
+# without it, so a compiler crash never decides a case.
+set(pch_flags)
+if(PCH)
+  set(pch_flags -include-pch "${PCH}")
+endif()
+execute_process(COMMAND "${COMPILER}" ${flags} ${pch_flags} -fsyntax-only "${SOURCE}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(PCH AND "${err}" MATCHES "PLEASE submit a bug report")
+  message(STATUS "${SOURCE}: the compiler crashed reading ${PCH}; compiling it without")
+  execute_process(COMMAND "${COMPILER}" ${flags} -fsyntax-only "${SOURCE}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+endif()
 if(rc EQUAL 0)
   message(FATAL_ERROR "${SOURCE} compiled, but it must not.")
 endif()

@@ -22,6 +22,67 @@ inline constexpr bool cpu_simd_enabled = false;
 inline constexpr bool cpu_simd_enabled = true;
 #endif
 
+// The parts of a fused loop that depend only on its number of operands, compiled once per count rather than once
+// per graph (the eager kernels instantiate a loop for every op, dtype and operand form).
+
+// Strides of the merged iteration space, one row per operand (leaves first, then outputs).
+template <std::size_t NO>
+struct loop_layout {
+    int rank = 0;
+    std::array<std::ptrdiff_t, max_rank> extent{};
+    std::array<std::array<std::ptrdiff_t, max_rank>, NO> stride{};
+
+    static loop_layout make(const dims& shape, const std::array<dims, NO>& strides) {
+        loop_layout l;
+        // Walk from the innermost dimension, dropping extent-1 dimensions and merging contiguous ones.
+        for (int d = shape.rank - 1; d >= 0; --d) {
+            if (shape[d] == 1) continue;
+            if (l.rank > 0) {
+                const int cur = l.rank - 1;
+                bool merge = true;
+                for (std::size_t k = 0; k < NO && merge; ++k)
+                    merge = strides[k][d] == l.stride[k][cur] * l.extent[cur];
+                if (merge) {
+                    l.extent[cur] *= shape[d];
+                    continue;
+                }
+            }
+            l.extent[l.rank] = shape[d];
+            for (std::size_t k = 0; k < NO; ++k) l.stride[k][l.rank] = strides[k][d];
+            ++l.rank;
+        }
+        if (l.rank == 0) {
+            l.rank = 1;
+            l.extent[0] = 1;
+        }
+        std::reverse(l.extent.begin(), l.extent.begin() + l.rank);
+        for (auto& s : l.stride) std::reverse(s.begin(), s.begin() + l.rank);
+        return l;
+    }
+};
+
+// Strides of an operand of shape `s` (strides `st`) broadcast to `shape`: 0 along repeated dimensions.
+inline dims broadcast_strides(const dims& s, const dims& st, const dims& shape) {
+    dims out;
+    out.rank = shape.rank;
+    for (int d = 0; d < shape.rank; ++d) {
+        const int ds = d - (shape.rank - s.rank);
+        out[d] = (ds >= 0 && s[ds] != 1) ? st[ds] : 0;
+    }
+    return out;
+}
+
+// True when an operand of shape `s` and strides `st` has exactly `shape` and is laid out row-major without gaps.
+inline bool dense_operand(const dims& s, const dims& st, const dims& shape) noexcept {
+    if (!(s == shape)) return false;
+    std::ptrdiff_t expect = 1;
+    for (int d = shape.rank - 1; d >= 0; --d) {
+        if (shape[d] != 1 && st[d] != expect) return false;
+        expect *= shape[d];
+    }
+    return true;
+}
+
 template <class List, class... Roots>
 struct fused_loop {
     using leaves = leaves_t<List>;
@@ -70,63 +131,7 @@ struct fused_loop {
     template <class Bound>
     using leaf_ptrs_t = typename leaf_ptrs<Bound>::type;
 
-    // Strides of the merged iteration space, one row per operand (leaves first, then outputs).
-    struct layout {
-        int rank = 0;
-        std::array<std::ptrdiff_t, max_rank> extent{};
-        std::array<std::array<std::ptrdiff_t, max_rank>, NO> stride{};
-    };
-
-    static layout make_layout(const dims& shape, const std::array<dims, NO>& strides) {
-        layout l;
-        // Walk from the innermost dimension, dropping extent-1 dimensions and merging contiguous ones.
-        for (int d = shape.rank - 1; d >= 0; --d) {
-            if (shape[d] == 1) continue;
-            if (l.rank > 0) {
-                const int cur = l.rank - 1;
-                bool merge = true;
-                for (std::size_t k = 0; k < NO && merge; ++k)
-                    merge = strides[k][d] == l.stride[k][cur] * l.extent[cur];
-                if (merge) {
-                    l.extent[cur] *= shape[d];
-                    continue;
-                }
-            }
-            l.extent[l.rank] = shape[d];
-            for (std::size_t k = 0; k < NO; ++k) l.stride[k][l.rank] = strides[k][d];
-            ++l.rank;
-        }
-        if (l.rank == 0) {
-            l.rank = 1;
-            l.extent[0] = 1;
-        }
-        std::reverse(l.extent.begin(), l.extent.begin() + l.rank);
-        for (auto& s : l.stride) std::reverse(s.begin(), s.begin() + l.rank);
-        return l;
-    }
-
-    // Strides of an operand of shape `s` broadcast to `shape`: 0 along repeated dimensions.
-    static dims broadcast_strides(const dims& s, const dims& st, const dims& shape) {
-        dims out;
-        out.rank = shape.rank;
-        for (int d = 0; d < shape.rank; ++d) {
-            const int ds = d - (shape.rank - s.rank);
-            out[d] = (ds >= 0 && s[ds] != 1) ? st[ds] : 0;
-        }
-        return out;
-    }
-
-    // True when the operand has exactly `shape` and is laid out row-major without gaps.
-    template <class S>
-    static bool dense(const S& s, const dims& shape) noexcept {
-        if (!(s.shape == shape)) return false;
-        std::ptrdiff_t expect = 1;
-        for (int d = shape.rank - 1; d >= 0; --d) {
-            if (shape[d] != 1 && s.strides[d] != expect) return false;
-            expect *= shape[d];
-        }
-        return true;
-    }
+    using layout = loop_layout<NO>;
 
     template <class Bound, class Rp>
     static void run(const Rp& roots, const Bound& bound, const outs_t& outs, const dims& shape) {
@@ -134,7 +139,8 @@ struct fused_loop {
         if (n == 0) return;
         // The common case, every operand dense and of one shape, is one flat range: no layout to compute.
         const bool flat = [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
-            return (dense(std::get<K>(bound), shape) && ...) && (dense(std::get<J>(outs), shape) && ...);
+            return (dense_operand(std::get<K>(bound).shape, std::get<K>(bound).strides, shape) && ...) &&
+                   (dense_operand(std::get<J>(outs).shape, std::get<J>(outs).strides, shape) && ...);
         }(std::make_index_sequence<NL>{}, std::make_index_sequence<NR>{});
         if (flat) return run_flat(roots, bound, outs, n);
         run_strided(roots, bound, outs, shape, n);
@@ -211,7 +217,7 @@ struct fused_loop {
         [&]<std::size_t... J>(std::index_sequence<J...>) {
             ((strides[NL + J] = std::get<J>(outs).strides), ...);
         }(std::make_index_sequence<NR>{});
-        const layout l = make_layout(shape, strides);
+        const layout l = layout::make(shape, strides);
 
         const std::ptrdiff_t inner = l.extent[l.rank - 1];
         std::ptrdiff_t outer = 1;

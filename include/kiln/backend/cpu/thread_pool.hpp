@@ -5,7 +5,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
-#include <functional>
+#include <memory>
+#include <type_traits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -14,6 +15,28 @@
 
 namespace kiln {
 namespace detail {
+
+// A reference to a callable taking the task's index, for the duration of one parallel loop (which outlives no
+// call): one small call-through function per callable type, where a std::function built at every loop compiled a
+// manager, a copy and the callable's type information for each of the fused loops' lambdas.
+class task_ref {
+public:
+    template <class F>
+        requires(!std::is_same_v<std::remove_cvref_t<F>, task_ref> && std::is_invocable_v<const F&, int>)
+    task_ref(const F& f) noexcept  // NOLINT: implicit, as std::function's
+        : callable_(static_cast<const void*>(std::addressof(f))), call_(&call<F>) {}
+
+    void operator()(int i) const { call_(callable_, i); }
+
+private:
+    template <class F>
+    static void call(const void* c, int i) {
+        (*static_cast<const F*>(c))(i);
+    }
+
+    const void* callable_;
+    void (*call_)(const void*, int);
+};
 
 class thread_pool {
 public:
@@ -34,7 +57,7 @@ public:
     }
 
     // Calls task(i) for i in [0, n) with up to threads() threads; the caller runs a share itself.
-    void parallel_for(int n, const std::function<void(int)>& task) {
+    void parallel_for(int n, task_ref task) {
         if (n <= 1 || threads() <= 1) {
             for (int i = 0; i < n; ++i) task(i);
             return;
@@ -63,7 +86,7 @@ public:
 private:
     // One parallel loop. It lives on the caller's stack; workers reach it through current_.
     struct job {
-        const std::function<void(int)>* task;
+        const task_ref* task;
         int count;
         std::atomic<int> next{0}, done{0};
     };
