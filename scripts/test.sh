@@ -2,7 +2,7 @@
 # Installs what is missing, builds every test (and the examples they run) and runs them all with CTest, twice:
 # - built by g++ (build-test/): the optimized suites, function mode's suite, the examples, the compile-time checks
 #   and the nvcc build of the GPU tests (its host code compiled by clang++ where it is installed: the unit then
-#   takes about 0.7x the CPU);
+#   takes about 0.8x the CPU);
 # - built by clang (build-test-clang/), where clang++ is installed (scripts/install-deps.sh test installs it): the
 #   tests at -O0 under AddressSanitizer with UndefinedBehaviorSanitizer (KILN_SANITIZE_ALL; the graph-mode suites
 #   that test/CMakeLists.txt names are left to the g++ build), among them the NumPy differential test and the
