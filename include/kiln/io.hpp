@@ -8,3 +8,4 @@
 #include "io/function_file.hpp"
 #include "io/onnx.hpp"
 #include "io/safetensors.hpp"
+#include "io/separate.hpp"

@@ -191,3 +191,10 @@ std::vector<std::optional<tensor>> op_gradient(std::string_view op, std::initial
 }
 
 }  // namespace kiln
+
+// With KILN_SEPARATE_KERNELS the built-in table (every op's kernels, shape rules and gradients: 9 s of CPU under
+// clang 14 at -O0 with AddressSanitizer) compiles in the implementation unit only (kiln/implementation.hpp).
+#define KILN_DETAIL_REGISTRY(P) P std::vector<kiln::op_schema> kiln::detail::build_registry<0>();
+#if defined(KILN_SEPARATE_KERNELS) && !defined(KILN_IMPLEMENTATION)
+KILN_DETAIL_REGISTRY(extern template)
+#endif

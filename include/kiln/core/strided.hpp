@@ -18,15 +18,19 @@ struct strided {
     dims strides;
 };
 
-// Whether a view's elements lie row-major and contiguous (size-1 dimensions may have any stride).
-template <class T>
-bool is_row_major(const strided<T>& v) {
+// Whether elements of `shape` at `strides` lie row-major and contiguous (size-1 dimensions may have any stride).
+inline bool is_row_major(const dims& shape, const dims& strides) noexcept {
     std::ptrdiff_t expect = 1;
-    for (int d = v.shape.rank - 1; d >= 0; --d) {
-        if (v.shape[d] != 1 && v.strides[d] != expect) return false;
-        expect *= v.shape[d];
+    for (int d = shape.rank - 1; d >= 0; --d) {
+        if (shape[d] != 1 && strides[d] != expect) return false;
+        expect *= shape[d];
     }
     return true;
+}
+// The same of a view.
+template <class T>
+bool is_row_major(const strided<T>& v) {
+    return is_row_major(v.shape, v.strides);
 }
 
 }  // namespace detail

@@ -119,6 +119,11 @@ inline constexpr std::string_view separately_compiled_ops[] = {
     P tensor eager_where<0>(const tensor&, const tensor&, const tensor&);                                          \
     P tensor& tensor_copy<0>(tensor&, const tensor&);                                                              \
     P void record_matmul<0>(const tensor&, const tensor&, const tensor&);                                          \
+    P tensor convert<bool>(const tensor&);                                                                         \
+    P tensor convert<std::int32_t>(const tensor&);                                                                 \
+    P tensor convert<std::int64_t>(const tensor&);                                                                 \
+    P tensor convert<float>(const tensor&);                                                                        \
+    P tensor convert<double>(const tensor&);                                                                       \
     }                                                                                                              \
     }
 

@@ -26,6 +26,7 @@
 
 #include "control_flow.hpp"
 #include "dynamic_dims.hpp"
+#include "separate.hpp"
 #include "spec.hpp"
 
 namespace kiln {

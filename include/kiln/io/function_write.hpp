@@ -149,6 +149,15 @@ std::string function_file_bytes(const executable& exe, const std::vector<spec>& 
     return out;
 }
 
+// The same file written to a stream (kiln::save's; one instantiation, which KILN_SEPARATE_KERNELS compiles once).
+template <int N = 0>
+void write_function_stream(std::ostream& out, const executable& exe, const std::vector<spec>& specs,
+                           const std::string& fname, const char* entry) {
+    write_function_file<N>([&](const unsigned char* p, std::size_t n) {
+        out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+    }, exe, specs, fname, entry);
+}
+
 // The ways to make n dynamic extents equal or apart, each as a group number per extent: the finest first (all
 // apart), then by fewer groups, in the order of restricted growth strings; the last is always one group (all
 // equal). At most `limit` of them (every one up to n = 5 extents; beyond 8, only all apart and all equal).
@@ -289,9 +298,7 @@ void save(const function<F>& fn, const std::vector<spec>& signature, const std::
     const char* entry = "save";
     const auto exe = detail::compile_for(fn, signature, entry);
     detail::write_file_atomically_with(path, [&](std::ofstream& out) {
-        detail::write_function_file([&](const unsigned char* p, std::size_t n) {
-            out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
-        }, *exe, signature, fn.options().name, entry);
+        detail::write_function_stream(out, *exe, signature, fn.options().name, entry);
     }, entry);
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "../../core/strided.hpp"
 #include "../../expr/shape_inference.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
@@ -74,13 +75,7 @@ inline dims broadcast_strides(const dims& s, const dims& st, const dims& shape) 
 
 // True when an operand of shape `s` and strides `st` has exactly `shape` and is laid out row-major without gaps.
 inline bool dense_operand(const dims& s, const dims& st, const dims& shape) noexcept {
-    if (!(s == shape)) return false;
-    std::ptrdiff_t expect = 1;
-    for (int d = shape.rank - 1; d >= 0; --d) {
-        if (shape[d] != 1 && st[d] != expect) return false;
-        expect *= shape[d];
-    }
-    return true;
+    return s == shape && is_row_major(s, st);
 }
 
 template <class List, class... Roots>
