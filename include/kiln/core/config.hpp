@@ -21,10 +21,13 @@
 #define KILN_HD_TEMPLATE
 #endif
 
-// KILN_INLINE forces inlining of the tiny per-element functions of a fused loop.
+// KILN_INLINE forces inlining of the tiny per-element functions of a fused loop, where the compiler optimizes. At
+// -O0 (no __OPTIMIZE__) it is plain `inline`, as KILN_LAMBDA_INLINE is empty: forced inlining there copied each
+// expression into every caller of the loop's paths and made nothing fast, and without it clang 14 compiled an eager
+// kernel part under AddressSanitizer in 0.67x the CPU (bench/RESULTS.md, "What the test command costs").
 #if defined(__CUDACC__)
 #define KILN_INLINE __forceinline__
-#elif defined(__GNUC__) || defined(__clang__)
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__OPTIMIZE__)
 #define KILN_INLINE inline __attribute__((always_inline))
 #else
 #define KILN_INLINE inline
@@ -42,7 +45,7 @@
 
 // The same for the index-sequence lambdas inside those functions (host code only): an outlined lambda would take
 // the frame of computed values by reference, which keeps every value in memory instead of in registers.
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__OPTIMIZE__)
 #define KILN_LAMBDA_INLINE __attribute__((always_inline))
 #else
 #define KILN_LAMBDA_INLINE
