@@ -3,7 +3,7 @@
 // eager ops; kiln/implementation.hpp defines them): the tracer, the passes, the comparison of traces made with other
 // extents, and the executable (fusion, planning, running). A unit that calls a kiln::function then compiles only the
 // parts that depend on the wrapped callable: under clang 14 at -O0 with AddressSanitizer, a unit that traces and
-// calls one function took 12.9 s of CPU instead of 19.4 s (an empty main with kiln/kiln.hpp: 7.9 s).
+// calls one function took 13.0 s of CPU instead of 19.4 s (an empty main with kiln/kiln.hpp: 7.9 s).
 #include <cstddef>
 #include <string>
 #include <span>

@@ -139,17 +139,7 @@ void write_function_file(Sink&& sink, const executable& exe, const std::vector<s
     write_safetensors(sink, payload, {{"kiln.function", "1"}}, entry);
 }
 
-// The same file's bytes in memory.
-template <int N = 0>
-std::string function_file_bytes(const executable& exe, const std::vector<spec>& specs, const std::string& fname,
-                                 const char* entry) {
-    std::string out;
-    write_function_file<N>([&](const unsigned char* p, std::size_t n) { out.append(reinterpret_cast<const char*>(p), n); }, exe,
-                           specs, fname, entry);
-    return out;
-}
-
-// The same file written to a stream (kiln::save's; one instantiation, which KILN_SEPARATE_KERNELS compiles once).
+// The file written to a stream (kiln::save's; one instantiation, which KILN_SEPARATE_KERNELS compiles once).
 template <int N = 0>
 void write_function_stream(std::ostream& out, const executable& exe, const std::vector<spec>& specs,
                            const std::string& fname, const char* entry) {

@@ -24,8 +24,6 @@
     namespace detail {                                                                                             \
     P void write_function_stream<0>(std::ostream&, const executable&, const std::vector<spec>&, const std::string&, \
                                     const char*);                                                                  \
-    P std::string function_file_bytes<0>(const executable&, const std::vector<spec>&, const std::string&,          \
-                                         const char*);                                                             \
     P std::string onnx_model_bytes<0>(const executable&, const std::vector<spec>&, const std::string&,             \
                                       const char*);                                                                \
     }                                                                                                              \
