@@ -187,24 +187,30 @@ struct buffer {
 // Reduces each run of equal keys among keys[0, n) (values[i] with values[i + 1] ...) into out[run], on the device's
 // stream. On CUDA through CUB directly: Thrust's reduce_by_key returns where its output ends, so it reads the count
 // of runs back and waits for the device (it cannot be recorded in a CUDA graph either); here that count stays on the
-// device, and the temporary storage comes from kiln's allocator.
+// device, and the temporary storage comes from kiln's allocator. CUB's offsets are 32-bit up to 2^31 - 1 elements
+// and 64-bit beyond (the count's type picks them); Thrust's own reduce_by_key is not compiled for CUDA at all (its
+// kernels were more than half of the device code of the test suite's nvcc build).
 template <class Keys, class Values, class Out, class Op>
 void reduce_by_key(Keys keys, std::ptrdiff_t n, Values values, Out out, Op op) {
 #if KILN_GPU_CUDA && defined(__CUDACC__)
-    if (n <= std::ptrdiff_t{std::numeric_limits<int>::max()}) {
-        buffer<int> runs(1);
+    const auto run = [&](auto count) {
+        buffer<decltype(count)> runs(1);
         const cudaStream_t s = gpu_memory::stream(gpu_memory::current_device());
         std::size_t temp = 0;
         gpu_memory::check_cuda("reduce", ::cub::DeviceReduce::ReduceByKey(nullptr, temp, keys, ::thrust::make_discard_iterator(),
-                                                                          values, out, runs.p, op, static_cast<int>(n), s));
+                                                                          values, out, runs.p, op, count, s));
         buffer<unsigned char> storage(static_cast<std::ptrdiff_t>(temp));
         gpu_memory::check_cuda("reduce", ::cub::DeviceReduce::ReduceByKey(storage.p, temp, keys, ::thrust::make_discard_iterator(),
-                                                                          values, out, runs.p, op, static_cast<int>(n), s));
-        return;
-    }
-#endif
+                                                                          values, out, runs.p, op, count, s));
+    };
+    if (n <= std::ptrdiff_t{std::numeric_limits<int>::max()})
+        run(static_cast<int>(n));
+    else
+        run(static_cast<long long>(n));
+#else
     ::thrust::reduce_by_key(policy(), keys, keys + n, values, ::thrust::make_discard_iterator(), out,
                             ::thrust::equal_to<std::ptrdiff_t>(), op);
+#endif
 }
 
 struct fault_check {
