@@ -284,7 +284,13 @@ struct op_builder<operand_mode::eager> {
             if constexpr (std::is_same_v<Args, tensor>) {
                 ins.push_back(args);
             } else {
-                attrs += (attrs.empty() ? "" : " ") + ("operand" + std::to_string(k) + "=") + number_text(args);
+                // (Appended piece by piece: `"operand" + std::to_string(k)` is an insert at 0, which GCC 12's
+                // -Wrestrict misreads as a 2^63-byte memcpy when it inlines it, bug 105329.)
+                if (!attrs.empty()) attrs += ' ';
+                attrs += "operand";
+                attrs += std::to_string(k);
+                attrs += '=';
+                attrs += number_text(args);
                 if constexpr (std::is_floating_point_v<Args>) {
                     params.add_number(static_cast<double>(args));
                 } else {

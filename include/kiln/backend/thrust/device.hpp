@@ -21,7 +21,7 @@
 #include "../../ops/reduce.hpp"
 #include "../device.hpp"
 #include "blas.hpp"
-#include "kernels.hpp"
+#include "line_kernels.hpp"
 #include "memory.hpp"
 
 namespace kiln {
