@@ -210,7 +210,7 @@ struct thrust_device {
         for (int d = axis + 1; d < x.shape.rank; ++d) xs.s[r] = x.strides[d], os[r++] = x.shape[d];
         os.rank = r;
         gpu::fault_check fc;
-        gpu::for_each_n(os.numel(), gpu::take_kernel<T, I, U>{x.data, gpu::walk_of(os), xs, axis, index.shape.rank, x.shape[axis],
+        gpu::for_each_n(os.numel(), gpu::take_kernel<T, I, U, false>{x.data, gpu::walk_of(os), xs, {}, axis, index.shape.rank, x.shape[axis],
                                                              x.strides[axis], index.data, gpu::steps_of(index.strides), out,
                                                              fc.f.p});
         fc.raise_if_hit(op);
@@ -226,7 +226,7 @@ struct thrust_device {
         for (int d = 0; d < index.shape.rank; ++d) os.s[r++] = 0;
         for (int d = axis + 1; d < shape.rank; ++d) os.s[r++] = cs[d];
         gpu::fault_check fc;
-        gpu::for_each_n(g.shape.numel(), gpu::take_add_kernel<T, I, U>{g.data, gpu::walk_of(g.shape), gpu::steps_of(g.strides), os,
+        gpu::for_each_n(g.shape.numel(), gpu::take_kernel<T, I, U, true>{g.data, gpu::walk_of(g.shape), gpu::steps_of(g.strides), os,
                                                                       axis, index.shape.rank, shape[axis], cs[axis], index.data,
                                                                       gpu::steps_of(index.strides), out, fc.f.p});
         fc.raise_if_hit(op);

@@ -113,53 +113,36 @@ struct scatter_along_kernel {
         if (v >= 0) atomic_add(out + offset_of(k, ishape, cs) + v * step, static_cast<U>(g[offset_of(k, ishape, gs)]));
     }
 };
-// take: out[before, j.., after] = x[before, index[j..], after]; the result's element k decodes as (before, j, after).
-template <class T, class I, class U>
+// take (Add false): out[before, j.., after] = src[before, index[j..], after], the result's element k decoding as
+// (before, j, after). Its gradient (Add true): src[before, j.., after] (the gradient, element k) is added into
+// out[before, index[j..], after].
+template <class T, class I, class U, bool Add>
 struct take_kernel {
-    const T* x;
-    walk oshape;  // before + index's shape + after
-    steps xs;     // x's strides for those axes (0 for the index's axes)
+    const T* src;
+    walk shape;     // before + index's shape + after
+    steps src_s;    // src's strides for those axes (0 for the index's axes when taking)
+    steps out_s;    // with Add: the output's contiguous strides for those axes (0 for the index's axes)
     int axis, irank;
-    std::ptrdiff_t n, step;
+    std::ptrdiff_t n, step;  // the indexed axis's extent and stride (in src when taking, in out when adding)
     const I* index;
     steps is;
     U* out;
     index_fault* fault;
     KILN_HD void operator()(std::ptrdiff_t k) const {
-        std::ptrdiff_t rest = k, xoff = 0, ioff = 0;
-        for (int d = oshape.rank - 1; d >= 0; --d) {
-            const std::ptrdiff_t at = rest % oshape.extent[d];
-            rest /= oshape.extent[d];
-            xoff += at * xs.s[d];
+        std::ptrdiff_t rest = k, soff = 0, ooff = 0, ioff = 0;
+        for (int d = shape.rank - 1; d >= 0; --d) {
+            const std::ptrdiff_t at = rest % shape.extent[d];
+            rest /= shape.extent[d];
+            soff += at * src_s.s[d];
+            if constexpr (Add) ooff += at * out_s.s[d];
             if (d >= axis && d < axis + irank) ioff += at * is.s[d - axis];
         }
         const std::ptrdiff_t v = checked(index[ioff], n, fault);
-        out[k] = v < 0 ? U(0) : static_cast<U>(x[xoff + v * step]);
-    }
-};
-template <class T, class I, class U>
-struct take_add_kernel {
-    const T* g;
-    walk gshape;  // before + index's shape + after
-    steps gs;
-    steps os;  // the output's contiguous strides for those axes (0 for the index's axes)
-    int axis, irank;
-    std::ptrdiff_t n, step;
-    const I* index;
-    steps is;
-    U* out;
-    index_fault* fault;
-    KILN_HD void operator()(std::ptrdiff_t k) const {
-        std::ptrdiff_t rest = k, ooff = 0, ioff = 0, goff = 0;
-        for (int d = gshape.rank - 1; d >= 0; --d) {
-            const std::ptrdiff_t at = rest % gshape.extent[d];
-            rest /= gshape.extent[d];
-            ooff += at * os.s[d];
-            goff += at * gs.s[d];
-            if (d >= axis && d < axis + irank) ioff += at * is.s[d - axis];
+        if constexpr (Add) {
+            if (v >= 0) atomic_add(out + ooff + v * step, static_cast<U>(src[soff]));
+        } else {
+            out[k] = v < 0 ? U(0) : static_cast<U>(src[soff + v * step]);
         }
-        const std::ptrdiff_t v = checked(index[ioff], n, fault);
-        if (v >= 0) atomic_add(out + ooff + v * step, static_cast<U>(g[goff]));
     }
 };
 
